@@ -1,0 +1,41 @@
+"""RuntimeAttribute: an operator's weight (the seeds' RuntimeAttribute).
+
+The raw bytes stay where the PNNX reader left them (a zero-copy view into the
+memory-mapped ``.pnnx.bin``); :meth:`RuntimeAttribute.get` decodes them to an array
+in the type a layer asks for, once, when the layer is built.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from kuiperinfer.pnnx.ir import Attribute
+
+RuntimeDataType = int
+"""pnnx's dtype code of an operand or attribute (1 = f32, 3 = f16, ... see pnnx.ir)."""
+
+
+@dataclass
+class RuntimeAttribute:
+    """A weight: raw little-endian bytes, a shape and pnnx's dtype code."""
+
+    attribute: Attribute
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.attribute.shape)
+
+    @property
+    def type(self) -> RuntimeDataType:
+        return self.attribute.type
+
+    @property
+    def weight_data(self) -> memoryview:
+        """The raw bytes, as stored in the archive (no copy)."""
+        return memoryview(self.attribute.data)
+
+    def get(self, dtype: np.dtype | type = np.float32) -> np.ndarray:
+        """The weight decoded to a new, aligned, writable array of ``dtype``."""
+        return np.array(self.attribute.numpy(), dtype=dtype, copy=True)

@@ -1,0 +1,141 @@
+"""RuntimeOperator: a node of the runtime graph (the seeds' RuntimeOperator).
+
+It ties together what pnnx recorded about one operator (type, name, parameters,
+weights, input and output operands) with the :class:`~kuiperinfer.layers.base.Layer`
+that computes it. Layers read their parameters through the typed accessors below,
+which turn a missing or ill-typed parameter into a :class:`LayerCreateError`
+carrying the seeds' :class:`ParseParameterAttrStatus`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Sequence
+
+import numpy as np
+
+from kuiperinfer.errors import LayerCreateError, ParseParameterAttrStatus, WeightError
+from kuiperinfer.runtime.attribute import RuntimeAttribute
+from kuiperinfer.runtime.operand import RuntimeOperand
+from kuiperinfer.runtime.parameter import RuntimeParameter, RuntimeParameterType as T
+
+if TYPE_CHECKING:
+    from kuiperinfer.layers.base import Layer
+
+Status = ParseParameterAttrStatus
+_MISSING = object()
+
+
+class RuntimeOperator:
+    """One computation node: its layer, operands, parameters and weights."""
+
+    def __init__(self, name: str, type: str, line: int | None = None):
+        self.name = name
+        self.type = type
+        self.line = line
+        """Line of the .param file the operator was read from (for messages)."""
+        self.layer: Layer | None = None
+        self.input_operands: dict[str, list[RuntimeOperand]] = {}
+        """Input operands grouped by the name of the operator that produces them."""
+        self.input_operands_seq: list[RuntimeOperand] = []
+        """Input operands in the order the layer receives them."""
+        self.input_names: list[str] = []
+        """pnnx's ``$name`` of each input ("" where unnamed), aligned with input_operands_seq."""
+        self.output_operands: list[RuntimeOperand] = []
+        self.output_names: list[str] = []
+        """Names of the operators consuming this operator's outputs."""
+        self.output_operators: dict[str, RuntimeOperator] = {}
+        self.params: dict[str, RuntimeParameter] = {}
+        self.attribute: dict[str, RuntimeAttribute] = {}
+        self.forward_index = -1
+        """Position in the topological execution order."""
+
+    def __repr__(self) -> str:
+        return f"RuntimeOperator({self.name!r}, {self.type!r})"
+
+    # -- parameters ----------------------------------------------------------------
+
+    def error(self, message: str, status: Status = Status.kParameterMissingUnknown) -> LayerCreateError:
+        """A LayerCreateError naming this operator."""
+        return LayerCreateError(message, self.name, self.type, status)
+
+    def has_param(self, key: str) -> bool:
+        return key in self.params and self.params[key].type != T.kParameterUnknown
+
+    def _param(self, key: str, types: tuple[T, ...], status: Status, default: Any) -> Any:
+        parameter = self.params.get(key)
+        if parameter is None or parameter.type == T.kParameterUnknown:
+            if default is not _MISSING:
+                return default
+            raise self.error(f"missing parameter {key!r}", status)
+        if parameter.type not in types:
+            expected = " or ".join(t.name for t in types)
+            raise self.error(
+                f"parameter {key!r} is {parameter.type.name} ({parameter.value!r}), expected {expected}",
+                status,
+            )
+        return parameter.value
+
+    def param_bool(self, key: str, status: Status = Status.kParameterMissingUnknown,
+                   default: Any = _MISSING) -> bool:
+        return bool(self._param(key, (T.kParameterBool,), status, default))
+
+    def param_int(self, key: str, status: Status = Status.kParameterMissingUnknown,
+                  default: Any = _MISSING) -> int:
+        value = self._param(key, (T.kParameterInt, T.kParameterBool), status, default)
+        return value if value is default else int(value)
+
+    def param_float(self, key: str, status: Status = Status.kParameterMissingUnknown,
+                    default: Any = _MISSING) -> float:
+        value = self._param(key, (T.kParameterFloat, T.kParameterInt), status, default)
+        return value if value is default else float(value)
+
+    def param_str(self, key: str, status: Status = Status.kParameterMissingUnknown,
+                  default: Any = _MISSING) -> str:
+        return self._param(key, (T.kParameterString,), status, default)
+
+    def param_ints(self, key: str, length: int | None = None,
+                   status: Status = Status.kParameterMissingUnknown,
+                   default: Any = _MISSING) -> tuple[int, ...]:
+        """An int array parameter; a single int is broadcast to ``length`` (as PyTorch's _pair)."""
+        value = self._param(key, (T.kParameterIntArray, T.kParameterInt), status, default)
+        if value is default:
+            return value
+        values = (int(value),) * (length or 1) if isinstance(value, int) else tuple(value)
+        if length is not None:
+            if len(values) == 1 and length > 1:
+                values = values * length
+            if len(values) != length:
+                raise self.error(f"parameter {key!r} has {len(values)} values {values}, expected {length}",
+                                 status)
+        return values
+
+    def param_floats(self, key: str, status: Status = Status.kParameterMissingUnknown,
+                     default: Any = _MISSING) -> tuple[float, ...]:
+        value = self._param(key, (T.kParameterFloatArray, T.kParameterIntArray,
+                                  T.kParameterFloat, T.kParameterInt), status, default)
+        if value is default:
+            return value
+        return (float(value),) if isinstance(value, (int, float)) else tuple(float(v) for v in value)
+
+    def param_value(self, key: str, default: Any = None) -> Any:
+        """The raw Python value of a parameter, or ``default`` when absent or None."""
+        parameter = self.params.get(key)
+        return default if parameter is None or parameter.type == T.kParameterUnknown else parameter.value
+
+    # -- weights -------------------------------------------------------------------
+
+    def weight(self, key: str, shape: Sequence[int] | None = None,
+               status: Status = Status.kAttrMissingWeight, dtype: Any = np.float32) -> np.ndarray:
+        """Decode weight attribute ``key`` (checking its shape when given) to a new array."""
+        attribute = self.attribute.get(key)
+        if attribute is None:
+            raise WeightError(f"missing weight attribute {key!r}", self.name, self.type, status)
+        if shape is not None and tuple(attribute.shape) != tuple(shape):
+            raise WeightError(
+                f"weight attribute {key!r} has shape {tuple(attribute.shape)}, expected {tuple(shape)}",
+                self.name, self.type, Status.kAttrWrongSize,
+            )
+        return attribute.get(dtype)
+
+    def has_weight(self, key: str) -> bool:
+        return key in self.attribute
