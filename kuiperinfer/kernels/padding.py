@@ -1,0 +1,28 @@
+"""Spatial padding of NCHW arrays in PyTorch's four modes."""
+
+from __future__ import annotations
+
+import numpy as np
+
+# PyTorch's padding_mode / F.pad mode -> numpy.pad mode
+_NUMPY_MODES = {"reflect": "reflect", "replicate": "edge", "circular": "wrap"}
+PAD_MODES = ("zeros", "constant", *_NUMPY_MODES)
+
+
+def pad_last_dims(x: np.ndarray, pads: tuple[tuple[int, int], ...], mode: str = "zeros",
+                  value: float = 0.0) -> np.ndarray:
+    """Pad the last ``len(pads)`` dimensions by ``(before, after)`` each.
+
+    ``mode`` is ``zeros``/``constant`` (fill with ``value``), ``reflect``, ``replicate``
+    or ``circular``. Returns ``x`` itself when there is nothing to pad.
+    """
+    if not any(before or after for before, after in pads):
+        return x
+    lead = x.ndim - len(pads)
+    if mode in ("zeros", "constant"):
+        shape = x.shape[:lead] + tuple(d + b + a for d, (b, a) in zip(x.shape[lead:], pads))
+        out = np.full(shape, value, dtype=x.dtype)
+        inner = (slice(None),) * lead + tuple(slice(b, b + d) for d, (b, a) in zip(x.shape[lead:], pads))
+        out[inner] = x
+        return out
+    return np.pad(x, ((0, 0),) * lead + tuple(pads), mode=_NUMPY_MODES[mode])

@@ -1,0 +1,40 @@
+"""pnnx.Expression: elementwise arithmetic that pnnx kept as one formula.
+
+The formula (``add(mul(@0,0.5),@1)``) is compiled once at build time -- lexer,
+recursive-descent parser, reverse-Polish program -- and evaluated on each call with
+a stack over whole arrays. See :mod:`kuiperinfer.expression`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from kuiperinfer.errors import ExpressionError, ParseParameterAttrStatus as Status
+from kuiperinfer.expression import Expression, compile_expression
+from kuiperinfer.layers.base import NonParamLayer
+from kuiperinfer.layers.registry import register_layer
+from kuiperinfer.runtime.operator import RuntimeOperator
+
+
+@register_layer("pnnx.Expression")
+class ExpressionLayer(NonParamLayer):
+    def __init__(self, layer_name: str, expression: Expression):
+        super().__init__(layer_name)
+        self.expression = expression
+
+    @classmethod
+    def create(cls, op: RuntimeOperator) -> "ExpressionLayer":
+        text = op.param_value("expr")
+        if not isinstance(text, str):
+            raise op.error("missing parameter 'expr'", Status.kParameterMissingExpr)
+        try:
+            expression = compile_expression(text)
+        except ExpressionError as exc:
+            raise op.error(str(exc), Status.kParameterMissingExpr) from exc
+        if expression.num_inputs > len(op.input_operands_seq):
+            raise op.error(f"expression {text!r} uses {expression.num_inputs} inputs, the operator has "
+                           f"{len(op.input_operands_seq)}", Status.kParameterMissingExpr)
+        return cls(op.name, expression)
+
+    def forward(self, inputs: Sequence[Any]) -> list[Any]:
+        return [self.expression.evaluate(inputs)]

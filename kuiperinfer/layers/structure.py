@@ -1,0 +1,66 @@
+"""Structural operators: constants (pnnx.Attribute) and TorchScript tuples/lists."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from kuiperinfer.errors import ParseParameterAttrStatus as Status
+from kuiperinfer.layers.base import NonParamLayer
+from kuiperinfer.layers.registry import register_layer
+from kuiperinfer.pnnx.ir import numpy_dtype
+from kuiperinfer.runtime.operator import RuntimeOperator
+
+
+@register_layer("pnnx.Attribute")
+class Constant(NonParamLayer):
+    """A constant tensor stored in the model (its ``@data`` attribute), decoded once."""
+
+    def __init__(self, layer_name: str, value: np.ndarray):
+        super().__init__(layer_name)
+        value.setflags(write=False)
+        self.value = value
+
+    @classmethod
+    def create(cls, op: RuntimeOperator) -> "Constant":
+        if len(op.attribute) != 1:
+            raise op.error(f"expected one attribute, found {sorted(op.attribute)}", Status.kAttrMissingWeight)
+        (key, attribute), = op.attribute.items()
+        dtype = numpy_dtype(attribute.type)
+        if dtype is None or np.dtype(dtype).kind == "f":
+            dtype = np.float32
+        return cls(op.name, op.weight(key, dtype=dtype))
+
+    def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
+        return [self.value]
+
+
+@register_layer("prim::TupleConstruct")
+class TupleConstruct(NonParamLayer):
+    @classmethod
+    def create(cls, op: RuntimeOperator) -> "TupleConstruct":
+        return cls(op.name)
+
+    def forward(self, inputs: Sequence[Any]) -> list[tuple]:
+        return [tuple(inputs)]
+
+
+@register_layer("prim::ListConstruct")
+class ListConstruct(NonParamLayer):
+    @classmethod
+    def create(cls, op: RuntimeOperator) -> "ListConstruct":
+        return cls(op.name)
+
+    def forward(self, inputs: Sequence[Any]) -> list[list]:
+        return [list(inputs)]
+
+
+@register_layer("prim::TupleUnpack", "prim::ListUnpack")
+class TupleUnpack(NonParamLayer):
+    @classmethod
+    def create(cls, op: RuntimeOperator) -> "TupleUnpack":
+        return cls(op.name)
+
+    def forward(self, inputs: Sequence[Any]) -> list[Any]:
+        return list(inputs[0])
