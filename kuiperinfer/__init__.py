@@ -1,6 +1,31 @@
-"""kuiperinfer: a small, readable inference engine for PNNX models, running on NumPy."""
+"""kuiperinfer: a small, readable inference engine for PNNX models, running on NumPy.
 
+>>> import kuiperinfer
+>>> graph = kuiperinfer.load("resnet18.pnnx.param")   # finds resnet18.pnnx.bin beside it
+>>> probabilities = graph(images)                      # NCHW float32 array in, array out
+"""
+
+from __future__ import annotations
+
+import os
+
+from kuiperinfer import layers  # noqa: F401  (registers every layer)
 from kuiperinfer.errors import KuiperError
+from kuiperinfer.runtime.graph import GraphState, RuntimeGraph
+from kuiperinfer.tensor import Tensor
 
-__all__ = ["KuiperError"]
+__all__ = ["load", "RuntimeGraph", "GraphState", "Tensor", "KuiperError"]
 __version__ = "0.1.0"
+
+
+def load(param_path: str | os.PathLike, bin_path: str | os.PathLike | None = None) -> RuntimeGraph:
+    """Load a pnnx export and build it, ready to run.
+
+    ``bin_path`` defaults to the ``.bin`` beside the ``.param`` (``m.pnnx.param`` ->
+    ``m.pnnx.bin``). Raises a :class:`KuiperError` subclass for anything wrong with
+    the files or an unsupported operator.
+    """
+    graph = RuntimeGraph(param_path, bin_path)
+    graph.init()
+    graph.build()
+    return graph
