@@ -1,0 +1,76 @@
+"""PyTorch as the oracle: export a model with pnnx inside the test run and compare.
+
+Every operator and network test goes through here, so tolerance and export
+settings live in one place: 1e-4 absolute, or 1e-3 relative on large values.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import pnnx
+import torch
+
+import kuiperinfer
+
+ATOL = 1e-4
+RTOL = 1e-3
+
+
+def export(model: torch.nn.Module, inputs: Sequence[torch.Tensor], directory: Path,
+           name: str = "model") -> Path:
+    """Export ``model`` with pnnx traced on ``inputs``; returns the .pnnx.param path."""
+    model.eval()
+    with torch.no_grad():
+        pnnx.export(model, str(directory / f"{name}.pt"), tuple(inputs))
+    return directory / f"{name}.pnnx.param"
+
+
+def torch_outputs(model: torch.nn.Module, inputs: Sequence[torch.Tensor]) -> list[np.ndarray]:
+    """The model's outputs as arrays, tuples and lists flattened in order."""
+    with torch.no_grad():
+        result = model(*inputs)
+    flat: list[np.ndarray] = []
+
+    def walk(value):
+        if isinstance(value, (tuple, list)):
+            for item in value:
+                walk(item)
+        else:
+            flat.append(value.detach().numpy())
+
+    walk(result)
+    return flat
+
+
+def assert_matches(ours: Sequence[np.ndarray], expected: Sequence[np.ndarray],
+                   atol: float = ATOL, rtol: float = RTOL) -> float:
+    """Every output within atol, or rtol on large values; returns the max absolute error."""
+    assert len(ours) == len(expected), f"{len(ours)} outputs, expected {len(expected)}"
+    worst = 0.0
+    for i, (a, b) in enumerate(zip(ours, expected)):
+        a = np.asarray(a)
+        assert a.shape == b.shape, f"output {i}: shape {a.shape}, expected {b.shape}"
+        if b.dtype.kind == "f":
+            np.testing.assert_allclose(a, b, atol=atol, rtol=rtol, err_msg=f"output {i}")
+            finite = np.isfinite(b)
+            if finite.any():
+                worst = max(worst, float(np.max(np.abs(a[finite].astype(np.float64) - b[finite]))))
+        else:
+            np.testing.assert_array_equal(a, b, err_msg=f"output {i}")
+    return worst
+
+
+def check_model(model: torch.nn.Module, inputs: Sequence[torch.Tensor], directory: Path,
+                more_inputs: Sequence[Sequence[torch.Tensor]] = (), atol: float = ATOL,
+                rtol: float = RTOL) -> kuiperinfer.RuntimeGraph:
+    """Export on ``inputs``, then compare kuiperinfer with PyTorch on ``inputs`` and each
+    set of ``more_inputs`` (for example another batch size). Returns the loaded graph."""
+    model.eval()
+    graph = kuiperinfer.load(export(model, inputs, directory))
+    for case in (inputs, *more_inputs):
+        ours = graph.run(*[t.numpy() for t in case])
+        assert_matches(ours, torch_outputs(model, case), atol, rtol)
+    return graph
