@@ -1,6 +1,6 @@
 """The ``kuiper`` command: one sub-command per module in this package.
 
-Every sub-command module defines ``add_arguments(parser)`` and ``main(args) -> int``.
+Every sub-command module (found automatically) defines ``add_arguments(parser)`` and ``main(args) -> int``.
 Errors from kuiperinfer (and missing files) are printed as one clear line with exit
 code 2; argparse reports bad options the same way.
 """
@@ -13,7 +13,12 @@ from typing import Sequence
 
 from kuiperinfer.errors import KuiperError
 
-COMMANDS = ("run",)
+
+def _command_names() -> list[str]:
+    """Every sub-command: the modules of this package."""
+    import pkgutil
+
+    return sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_"))
 
 
 class CommandError(Exception):
@@ -27,7 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="kuiper", description="kuiperinfer: run PNNX models (PyTorch exports) on NumPy.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    for name in COMMANDS:
+    for name in _command_names():
         module = importlib.import_module(f"kuiperinfer.cli.{name}")
         doc = (module.__doc__ or "").strip()
         command = sub.add_parser(name, help=doc.splitlines()[0] if doc else None, description=doc,

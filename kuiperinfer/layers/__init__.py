@@ -1,18 +1,16 @@
-"""Layers: one module per operator family. Importing this package registers them all."""
+"""Layers: one module per operator family. Importing this package registers them all.
 
-from kuiperinfer.layers import (  # noqa: F401  (imported to register the layers)
-    activation,
-    convolution,
-    expression,
-    linear,
-    normalization,
-    pooling,
-    shape,
-    softmax,
-    structure,
-    tensor_ops,
-)
+Every module in this package registers its layers with :func:`register_layer` when
+imported; the loop below imports each one, so a new family needs only a new file.
+"""
+
+import importlib
+import pkgutil
+
 from kuiperinfer.layers.base import Layer, NonParamLayer, ParamLayer
 from kuiperinfer.layers.registry import LayerRegisterer, register_layer
+
+for _module in pkgutil.iter_modules(__path__):
+    importlib.import_module(f"{__name__}.{_module.name}")
 
 __all__ = ["Layer", "NonParamLayer", "ParamLayer", "LayerRegisterer", "register_layer"]
