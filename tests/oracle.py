@@ -74,3 +74,29 @@ def check_model(model: torch.nn.Module, inputs: Sequence[torch.Tensor], director
         ours = graph.run(*[t.numpy() for t in case])
         assert_matches(ours, torch_outputs(model, case), atol, rtol)
     return graph
+
+
+class Lambda(torch.nn.Module):
+    """Wrap a function of tensors as a module, for one-operator tests."""
+
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *xs):
+        return self.fn(*xs)
+
+
+def check_op(fn_or_module, *shapes: Sequence[int], directory: Path, batch: int | None = None,
+             seed: int = 0, atol: float = ATOL, rtol: float = RTOL) -> kuiperinfer.RuntimeGraph:
+    """Export one function or module on random inputs of ``shapes`` and compare with torch.
+
+    With ``batch``, the same export is also run with the batch dimension changed.
+    """
+    module = fn_or_module if isinstance(fn_or_module, torch.nn.Module) else Lambda(fn_or_module)
+    generator = torch.Generator().manual_seed(seed)
+    inputs = [torch.randn(*shape, generator=generator) for shape in shapes]
+    more = []
+    if batch is not None:
+        more.append([torch.randn(batch, *shape[1:], generator=generator) for shape in shapes])
+    return check_model(module, inputs, directory, more, atol, rtol)
