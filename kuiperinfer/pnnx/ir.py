@@ -164,8 +164,9 @@ def _strtof_equals(text: str, f: np.float32) -> bool:
     """
     q = Fraction(text)
     x = Fraction(float(f))
-    lo = np.nextafter(f, np.float32(-np.inf))
-    hi = np.nextafter(f, np.float32(np.inf))
+    with np.errstate(over="ignore"):
+        lo = np.nextafter(f, np.float32(-np.inf))
+        hi = np.nextafter(f, np.float32(np.inf))
     below = (x + Fraction(float(lo))) / 2 if np.isfinite(lo) else None
     above = (x + Fraction(float(hi))) / 2 if np.isfinite(hi) else x + (x - Fraction(float(lo))) / 2
     if below is None:
