@@ -159,22 +159,23 @@ _COMPLEX_RE = re.compile(rf"({_NUMBER})([+-])({_NUMBER})j\Z")
 def _strtof_equals(text: str, f: np.float32) -> bool:
     """Does C's ``strtof(text)`` give exactly the finite float32 ``f``?
 
-    Decided exactly: ``text`` must fall inside the interval of reals that round to ``f``
-    (ties go to the even significand), so no double rounding can fool it.
+    Decided exactly, so no double rounding can fool it: ``text`` must lie in the interval
+    of reals that round to ``f``, half-way to each neighbour; on an edge, ties go to the
+    even significand.
     """
-    q = Fraction(text)
     x = Fraction(float(f))
     with np.errstate(over="ignore"):
-        lo = np.nextafter(f, np.float32(-np.inf))
-        hi = np.nextafter(f, np.float32(np.inf))
-    below = (x + Fraction(float(lo))) / 2 if np.isfinite(lo) else None
-    above = (x + Fraction(float(hi))) / 2 if np.isfinite(hi) else x + (x - Fraction(float(lo))) / 2
-    if below is None:
-        below = x - (Fraction(float(hi)) - x) / 2
-    if below < q < above:
+        down = np.nextafter(f, np.float32(-np.inf))
+        up = np.nextafter(f, np.float32(np.inf))
+    # Past the largest float there is no neighbour: mirror the gap on the other side.
+    gap_down = x - Fraction(float(down)) if np.isfinite(down) else Fraction(float(up)) - x
+    gap_up = Fraction(float(up)) - x if np.isfinite(up) else gap_down
+    low, high = x - gap_down / 2, x + gap_up / 2
+    q = Fraction(text)
+    if low < q < high:
         return True
     even = int(np.array(f, dtype=np.float32).view(np.uint32)) & 1 == 0
-    return even and (q == below or q == above)
+    return even and q in (low, high)
 
 
 def _compact_exponent(text: str) -> str:
@@ -189,8 +190,13 @@ def format_float(value: float) -> str:
     The value is first rounded to float32, as pnnx holds it. Then: ``0.0`` for zero;
     for |f| < 1e-4 or >= 1e6 ``%e`` (``%.8e`` if ``%e`` does not read back to the same
     float32) with the exponent shortened (``1.000000e-5``, ``1.23456780e7``); otherwise
-    ``%g`` (``%.9g`` if it does not read back), plus ``.0`` on whole numbers. ``inf``,
-    ``-inf`` stay words; NaN comes out as ``nan.0`` (pnnx appends ``.0`` to it too).
+    ``%g``, or if that does not read back ``%.9g`` (``0.333333343``) unless that has more
+    than 9 decimals, which goes to the short ``%.8e`` (``3.82674076e-2``); then ``.0`` on
+    whole numbers. ``inf``, ``-inf`` stay words; NaN comes out as ``nan.0`` (pnnx
+    appends ``.0`` to it too).
+
+    pnnx's source for this build was not at hand: these rules were fitted to, and
+    checked against, what that build wrote for ~900 float32 values of every magnitude.
     """
     with np.errstate(over="ignore"):
         f = np.float32(value)
@@ -209,6 +215,8 @@ def format_float(value: float) -> str:
     text = "%g" % d
     if not _strtof_equals(text, f):
         text = "%.9g" % d
+        if len(text.lstrip("-")) > 11:  # more than 9 decimals, as 0.0382674076: pnnx goes to %e
+            return _compact_exponent("%.8e" % d)
     if not any(c in text for c in ".eE"):
         text += ".0"
     return text
