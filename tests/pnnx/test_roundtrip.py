@@ -6,6 +6,7 @@ import mmap
 import time
 import warnings
 import zipfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -354,3 +355,13 @@ def _timed(fn):
     start = time.perf_counter()
     fn()
     return time.perf_counter() - start
+
+
+BUNDLED = sorted((Path(__file__).resolve().parents[2] / "kuiperinfer" / "models").glob("**/*.pnnx.param"))
+
+
+@pytest.mark.parametrize("param", BUNDLED, ids=lambda p: p.parent.name)
+def test_bundled_models_round_trip_byte_for_byte(param, tmp_path):
+    Graph.load(param).save(tmp_path / "out.pnnx.param")
+    assert (tmp_path / "out.pnnx.param").read_bytes() == param.read_bytes()
+    assert (tmp_path / "out.pnnx.bin").read_bytes() == param.with_suffix(".bin").read_bytes()
