@@ -60,7 +60,9 @@ class AdaptiveAvgPooling(NonParamLayer):
         size = (size, size) if isinstance(size, int) else tuple(size)
         if len(size) == 1:
             size = size * 2
-        if len(size) != 2 or any(s is not None and (not isinstance(s, int) or s < 1) for s in size):
+        # pnnx writes PyTorch's None ("keep the input size") as 0.
+        size = tuple(None if s == 0 else s for s in size)
+        if len(size) != 2 or any(s is not None and (not isinstance(s, int) or s < 0) for s in size):
             raise op.error(f"output_size {size} must be two positive ints", Status.kParameterMissingOutHW)
         return cls(op.name, size)
 
