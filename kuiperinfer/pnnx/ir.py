@@ -341,7 +341,12 @@ class Parameter:
     __slots__ = ("_type", "_value", "_text")
 
     def __init__(self, value: Any = None, type: int | None = None):
-        ptype = _infer_type(value) if type is None else ParamType(type)
+        if type is None:
+            ptype = _infer_type(value)
+        elif type in ParamType._value2member_map_:
+            ptype = ParamType(type)
+        else:
+            raise GraphError(f"no parameter type {type!r} (pnnx has {[int(t) for t in ParamType]})")
         self._type = ptype
         self._value = _coerce(ptype, value)
         self._text: str | None = None
@@ -352,7 +357,9 @@ class Parameter:
 
     @property
     def value(self) -> Any:
-        return self._value
+        """The Python value (a fresh list for arrays, so the parameter cannot change)."""
+        v = self._value
+        return list(v) if isinstance(v, list) else v
 
     @property
     def text(self) -> str | None:
@@ -372,8 +379,8 @@ class Parameter:
 
         Where pnnx would silently read a prefix or lose data, this keeps it instead:
         ``a+bj`` is a complex (pnnx's own writer makes those; its reader would keep only
-        ``a``); a number-like text that is not a whole number (``3x``, ``1.5.2``) stays a
-        string; a list mixing ints and floats is a float array; a list with any string
+        ``a``); a text that starts like a number but is not one (``3x``, ``1.5.2``) stays
+        a string; a list mixing ints and floats is a float array; a list with any string
         element (``[size(@0,0),-1]``) is a string array of the raw elements.
         """
         p = cls.__new__(cls)

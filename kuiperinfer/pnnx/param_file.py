@@ -5,7 +5,8 @@ The file::
     7767517                                     magic
     4 4                                         operator count, operand count
     pnnx.Input   pnnx_input_0  0 1 0 #0=(1,3,8,8)f32
-    nn.Conv2d    conv          1 1 0 1 bias=True stride=(1,1) @weight=(8,3,3,3)f32 $input=0 #0=(1,3,8,8)f32 #1=(1,8,8,8)f32
+    nn.Conv2d    conv          1 1 0 1 bias=True stride=(1,1) @weight=(8,3,3,3)f32
+                               $input=0 #0=(1,3,8,8)f32 #1=(1,8,8,8)f32   (one line)
     ...
 
 Each operator line is ``type name n_in n_out``, the ``n_in`` input and ``n_out`` output
@@ -251,7 +252,8 @@ class _Reader:
             raise self.error(f"the {what} count must be a non-negative integer, got {token!r}")
         return int(token)
 
-    def typed_shape(self, value: str, what: str, allow_unknown: bool) -> tuple[list[int], int, dict[int, str]]:
+    def typed_shape(self, value: str, what: str,
+                    allow_unknown: bool) -> tuple[list[int], int, dict[int, str]]:
         """Parse ``(d0,d1,...)suffix``; returns shape, type code and symbolic dims."""
         close = value.rfind(")")
         if not value.startswith("(") or close < 0:

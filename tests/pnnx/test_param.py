@@ -309,3 +309,14 @@ def test_attribute_equality_compares_type_shape_and_bytes():
     assert a == Attribute(1, [3], memoryview(np.ones(3, np.float32).tobytes()))
     assert a != Attribute.from_numpy(np.zeros(3, np.float32))
     assert a != Attribute.from_numpy(np.ones((1, 3), np.float32))
+
+
+def test_unknown_type_code_is_a_graph_error():
+    with pytest.raises(GraphError, match="no parameter type 8"):
+        Parameter(1, type=8)
+
+
+def test_array_values_are_copies_so_text_and_value_stay_in_step():
+    p = Parameter.parse("(1,2)")
+    p.value.append(3)
+    assert p.value == [1, 2] and p.to_string() == "(1,2)"
