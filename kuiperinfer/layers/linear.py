@@ -1,4 +1,4 @@
-"""nn.Linear on any number of leading dimensions, as one GEMM."""
+"""nn.Linear and F.linear on any number of leading dimensions, as one GEMM."""
 
 from __future__ import annotations
 
@@ -7,9 +7,21 @@ from typing import Any, Sequence
 import numpy as np
 
 from kuiperinfer.errors import InferError, InferStatus, ParseParameterAttrStatus as Status
-from kuiperinfer.layers.base import ParamLayer
+from kuiperinfer.layers.base import Layer, ParamLayer
 from kuiperinfer.layers.registry import register_layer
 from kuiperinfer.runtime.operator import RuntimeOperator
+
+
+def linear(x: np.ndarray, weight_t: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
+    """``x @ weight_t + bias`` over the last dimension of ``x``; ``weight_t`` is (in, out)."""
+    in_features = weight_t.shape[0]
+    if x.shape[-1:] != (in_features,):
+        raise InferError(f"input of shape {x.shape} does not end in in_features={in_features}",
+                         status=InferStatus.kInferFailedDimensionParameterError)
+    y = np.matmul(x.reshape(-1, in_features), weight_t)
+    if bias is not None:
+        y += bias
+    return y.reshape(*x.shape[:-1], weight_t.shape[1])
 
 
 @register_layer("nn.Linear")
@@ -29,12 +41,27 @@ class Linear(ParamLayer):
         self._weight_t = np.ascontiguousarray(self._weight.T)
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
-        x = inputs[0]
-        in_features = self._weight_t.shape[0]
-        if x.shape[-1:] != (in_features,):
-            raise InferError(f"input of shape {x.shape} does not end in in_features={in_features}",
-                             status=InferStatus.kInferFailedDimensionParameterError)
-        y = np.matmul(x.reshape(-1, in_features), self._weight_t)
-        if self._bias is not None:
-            y += self._bias
-        return [y.reshape(*x.shape[:-1], -1)]
+        return [linear(inputs[0], self._weight_t, self._bias)]
+
+
+@register_layer("F.linear")
+class FunctionalLinear(Layer):
+    """F.linear whose weight (out, in) and optional bias arrive as inputs at run time.
+
+    (pnnx turns F.linear on a module's own parameters into nn.Linear.)
+    """
+
+    @classmethod
+    def create(cls, op: RuntimeOperator) -> "FunctionalLinear":
+        if len(op.input_operands_seq) not in (2, 3):
+            raise op.error(f"F.linear needs the input, the weight and an optional bias as inputs, got "
+                           f"{len(op.input_operands_seq)}", Status.kAttrMissingWeight)
+        return cls(op.name)
+
+    def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
+        x, weight = inputs[0], inputs[1]
+        bias = inputs[2] if len(inputs) > 2 else None
+        if weight.ndim != 2:
+            raise InferError(f"F.linear weight has shape {weight.shape}, expected (out_features, in_features)",
+                             status=InferStatus.kInferFailedWeightParameterError)
+        return [linear(x, weight.T, bias)]

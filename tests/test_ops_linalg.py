@@ -1,0 +1,195 @@
+"""Matrix products, einsum, F.linear and embeddings against PyTorch, each exported by pnnx."""
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import kuiperinfer
+from kuiperinfer.errors import InferError
+from kuiperinfer.layers.linalg import restore_ellipsis
+from oracle import check_model, check_op, export
+
+MATMUL_SHAPES = [
+    ((3, 4), (4, 5)),
+    ((3, 4), (4,)),                   # matrix @ vector
+    ((4,), (4, 5)),                   # vector @ matrix
+    ((2, 3, 4), (4,)),
+    ((4,), (2, 4, 5)),
+    ((2, 3, 4), (4, 5)),
+    ((3, 4), (2, 4, 5)),
+    ((2, 3, 4), (2, 4, 5)),
+    ((2, 1, 3, 4), (5, 4, 6)),        # broadcast batch dimensions
+    ((1, 2, 3, 4), (2, 1, 4, 6)),
+]
+
+
+@pytest.mark.parametrize("a,b", MATMUL_SHAPES, ids=str)
+def test_matmul_ranks_and_broadcasting(a, b, tmp_path):
+    check_op(torch.matmul, a, b, directory=tmp_path)
+
+
+def test_vector_dot_vector_is_0_d(tmp_path):
+    check_op(lambda a, b: torch.matmul(a, b) * 2, (4,), (4,), directory=tmp_path)
+
+
+@pytest.mark.parametrize("fn", [lambda a, b: a @ b, lambda a, b: a.matmul(b), torch.bmm,
+                                lambda a, b: a.bmm(b), torch.linalg.matmul])
+def test_batched_spellings(fn, tmp_path):
+    check_op(fn, (1, 3, 4), (1, 4, 6), directory=tmp_path, batch=3)
+
+
+@pytest.mark.parametrize("fn", [torch.mm, lambda a, b: a.mm(b)])
+def test_mm(fn, tmp_path):
+    check_op(fn, (3, 4), (4, 6), directory=tmp_path)
+
+
+def test_mv(tmp_path):
+    check_op(torch.mv, (3, 4), (4,), directory=tmp_path)
+
+
+def test_matmul_with_a_weight(tmp_path):
+    class Project(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(torch.randn(8, 5))
+
+        def forward(self, x):
+            return torch.matmul(x, self.w)
+    check_op(Project(), (1, 7, 8), directory=tmp_path, batch=2)
+
+
+@pytest.mark.parametrize("alpha,beta", [(1, 1), (2.0, 0.5), (-1.5, 0.0), (0.25, 3)])
+def test_addmm(alpha, beta, tmp_path):
+    check_op(lambda c, a, b: torch.addmm(c, a, b, beta=beta, alpha=alpha), (3, 6), (3, 4), (4, 6),
+             directory=tmp_path)
+
+
+@pytest.mark.parametrize("bias_shape", [(6,), (1, 6), (3, 1)])
+def test_addmm_broadcast_input(bias_shape, tmp_path):
+    check_op(lambda c, a, b: c.addmm(a, b, alpha=0.5), bias_shape, (3, 4), (4, 6), directory=tmp_path)
+
+
+def test_addmm_beta_zero_ignores_nan_input(tmp_path):
+    check_op(lambda c, a, b: torch.addmm(c / 0 * 0, a, b, beta=0), (3, 6), (3, 4), (4, 6), directory=tmp_path)
+
+
+@pytest.mark.parametrize("alpha,beta,bias_shape", [(1, 1, (2, 3, 6)), (2.0, 0.5, (2, 3, 6)), (1, 1, (6,))])
+def test_baddbmm(alpha, beta, bias_shape, tmp_path):
+    check_op(lambda c, a, b: torch.baddbmm(c, a, b, beta=beta, alpha=alpha), bias_shape, (2, 3, 4), (2, 4, 6),
+             directory=tmp_path)
+
+
+EINSUMS = [
+    ("bhqd,bhkd->bhqk", [(1, 2, 3, 4), (1, 2, 5, 4)]),
+    ("bhqk,bhkd->bhqd", [(1, 2, 3, 5), (1, 2, 5, 4)]),
+    ("ij,jk->ik", [(3, 4), (4, 5)]),
+    ("bij,bjk->bik", [(1, 3, 4), (1, 4, 5)]),
+    ("b i d, b j d -> b i j", [(1, 3, 4), (1, 5, 4)]),
+    ("ij,jk", [(3, 4), (4, 5)]),                        # implicit output
+    ("bij,bjk", [(2, 3, 4), (2, 4, 5)]),                # implicit output drops the summed b
+    ("i,j->ij", [(3,), (4,)]),
+    ("i,j", [(3,), (4,)]),
+    ("bi,bi->b", [(1, 5), (1, 5)]),
+    ("ij,kj->ik", [(3, 4), (5, 4)]),
+    ("...ij,...jk->...ik", [(2, 3, 4), (2, 4, 5)]),
+    ("...ij,...jk", [(2, 3, 4), (2, 4, 5)]),
+    ("...ij,jk->...ik", [(2, 2, 3, 4), (4, 5)]),
+    ("ij...,jk...->ik...", [(3, 4, 2), (4, 5, 2)]),
+    ("b...d,bd->b...", [(2, 3, 5, 4), (2, 4)]),
+    ("...d,...d->...", [(2, 3, 4), (2, 3, 4)]),
+    ("ab,bc,cd->ad", [(2, 3), (3, 4), (4, 5)]),
+]
+
+
+@pytest.mark.parametrize("equation,shapes", EINSUMS, ids=[e for e, _ in EINSUMS])
+def test_einsum(equation, shapes, tmp_path):
+    check_op(lambda *xs: torch.einsum(equation, *xs), *shapes, directory=tmp_path)
+
+
+@pytest.mark.parametrize("equation,shape", [("ii->i", (4, 4)), ("ij->ji", (3, 5)), ("zyx->xzy", (2, 3, 4)),
+                                            ("ij->", (2, 3)), ("...ii->...i", (2, 3, 3)),
+                                            ("...ij->...ji", (2, 3, 4)), ("ii", (3, 3))])
+def test_einsum_one_operand(equation, shape, tmp_path):
+    check_op(lambda x: torch.einsum(equation, x) + 1, shape, directory=tmp_path)
+
+
+def test_einsum_follows_batch(tmp_path):
+    check_op(lambda a, b: torch.einsum("bhqd,bhkd->bhqk", a, b), (1, 2, 3, 4), (1, 2, 5, 4),
+             directory=tmp_path, batch=3)
+    check_op(lambda a, b: torch.einsum("...ij,...jk->...ik", a, b), (1, 3, 4), (1, 4, 5),
+             directory=tmp_path, batch=4)
+
+
+@pytest.mark.parametrize("equation,shapes,output,expected", [
+    ("ik,kj->ij", [(2, 3, 4), (2, 4, 5)], (2, 3, 5), "...ik,...kj->...ij"),
+    ("ik,kj->ij", [(3, 4, 2), (4, 5, 2)], (3, 5, 2), "ik...,kj...->ij..."),
+    ("ij,ij->i", [(2, 3, 5, 4), (2, 4)], (2, 3, 5), "i...j,ij->i..."),
+    ("ijkl,ijml->ijkm", [(1, 2, 3, 4), (1, 2, 5, 4)], (1, 2, 3, 5), "ijkl,ijml->ijkm"),
+    ("ik,kj->ij", [(2, 3, 4), (2, 4, 5)], (2, 3, 6), None),
+])
+def test_restore_ellipsis(equation, shapes, output, expected):
+    assert restore_ellipsis(equation, shapes, output) == expected
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("shape", [(1, 4), (1, 3, 4), (1, 2, 3, 4)])
+def test_functional_linear_with_weight_inputs(shape, bias, tmp_path):
+    if bias:
+        check_op(F.linear, shape, (5, 4), (5,), directory=tmp_path)
+    else:
+        check_op(F.linear, shape, (5, 4), directory=tmp_path)
+
+
+def test_functional_linear_on_parameters_becomes_nn_linear(tmp_path):
+    class Functional(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w, self.b = nn.Parameter(torch.randn(5, 4)), nn.Parameter(torch.randn(5))
+
+        def forward(self, x):
+            return F.linear(x, self.w, self.b)
+    graph = check_op(Functional(), (1, 3, 4), directory=tmp_path, batch=2)
+    assert "nn.Linear" in [op.type for op in graph.operators]
+
+
+class Lookup(nn.Module):
+    def __init__(self, functional: bool = False):
+        super().__init__()
+        self.functional = functional
+        self.table = nn.Embedding(10, 6, padding_idx=0)
+
+    def forward(self, indices):
+        if self.functional:
+            return F.embedding(indices, self.table.weight) * 2
+        return self.table(indices)
+
+
+@pytest.mark.parametrize("shape", [(1, 5), (1, 2, 3), (1,)])
+@pytest.mark.parametrize("functional", [False, True])
+def test_embedding(shape, functional, tmp_path):
+    generator = torch.Generator().manual_seed(0)
+    indices = torch.randint(0, 10, shape, generator=generator)
+    other_batch = torch.randint(0, 10, (3, *shape[1:]), generator=generator)
+    check_model(Lookup(functional), [indices], tmp_path, more_inputs=[[other_batch]])
+
+
+class LookupInTableInput(nn.Module):
+    def forward(self, indices, table):
+        return F.embedding(indices, table)
+
+
+def test_functional_embedding_with_weight_input(tmp_path):
+    check_model(LookupInTableInput(), [torch.tensor([[1, 0, 3, 3]]), torch.randn(4, 5)], tmp_path)
+
+
+def test_embedding_int32_indices(tmp_path):
+    check_model(Lookup(), [torch.tensor([[1, 9, 0]], dtype=torch.int32)], tmp_path)
+
+
+@pytest.mark.parametrize("bad", [10, -1])
+def test_embedding_index_out_of_range(bad, tmp_path):
+    graph = kuiperinfer.load(export(Lookup(), [torch.tensor([[1, 2]])], tmp_path))
+    with pytest.raises(InferError, match=r"out of range \[0, 10\)"):
+        graph.run(np.array([[1, bad]], dtype=np.int64))
