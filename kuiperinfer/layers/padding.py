@@ -1,0 +1,60 @@
+"""F.pad: constant, reflect, replicate and circular padding; negative amounts crop.
+
+pnnx writes every padding module (nn.ZeroPad2d, nn.ConstantPad1d, nn.ReflectionPad2d,
+nn.ReplicationPad2d, ...) as F.pad, for example
+
+    F.pad  F.pad_0  1 1 0 1 mode=constant pad=(1,2,3,4) value=0.0
+
+where ``pad`` lists (before, after) amounts from the last dimension backwards and
+``value`` is None unless the model gave one.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from kuiperinfer.errors import InferError, InferStatus, ParseParameterAttrStatus as Status
+from kuiperinfer.kernels.padding import pad_last_dims
+from kuiperinfer.layers.base import NonParamLayer
+from kuiperinfer.layers.registry import register_layer
+from kuiperinfer.runtime.operator import RuntimeOperator
+
+_MODES = ("constant", "reflect", "replicate", "circular")
+
+
+@register_layer("F.pad")
+class Pad(NonParamLayer):
+    """Pad (or crop) the trailing dimensions of the input."""
+
+    def __init__(self, layer_name: str, pads: tuple[tuple[int, int], ...], mode: str, value: float):
+        super().__init__(layer_name)
+        self.pads, self.mode, self.value = pads, mode, value
+
+    @classmethod
+    def create(cls, op: RuntimeOperator) -> "Pad":
+        amounts = op.param_ints("pad", status=Status.kParameterMissingPadding)
+        mode = op.param_str("mode", Status.kParameterMissingPadding, default="constant")
+        if mode not in _MODES:
+            raise op.error(f"unsupported mode {mode!r}, expected one of {_MODES}", Status.kParameterInvalidValue)
+        if len(amounts) % 2:
+            raise op.error(f"pad {amounts} must have an even number of values", Status.kParameterMissingPadding)
+        if op.input_operands_seq and len(amounts) > 2 * len(op.input_operands_seq[0].shapes):
+            raise op.error(f"pad {amounts} pads more dimensions than the input's "
+                           f"{len(op.input_operands_seq[0].shapes)}", Status.kParameterMissingPadding)
+        # (last dim before, last dim after, second-last before, ...) -> pairs in dimension order
+        pairs = tuple(zip(amounts[0::2], amounts[1::2]))[::-1]
+        value = op.param_float("value", Status.kParameterInvalidValue, default=0.0)
+        return cls(op.name, pairs, mode, value)
+
+    def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
+        x = inputs[0]
+        if self.mode in ("reflect", "circular"):
+            # PyTorch pads at most size - 1 by reflection and size by wrapping (numpy would repeat)
+            room = 1 if self.mode == "reflect" else 0
+            sizes = x.shape[x.ndim - len(self.pads):]
+            if any(max(pair) > size - room for pair, size in zip(self.pads, sizes)):
+                raise InferError(f"{self.mode} padding {self.pads} does not fit input of shape {x.shape}",
+                                 status=InferStatus.kInferFailedOutputSizeError)
+        return [pad_last_dims(x, self.pads, self.mode, self.value)]
