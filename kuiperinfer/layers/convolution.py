@@ -1,7 +1,15 @@
-"""Convolution: nn.Conv2d / F.conv2d as im2col plus one GEMM per group.
+"""Convolution and transposed convolution, 1-D and 2-D.
 
-Parameters are read and the weight is packed once, at build time: ``forward`` only
-pads, unfolds and multiplies. Depthwise convolutions take a dedicated kernel.
+* nn.Conv1d / nn.Conv2d / F.conv1d / F.conv2d: im2col plus one GEMM per group;
+  depthwise convolutions take a dedicated kernel.
+* nn.ConvTranspose1d / nn.ConvTranspose2d / F.conv_transpose1d / F.conv_transpose2d:
+  one GEMM per group plus col2im, then the padding is cropped off.
+
+1-D operators run the 2-D code on inputs of unit height: a 1-D kernel of width k is a
+2-D kernel of size (1, k) with stride 1, dilation 1 and no padding along the height.
+Parameters are read and weights packed once, at build time: ``forward`` only pads,
+unfolds and multiplies. The helpers that read per-axis parameters and lift 1-D arrays
+to 2-D are shared with the pooling layers.
 """
 
 from __future__ import annotations
@@ -12,6 +20,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from kuiperinfer.errors import InferError, InferStatus, ParseParameterAttrStatus as Status
+from kuiperinfer.kernels.col2im import col2im
 from kuiperinfer.kernels.depthwise import depthwise_conv2d
 from kuiperinfer.kernels.im2col import im2col, output_size
 from kuiperinfer.kernels.padding import PAD_MODES, pad_last_dims
@@ -19,6 +28,42 @@ from kuiperinfer.layers.base import Layer, ParamLayer
 from kuiperinfer.layers.registry import register_layer
 from kuiperinfer.runtime.operator import RuntimeOperator
 
+
+# -- 1-D operators on the 2-D code -----------------------------------------------------
+
+def spatial_rank(op: RuntimeOperator) -> int:
+    """Number of spatial axes the operator sweeps: 1 for the ``*1d`` types, else 2."""
+    return 1 if op.type.endswith("1d") else 2
+
+
+def spatial_ints(op: RuntimeOperator, key: str, rank: int, neutral: int, status: Status,
+                 default: tuple[int, ...] | None = None) -> tuple[int, int]:
+    """Per-axis int parameter ``key`` as (height, width); 1-D operators get height ``neutral``.
+
+    ``default`` (``rank`` values) is used when the parameter is absent or None; without
+    one the parameter is required.
+    """
+    if default is None:
+        values = op.param_ints(key, rank, status)
+    else:
+        values = op.param_ints(key, rank, status, default=default)
+    return (neutral,) * (2 - rank) + tuple(values)
+
+
+def as_2d(x: np.ndarray, rank: int) -> np.ndarray:
+    """The input of a ``rank``-D operator as NCHW: (N, C, L) becomes the view (N, C, 1, L)."""
+    if x.ndim != rank + 2:
+        raise InferError(f"input of shape {x.shape} is not batched {rank}-D data "
+                         f"(expected {rank + 2} dimensions)", status=InferStatus.kInferFailedInputEmpty)
+    return x[:, :, None, :] if rank == 1 else x
+
+
+def from_2d(y: np.ndarray, rank: int) -> np.ndarray:
+    """Undo :func:`as_2d` on an output: (N, C, 1, L) becomes (N, C, L)."""
+    return y[:, :, 0, :] if rank == 1 else y
+
+
+# -- geometry ----------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class ConvGeometry:
@@ -32,17 +77,20 @@ class ConvGeometry:
     groups: int
 
     @classmethod
-    def from_operator(cls, op: RuntimeOperator, kernel: tuple[int, int]) -> "ConvGeometry":
-        stride = op.param_ints("stride", 2, Status.kParameterMissingStride, default=(1, 1))
-        dilation = op.param_ints("dilation", 2, Status.kParameterMissingUnknown, default=(1, 1))
+    def from_operator(cls, op: RuntimeOperator, kernel: tuple[int, ...]) -> "ConvGeometry":
+        """Read stride, dilation, padding, padding_mode and groups; ``kernel`` has one size per axis."""
+        rank = len(kernel)
+        kernel = (1,) * (2 - rank) + tuple(kernel)
+        stride = spatial_ints(op, "stride", rank, 1, Status.kParameterMissingStride, (1,) * rank)
+        dilation = spatial_ints(op, "dilation", rank, 1, Status.kParameterMissingUnknown, (1,) * rank)
         groups = op.param_int("groups", Status.kParameterMissingGroups, default=1)
         mode = op.param_str("padding_mode", Status.kParameterMissingPadding, default="zeros")
         if mode not in PAD_MODES:
             raise op.error(f"unsupported padding_mode {mode!r}", Status.kParameterMissingPadding)
-        if min(stride) < 1 or min(dilation) < 1 or groups < 1:
-            raise op.error(f"stride {stride}, dilation {dilation} and groups {groups} must be positive",
-                           Status.kParameterInvalidValue)
-        padding = op.param_value("padding", (0, 0))
+        if min(kernel) < 1 or min(stride) < 1 or min(dilation) < 1 or groups < 1:
+            raise op.error(f"kernel {kernel}, stride {stride}, dilation {dilation} and groups {groups} "
+                           f"must be positive", Status.kParameterInvalidValue)
+        padding = op.param_value("padding", (0,) * rank)
         if isinstance(padding, str):
             if padding == "valid":
                 pads = ((0, 0), (0, 0))
@@ -52,7 +100,9 @@ class ConvGeometry:
             else:
                 raise op.error(f"unsupported padding {padding!r}", Status.kParameterMissingPadding)
         else:
-            ph, pw = op.param_ints("padding", 2, Status.kParameterMissingPadding)
+            ph, pw = spatial_ints(op, "padding", rank, 0, Status.kParameterMissingPadding, (0,) * rank)
+            if min(ph, pw) < 0:
+                raise op.error(f"padding {padding} must not be negative", Status.kParameterMissingPadding)
             pads = ((ph, ph), (pw, pw))
         return cls(kernel, stride, dilation, pads, mode, groups)
 
@@ -63,10 +113,59 @@ class ConvGeometry:
         return (output_size(padded.shape[2], self.kernel[0], self.stride[0], self.dilation[0]),
                 output_size(padded.shape[3], self.kernel[1], self.stride[1], self.dilation[1]))
 
+    def transposed_output_hw(self, x: np.ndarray, output_padding: tuple[int, int]) -> tuple[int, int]:
+        """Size of the uncropped output of a transposed convolution of NCHW ``x``."""
+        return tuple((size - 1) * s + d * (k - 1) + 1 + extra for size, s, d, k, extra in
+                     zip(x.shape[2:], self.stride, self.dilation, self.kernel, output_padding))
+
+
+def _read_groups_and_channels(op: RuntimeOperator, geometry: ConvGeometry) -> tuple[int, int]:
+    """in_channels and out_channels of an nn.* convolution, checked against groups."""
+    c_out = op.param_int("out_channels", Status.kParameterMissingOutChannel)
+    c_in = op.param_int("in_channels", Status.kParameterMissingInChannel)
+    if c_in % geometry.groups or c_out % geometry.groups:
+        raise op.error(f"in_channels {c_in} and out_channels {c_out} must be divisible by "
+                       f"groups {geometry.groups}", Status.kParameterMissingGroups)
+    return c_in, c_out
+
+
+def _read_bias(op: RuntimeOperator, c_out: int) -> np.ndarray | None:
+    use_bias = op.param_bool("bias", Status.kParameterMissingUseBias, default=op.has_weight("bias"))
+    return op.weight("bias", (c_out,), Status.kAttrMissingBias) if use_bias else None
+
+
+def _weight_operand_kernel(op: RuntimeOperator) -> tuple[int, ...]:
+    """Kernel size of an F.* convolution, from the recorded shape of its weight input."""
+    rank = spatial_rank(op)
+    if len(op.input_operands_seq) < 2:
+        raise op.error(f"{op.type} needs the weight as its second input", Status.kAttrMissingWeight)
+    shape = op.input_operands_seq[1].shapes
+    if len(shape) != rank + 2 or min(shape[2:]) < 1:
+        raise op.error(f"weight operand has shape {shape}, expected {rank + 2} dimensions",
+                       Status.kParameterMissingKernel)
+    return tuple(shape[2:])
+
+
+def _check_weight(weight: np.ndarray, geometry: ConvGeometry, rank: int) -> np.ndarray:
+    """A run-time weight input as 4-D, checked against the kernel size recorded at export."""
+    if weight.ndim != rank + 2 or tuple(weight.shape[2:]) != geometry.kernel[2 - rank:]:
+        raise InferError(f"weight of shape {weight.shape} does not fit kernel {geometry.kernel[2 - rank:]}",
+                         status=InferStatus.kInferFailedWeightParameterError)
+    return weight.reshape(*weight.shape[:2], *geometry.kernel)
+
+
+def _check_channels(x: np.ndarray, expected: int) -> None:
+    if x.shape[1] != expected:
+        raise InferError(f"input of shape {x.shape} has {x.shape[1]} channels, the weight expects "
+                         f"{expected}", status=InferStatus.kInferFailedChannelParameterError)
+
+
+# -- convolution -------------------------------------------------------------------------
 
 def conv2d(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None,
            geometry: ConvGeometry) -> np.ndarray:
     """2-D convolution of NCHW ``x`` with ``weight`` (Cout, Cin/groups, kh, kw)."""
+    _check_channels(x, weight.shape[1] * geometry.groups)
     padded = geometry.pad(x)
     oh, ow = geometry.output_hw(padded)
     if oh < 1 or ow < 1:
@@ -88,62 +187,145 @@ def conv2d(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None,
     return out
 
 
-def _check_channels(x: np.ndarray, weight: np.ndarray, groups: int) -> None:
-    if x.ndim != 4 or x.shape[1] != weight.shape[1] * groups:
-        raise InferError(f"input of shape {x.shape} does not fit weight {weight.shape} with "
-                         f"groups={groups} (expected (N,{weight.shape[1] * groups},H,W))",
-                         status=InferStatus.kInferFailedChannelParameterError)
-
-
-@register_layer("nn.Conv2d")
+@register_layer("nn.Conv1d", "nn.Conv2d")
 class Convolution(ParamLayer):
-    """nn.Conv2d with its weight (and bias) stored in the model."""
+    """nn.Conv1d / nn.Conv2d with the weight (and bias) stored in the model."""
 
     def __init__(self, layer_name: str, weight: np.ndarray, bias: np.ndarray | None,
-                 geometry: ConvGeometry):
-        self.geometry = geometry
+                 geometry: ConvGeometry, rank: int):
+        self.geometry, self.rank = geometry, rank
         super().__init__(layer_name, weight, bias)
 
     @classmethod
     def create(cls, op: RuntimeOperator) -> "Convolution":
-        c_out = op.param_int("out_channels", Status.kParameterMissingOutChannel)
-        c_in = op.param_int("in_channels", Status.kParameterMissingInChannel)
-        kernel = op.param_ints("kernel_size", 2, Status.kParameterMissingKernel)
+        rank = spatial_rank(op)
+        kernel = op.param_ints("kernel_size", rank, Status.kParameterMissingKernel)
         geometry = ConvGeometry.from_operator(op, kernel)
-        if c_in % geometry.groups or c_out % geometry.groups:
-            raise op.error(f"in_channels {c_in} and out_channels {c_out} must be divisible by "
-                           f"groups {geometry.groups}", Status.kParameterMissingGroups)
+        c_in, c_out = _read_groups_and_channels(op, geometry)
         weight = op.weight("weight", (c_out, c_in // geometry.groups, *kernel))
-        use_bias = op.param_bool("bias", Status.kParameterMissingUseBias, default=op.has_weight("bias"))
-        bias = op.weight("bias", (c_out,), Status.kAttrMissingBias) if use_bias else None
-        return cls(op.name, weight, bias, geometry)
+        return cls(op.name, weight, _read_bias(op, c_out), geometry, rank)
+
+    def prepare(self) -> None:
+        self._weight_2d = self._weight.reshape(*self._weight.shape[:2], *self.geometry.kernel)
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
-        x = inputs[0]
-        _check_channels(x, self._weight, self.geometry.groups)
-        return [conv2d(x, self._weight, self._bias, self.geometry)]
+        x = as_2d(inputs[0], self.rank)
+        return [from_2d(conv2d(x, self._weight_2d, self._bias, self.geometry), self.rank)]
 
 
-@register_layer("F.conv2d")
+@register_layer("F.conv1d", "F.conv2d")
 class FunctionalConvolution(Layer):
-    """F.conv2d whose weight (and bias) arrive as inputs at run time."""
+    """F.conv1d / F.conv2d whose weight (and bias) arrive as inputs at run time."""
 
-    def __init__(self, layer_name: str, geometry: ConvGeometry):
+    def __init__(self, layer_name: str, geometry: ConvGeometry, rank: int):
         super().__init__(layer_name)
-        self.geometry = geometry
+        self.geometry, self.rank = geometry, rank
 
     @classmethod
     def create(cls, op: RuntimeOperator) -> "FunctionalConvolution":
-        if len(op.input_operands_seq) < 2:
-            raise op.error("F.conv2d needs the weight as its second input", Status.kAttrMissingWeight)
-        weight_shape = op.input_operands_seq[1].shapes
-        if len(weight_shape) != 4 or min(weight_shape[2:]) < 1:
-            raise op.error(f"weight operand has shape {weight_shape}, expected (Cout,Cin/groups,kh,kw)",
-                           Status.kParameterMissingKernel)
-        return cls(op.name, ConvGeometry.from_operator(op, tuple(weight_shape[2:])))
+        return cls(op.name, ConvGeometry.from_operator(op, _weight_operand_kernel(op)), spatial_rank(op))
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
-        x, weight = inputs[0], inputs[1]
+        x = as_2d(inputs[0], self.rank)
+        weight = _check_weight(inputs[1], self.geometry, self.rank)
         bias = inputs[2] if len(inputs) > 2 else None
-        _check_channels(x, weight, self.geometry.groups)
-        return [conv2d(x, weight, bias, self.geometry)]
+        return [from_2d(conv2d(x, weight, bias, self.geometry), self.rank)]
+
+
+# -- transposed convolution --------------------------------------------------------------
+
+def pack_transposed_weight(weight: np.ndarray, groups: int) -> np.ndarray:
+    """(Cin, Cout/groups, kh, kw) -> the GEMM operand (groups, Cout/groups*kh*kw, Cin/groups)."""
+    c_in = weight.shape[0]
+    per_group = weight.reshape(groups, c_in // groups, -1)
+    return np.ascontiguousarray(per_group.transpose(0, 2, 1))
+
+
+def conv_transpose2d(x: np.ndarray, packed: np.ndarray, bias: np.ndarray | None,
+                     geometry: ConvGeometry, output_padding: tuple[int, int]) -> np.ndarray:
+    """Transposed 2-D convolution of NCHW ``x`` with a :func:`pack_transposed_weight` operand."""
+    groups, rows, c_in_group = packed.shape
+    _check_channels(x, c_in_group * groups)
+    n, _, h, w = x.shape
+    kh, kw = geometry.kernel
+    c_out = groups * rows // (kh * kw)
+    cols = np.matmul(packed, x.reshape(n, groups, c_in_group, h * w))
+    full_hw = geometry.transposed_output_hw(x, output_padding)
+    out = col2im(cols.reshape(n, c_out, kh, kw, h, w), geometry.stride, geometry.dilation, full_hw)
+    (top, _), (left, _) = geometry.padding
+    oh, ow = full_hw[0] - 2 * top, full_hw[1] - 2 * left
+    if oh < 1 or ow < 1:
+        raise InferError(f"input {x.shape} is too small for padding {geometry.padding}",
+                         status=InferStatus.kInferFailedOutputSizeError)
+    out = out[:, :, top: top + oh, left: left + ow]
+    if bias is not None:
+        out += bias.reshape(-1, 1, 1)
+    return out
+
+
+def _read_transposed_geometry(op: RuntimeOperator, kernel: tuple[int, ...]
+                              ) -> tuple[ConvGeometry, tuple[int, int]]:
+    """Geometry and output_padding of a transposed convolution (zero, numeric padding only)."""
+    rank = len(kernel)
+    if isinstance(op.param_value("padding"), str) or op.param_value("padding_mode", "zeros") != "zeros":
+        raise op.error("transposed convolution takes numeric zero padding", Status.kParameterMissingPadding)
+    geometry = ConvGeometry.from_operator(op, kernel)
+    extra = spatial_ints(op, "output_padding", rank, 0, Status.kParameterMissingPadding, (0,) * rank)
+    if any(e < 0 or e >= max(s, d) for e, s, d in zip(extra, geometry.stride, geometry.dilation)):
+        raise op.error(f"output_padding {extra} must be smaller than stride {geometry.stride} "
+                       f"or dilation {geometry.dilation}", Status.kParameterInvalidValue)
+    return geometry, extra
+
+
+@register_layer("nn.ConvTranspose1d", "nn.ConvTranspose2d")
+class TransposedConvolution(ParamLayer):
+    """nn.ConvTranspose1d / nn.ConvTranspose2d with the weight (and bias) stored in the model."""
+
+    def __init__(self, layer_name: str, weight: np.ndarray, bias: np.ndarray | None,
+                 geometry: ConvGeometry, output_padding: tuple[int, int], rank: int):
+        self.geometry, self.output_padding, self.rank = geometry, output_padding, rank
+        super().__init__(layer_name, weight, bias)
+
+    @classmethod
+    def create(cls, op: RuntimeOperator) -> "TransposedConvolution":
+        rank = spatial_rank(op)
+        kernel = op.param_ints("kernel_size", rank, Status.kParameterMissingKernel)
+        geometry, output_padding = _read_transposed_geometry(op, kernel)
+        c_in, c_out = _read_groups_and_channels(op, geometry)
+        weight = op.weight("weight", (c_in, c_out // geometry.groups, *kernel))
+        return cls(op.name, weight, _read_bias(op, c_out), geometry, output_padding, rank)
+
+    def prepare(self) -> None:
+        self._packed = pack_transposed_weight(self._weight, self.geometry.groups)
+
+    def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
+        x = as_2d(inputs[0], self.rank)
+        out = conv_transpose2d(x, self._packed, self._bias, self.geometry, self.output_padding)
+        return [from_2d(out, self.rank)]
+
+
+@register_layer("F.conv_transpose1d", "F.conv_transpose2d")
+class FunctionalTransposedConvolution(Layer):
+    """F.conv_transpose1d / F.conv_transpose2d whose weight (and bias) arrive as inputs."""
+
+    def __init__(self, layer_name: str, geometry: ConvGeometry, output_padding: tuple[int, int],
+                 rank: int):
+        super().__init__(layer_name)
+        self.geometry, self.output_padding, self.rank = geometry, output_padding, rank
+
+    @classmethod
+    def create(cls, op: RuntimeOperator) -> "FunctionalTransposedConvolution":
+        geometry, output_padding = _read_transposed_geometry(op, _weight_operand_kernel(op))
+        return cls(op.name, geometry, output_padding, spatial_rank(op))
+
+    def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
+        x = as_2d(inputs[0], self.rank)
+        weight = _check_weight(inputs[1], self.geometry, self.rank)
+        if weight.shape[0] % self.geometry.groups:
+            raise InferError(f"weight of shape {weight.shape} does not split into "
+                             f"{self.geometry.groups} groups",
+                             status=InferStatus.kInferFailedWeightParameterError)
+        packed = pack_transposed_weight(weight, self.geometry.groups)
+        bias = inputs[2] if len(inputs) > 2 else None
+        out = conv_transpose2d(x, packed, bias, self.geometry, self.output_padding)
+        return [from_2d(out, self.rank)]

@@ -1,0 +1,168 @@
+"""Conv1d and the transposed convolutions against PyTorch, each exported by pnnx.
+
+nn.Conv2d / F.conv2d are covered in test_ops_core.py; here the 1-D path (the 2-D code on
+a unit height) and ConvTranspose1d/2d (GEMM + col2im) over a spread of parameters.
+"""
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from kuiperinfer.errors import LayerCreateError
+from kuiperinfer.layers import LayerRegisterer
+from kuiperinfer.runtime.operand import RuntimeOperand
+from kuiperinfer.runtime.operator import RuntimeOperator
+from kuiperinfer.runtime.parameter import RuntimeParameter, RuntimeParameterType as T
+from oracle import check_op
+
+
+def case_id(case: dict) -> str:
+    return ",".join(f"{k}={v}" for k, v in case.items())
+
+
+CONV1D_CASES = [
+    dict(cin=3, cout=8, k=3, stride=1, padding=1),
+    dict(cin=4, cout=6, k=5, stride=2, padding=2, bias=False),
+    dict(cin=4, cout=4, k=3, stride=1, padding=2, dilation=2),
+    dict(cin=6, cout=6, k=3, stride=2, padding=1, groups=6),            # depthwise
+    dict(cin=4, cout=8, k=3, stride=3, padding=0, groups=2),
+    dict(cin=3, cout=5, k=4, stride=1, padding="same"),                  # even kernel: asymmetric
+    dict(cin=3, cout=5, k=3, stride=1, padding="same", dilation=3),
+    dict(cin=3, cout=5, k=3, stride=1, padding="valid"),
+    dict(cin=3, cout=4, k=3, stride=1, padding=1, padding_mode="reflect"),
+    dict(cin=3, cout=4, k=3, stride=2, padding=2, padding_mode="replicate"),
+    dict(cin=3, cout=4, k=3, stride=1, padding=2, padding_mode="circular"),
+    dict(cin=3, cout=4, k=4, stride=1, padding="same", padding_mode="reflect"),
+    dict(cin=2, cout=3, k=1, stride=1, padding=0),
+]
+
+
+@pytest.mark.parametrize("case", CONV1D_CASES, ids=case_id)
+def test_conv1d(case, tmp_path):
+    case = dict(case)
+    cin, cout, k = case.pop("cin"), case.pop("cout"), case.pop("k")
+    torch.manual_seed(0)
+    check_op(nn.Conv1d(cin, cout, k, **case), (1, cin, 17), directory=tmp_path, batch=3)
+
+
+@pytest.mark.parametrize("kwargs", [dict(stride=2, padding=1), dict(padding="same", dilation=2),
+                                    dict(padding="valid", groups=2)], ids=case_id)
+def test_functional_conv1d_with_weight_input(kwargs, tmp_path):
+    check_op(lambda x, w: F.conv1d(x, w, **kwargs), (1, 4, 13), (6, 4 // kwargs.get("groups", 1), 3),
+             directory=tmp_path)
+
+
+def test_functional_conv1d_with_bias_input(tmp_path):
+    check_op(lambda x, w, b: F.conv1d(x, w, b, stride=2), (1, 4, 13), (6, 4, 3), (6,), directory=tmp_path)
+
+
+def test_functional_conv2d_with_bias_input(tmp_path):
+    check_op(lambda x, w, b: F.conv2d(x, w, b, padding=1, groups=2), (1, 4, 7, 6), (6, 2, 3, 3), (6,),
+             directory=tmp_path)
+
+
+CONV_T2D_CASES = [
+    dict(cin=3, cout=5, k=3),
+    dict(cin=4, cout=6, k=3, stride=2, padding=1, output_padding=1),
+    dict(cin=4, cout=4, k=(3, 2), stride=(1, 2), padding=(0, 1), bias=False),
+    dict(cin=4, cout=6, k=3, stride=2, padding=1, output_padding=1, groups=2, dilation=2),
+    dict(cin=6, cout=6, k=4, stride=2, padding=1, groups=6),                  # depthwise upsampling
+    dict(cin=3, cout=2, k=2, stride=2),                                        # U-Net style
+    dict(cin=2, cout=3, k=5, stride=3, padding=2, output_padding=2),
+    dict(cin=2, cout=4, k=3, stride=(2, 3), padding=(1, 0), output_padding=(0, 2), dilation=(1, 2)),
+    dict(cin=2, cout=2, k=3, stride=1, padding=1, dilation=3, output_padding=2),  # op < dilation
+    dict(cin=4, cout=2, k=1, stride=1),
+]
+
+
+@pytest.mark.parametrize("case", CONV_T2D_CASES, ids=case_id)
+def test_conv_transpose2d(case, tmp_path):
+    case = dict(case)
+    cin, cout, k = case.pop("cin"), case.pop("cout"), case.pop("k")
+    torch.manual_seed(0)
+    check_op(nn.ConvTranspose2d(cin, cout, k, **case), (1, cin, 7, 6), directory=tmp_path, batch=2)
+
+
+class UpToSize(nn.Module):
+    """ConvTranspose2d called with output_size: pnnx turns it into output_padding."""
+
+    def __init__(self):
+        super().__init__()
+        self.up = nn.ConvTranspose2d(3, 4, 3, stride=2)
+
+    def forward(self, x):
+        return self.up(x, output_size=(12, 16))
+
+
+def test_conv_transpose2d_with_output_size(tmp_path):
+    torch.manual_seed(0)
+    check_op(UpToSize(), (1, 3, 5, 7), directory=tmp_path, batch=2)
+
+
+@pytest.mark.parametrize("case", [dict(cin=3, cout=5, k=3), dict(cin=4, cout=6, k=4, stride=2, padding=1),
+                                  dict(cin=4, cout=4, k=3, stride=3, padding=1, output_padding=2, groups=2,
+                                       bias=False),
+                                  dict(cin=2, cout=2, k=3, dilation=2, padding=2)], ids=case_id)
+def test_conv_transpose1d(case, tmp_path):
+    case = dict(case)
+    cin, cout, k = case.pop("cin"), case.pop("cout"), case.pop("k")
+    torch.manual_seed(0)
+    check_op(nn.ConvTranspose1d(cin, cout, k, **case), (1, cin, 9), directory=tmp_path, batch=3)
+
+
+@pytest.mark.parametrize("kwargs", [dict(stride=2, padding=1, output_padding=1), dict(groups=2, dilation=2)],
+                         ids=case_id)
+def test_functional_conv_transpose2d(kwargs, tmp_path):
+    check_op(lambda x, w: F.conv_transpose2d(x, w, **kwargs), (1, 4, 5, 6), (4, 3, 3, 3), directory=tmp_path)
+
+
+def test_functional_conv_transpose_with_bias_input(tmp_path):
+    check_op(lambda x, w, b: F.conv_transpose1d(x, w, b, stride=2), (1, 4, 7), (4, 6, 3), (6,),
+             directory=tmp_path)
+    check_op(lambda x, w, b: F.conv_transpose2d(x, w, b, stride=2, padding=1), (1, 4, 5, 4), (4, 2, 3, 3),
+             (2,), directory=tmp_path)
+
+
+class EncoderDecoder1d(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.down = nn.Conv1d(2, 4, 3, stride=2, padding=1)
+        self.up = nn.ConvTranspose1d(4, 2, 4, stride=2, padding=1)
+
+    def forward(self, x):
+        return self.up(F.relu(self.down(x)))
+
+
+def test_conv_chain_keeps_float32(tmp_path):
+    torch.manual_seed(0)
+    graph = check_op(EncoderDecoder1d(), (1, 2, 8), directory=tmp_path, batch=2)
+    assert graph(torch.randn(1, 2, 8).numpy()).dtype == "float32"
+
+
+# -- build-time validation (operators made by hand: PyTorch itself refuses these models) --
+
+def make_operator(type_name: str, input_shapes: list[list[int]], **params) -> RuntimeOperator:
+    op = RuntimeOperator("conv", type_name)
+    for i, shape in enumerate(input_shapes):
+        operand = RuntimeOperand(f"in{i}", shape, 1, "producer")
+        op.input_operands_seq.append(operand)
+    kinds = {bool: T.kParameterBool, int: T.kParameterInt, str: T.kParameterString, tuple: T.kParameterIntArray}
+    for key, value in params.items():
+        op.params[key] = RuntimeParameter(kinds[type(value)], value)
+    return op
+
+
+@pytest.mark.parametrize("type_name,shapes,params,message", [
+    ("F.conv_transpose2d", [[1, 4, 5, 5], [4, 2, 3, 3]], dict(stride=(1, 1), output_padding=(1, 1)),
+     "output_padding"),
+    ("F.conv_transpose2d", [[1, 4, 5, 5], [4, 2, 3, 3]], dict(padding="same"), "numeric zero padding"),
+    ("F.conv1d", [[1, 4, 5]], dict(stride=(1,)), "weight as its second input"),
+    ("F.conv1d", [[1, 4, 5], [2, 4, 3, 3]], dict(stride=(1,)), "expected 3 dimensions"),
+    ("F.conv2d", [[1, 4, 5, 5], [2, 4, 3, 3]], dict(padding="full"), "unsupported padding"),
+    ("F.conv2d", [[1, 4, 5, 5], [2, 4, 3, 3]], dict(stride=(0, 1)), "must be positive"),
+    ("F.conv2d", [[1, 4, 5, 5], [2, 4, 3, 3]], dict(stride=(1, 1, 1)), "expected 2"),
+])
+def test_bad_parameters_raise_layer_create_error(type_name, shapes, params, message):
+    with pytest.raises(LayerCreateError, match=message):
+        LayerRegisterer.create_layer(make_operator(type_name, shapes, **params))
