@@ -87,8 +87,18 @@ def test_flatten(start, end, tmp_path):
     check_op(lambda x: torch.flatten(x, start, end) + 1, (1, 2, 3, 4), directory=tmp_path, batch=2)
 
 
+class FlattenLinear(nn.Module):
+    # Named children: pnnx's generated Python cannot name an attribute "1" (nn.Sequential).
+    def __init__(self):
+        super().__init__()
+        self.flatten, self.fc = nn.Flatten(), nn.Linear(24, 3)
+
+    def forward(self, x):
+        return self.fc(self.flatten(x))
+
+
 def test_nn_flatten(tmp_path):
-    check_op(nn.Sequential(nn.Flatten(), nn.Linear(24, 3)), (1, 2, 3, 4), directory=tmp_path, batch=3)
+    check_op(FlattenLinear(), (1, 2, 3, 4), directory=tmp_path, batch=3)
 
 
 @pytest.mark.parametrize("fn", [lambda x: x.view(1, 6, 4) * 2, lambda x: x.reshape(-1, 2, 12) * 2,
