@@ -1,11 +1,15 @@
-"""Pooling windows: output sizes as PyTorch computes them, max over strided taps,
-and adaptive pooling as products with averaging matrices."""
+"""Pooling windows on NCHW arrays: output sizes as PyTorch computes them, max and average
+pooling over strided taps, adaptive average pooling as products with averaging matrices
+and adaptive max pooling as a gather of each axis's windows."""
 
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Iterator
 
 import numpy as np
+
+from kuiperinfer.errors import InferError, InferStatus
 
 
 def pool_output_size(size: int, kernel: int, stride: int, padding: int, dilation: int,
@@ -16,6 +20,18 @@ def pool_output_size(size: int, kernel: int, stride: int, padding: int, dilation
     if ceil_mode and (out - 1) * stride >= size + padding:
         out -= 1
     return out
+
+
+def pool_output_hw(x: np.ndarray, kernel: tuple[int, int], stride: tuple[int, int],
+                   padding: tuple[int, int], dilation: tuple[int, int],
+                   ceil_mode: bool) -> tuple[int, int]:
+    """Output (height, width) of pooling NCHW ``x``; an InferError when no window fits."""
+    out_hw = tuple(pool_output_size(size, k, s, p, d, ceil_mode) for size, k, s, p, d
+                   in zip(x.shape[2:], kernel, stride, padding, dilation))
+    if min(out_hw) < 1:
+        raise InferError(f"input {x.shape} is too small for kernel {kernel} with padding {padding}",
+                         status=InferStatus.kInferFailedOutputSizeError)
+    return out_hw
 
 
 def pad_for_pooling(x: np.ndarray, kernel: tuple[int, int], stride: tuple[int, int],
@@ -33,33 +49,76 @@ def pad_for_pooling(x: np.ndarray, kernel: tuple[int, int], stride: tuple[int, i
     return out
 
 
-def max_pool2d(x: np.ndarray, kernel: tuple[int, int], stride: tuple[int, int],
-               padding: tuple[int, int], dilation: tuple[int, int], ceil_mode: bool) -> np.ndarray:
-    """Max pooling of NCHW ``x``; padding counts as -inf, NaN propagates as in PyTorch."""
-    oh = pool_output_size(x.shape[2], kernel[0], stride[0], padding[0], dilation[0], ceil_mode)
-    ow = pool_output_size(x.shape[3], kernel[1], stride[1], padding[1], dilation[1], ceil_mode)
-    if oh < 1 or ow < 1:
-        raise ValueError(f"input {x.shape} is too small for kernel {kernel} with padding {padding}")
-    xp = pad_for_pooling(x, kernel, stride, padding, dilation, (oh, ow), -np.inf)
-    out = None
+def _taps(padded: np.ndarray, kernel: tuple[int, int], stride: tuple[int, int],
+          dilation: tuple[int, int], out_hw: tuple[int, int]) -> Iterator[np.ndarray]:
+    """For each kernel tap, the strided view of ``padded`` it reads for every output pixel."""
+    (sh, sw), (oh, ow) = stride, out_hw
     for i in range(kernel[0]):
         for j in range(kernel[1]):
             y0, x0 = i * dilation[0], j * dilation[1]
-            window = xp[:, :, y0: y0 + stride[0] * (oh - 1) + 1: stride[0],
-                        x0: x0 + stride[1] * (ow - 1) + 1: stride[1]]
-            if out is None:
-                out = window.copy()
-            else:
-                np.maximum(out, window, out=out)
+            yield padded[:, :, y0: y0 + sh * (oh - 1) + 1: sh, x0: x0 + sw * (ow - 1) + 1: sw]
+
+
+def max_pool2d(x: np.ndarray, kernel: tuple[int, int], stride: tuple[int, int],
+               padding: tuple[int, int], dilation: tuple[int, int], ceil_mode: bool) -> np.ndarray:
+    """Max pooling of NCHW ``x``; padding counts as -inf, NaN propagates as in PyTorch."""
+    out_hw = pool_output_hw(x, kernel, stride, padding, dilation, ceil_mode)
+    padded = pad_for_pooling(x, kernel, stride, padding, dilation, out_hw, -np.inf)
+    taps = _taps(padded, kernel, stride, dilation, out_hw)
+    out = next(taps).copy()
+    for window in taps:
+        np.maximum(out, window, out=out)
     return out
+
+
+def _window_counts(size: int, kernel: int, stride: int, padding: int, out: int
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """Per output position along one axis: the window's length within the padded input
+    (PyTorch's ``pool_size``) and its length within the input proper."""
+    start = np.arange(out) * stride - padding
+    end = np.minimum(start + kernel, size + padding)
+    inside = np.minimum(end, size) - np.maximum(start, 0)
+    return end - start, inside
+
+
+def avg_pool2d(x: np.ndarray, kernel: tuple[int, int], stride: tuple[int, int],
+               padding: tuple[int, int], ceil_mode: bool, count_include_pad: bool,
+               divisor_override: int | None) -> np.ndarray:
+    """Average pooling of NCHW ``x`` with PyTorch's divisor rules.
+
+    The divisor is ``divisor_override`` when given, else the window's size counting the
+    padding (``count_include_pad``) or not; with ceil_mode, window parts beyond the
+    padding never count.
+    """
+    dilation = (1, 1)
+    out_hw = pool_output_hw(x, kernel, stride, padding, dilation, ceil_mode)
+    padded = pad_for_pooling(x, kernel, stride, padding, dilation, out_hw, 0.0)
+    taps = _taps(padded, kernel, stride, dilation, out_hw)
+    out = next(taps).copy()
+    for window in taps:
+        out += window
+    if divisor_override:
+        out /= np.float32(divisor_override)
+        return out
+    (with_pad_h, inside_h), (with_pad_w, inside_w) = (
+        _window_counts(size, k, s, p, o)
+        for size, k, s, p, o in zip(x.shape[2:], kernel, stride, padding, out_hw))
+    counts = np.outer(with_pad_h, with_pad_w) if count_include_pad else np.outer(inside_h, inside_w)
+    out /= counts.astype(np.float32)
+    return out
+
+
+def _adaptive_bounds(size: int, out: int) -> tuple[np.ndarray, np.ndarray]:
+    """Start and end (exclusive) of PyTorch's adaptive windows: floor(i*size/out), ceil((i+1)*size/out)."""
+    i = np.arange(out)
+    return (i * size) // out, -((-(i + 1) * size) // out)
 
 
 @lru_cache(maxsize=256)
 def adaptive_average_matrix(size: int, out: int) -> np.ndarray:
     """(out, size) matrix whose row i averages PyTorch's adaptive window i."""
     matrix = np.zeros((out, size), dtype=np.float32)
-    for i in range(out):
-        start, end = (i * size) // out, -((-(i + 1) * size) // out)
+    for i, (start, end) in enumerate(zip(*_adaptive_bounds(size, out))):
         matrix[i, start:end] = 1.0 / (end - start)
     matrix.setflags(write=False)
     return matrix
@@ -76,3 +135,37 @@ def adaptive_avg_pool2d(x: np.ndarray, out_hw: tuple[int, int]) -> np.ndarray:
         return blocks.mean(axis=(-3, -1), dtype=np.float32).astype(x.dtype, copy=False)
     rows = np.matmul(adaptive_average_matrix(h, oh), x)
     return np.matmul(rows, adaptive_average_matrix(w, ow).T)
+
+
+@lru_cache(maxsize=256)
+def adaptive_window_table(size: int, out: int) -> np.ndarray:
+    """(out, longest window) input indices of each adaptive window along one axis.
+
+    Shorter windows repeat their first index, which changes neither the maximum nor
+    the first position where it occurs.
+    """
+    start, end = _adaptive_bounds(size, out)
+    offsets = np.arange(int((end - start).max()))
+    table = np.where(start[:, None] + offsets < end[:, None], start[:, None] + offsets, start[:, None])
+    table.setflags(write=False)
+    return table
+
+
+def adaptive_max_pool2d(x: np.ndarray, out_hw: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
+    """Adaptive max pooling of NCHW ``x``: the maxima and their flat ``h * W + w`` indices.
+
+    Separable: the maximum of each window row along W first, then of those along H; the
+    index is the first maximum in row-major order, as PyTorch reports it.
+    """
+    h, w = x.shape[-2:]
+    cols, rows = adaptive_window_table(w, out_hw[1]), adaptive_window_table(h, out_hw[0])
+    windows = x[..., cols]                                          # (N, C, H, OW, kw)
+    best = windows.argmax(axis=-1)[..., None]
+    row_max = np.take_along_axis(windows, best, axis=-1)[..., 0]    # (N, C, H, OW)
+    col_index = cols[np.arange(out_hw[1]), best[..., 0]]            # (N, C, H, OW)
+    windows = row_max[..., rows, :]                                 # (N, C, OH, kh, OW)
+    best = windows.argmax(axis=-2)[..., None, :]
+    values = np.take_along_axis(windows, best, axis=-2)[..., 0, :]  # (N, C, OH, OW)
+    row_index = rows[np.arange(out_hw[0])[:, None], best[..., 0, :]]
+    indices = row_index * w + np.take_along_axis(col_index, row_index, axis=-2)
+    return values, indices.astype(np.int64)

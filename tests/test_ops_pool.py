@@ -1,0 +1,107 @@
+"""Pooling against PyTorch, each exported by pnnx: max, average, adaptive average and
+adaptive max pooling, 1-D and 2-D, module and functional spellings."""
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import kuiperinfer
+from kuiperinfer.errors import LayerCreateError
+from oracle import check_op, export
+
+
+def case_id(case: dict) -> str:
+    return ",".join(f"{k}={v}" for k, v in case.items())
+
+
+MAX_POOL1D_CASES = [
+    dict(kernel_size=2),
+    dict(kernel_size=3, stride=2, padding=1),
+    dict(kernel_size=2, stride=2, padding=1, ceil_mode=True),   # the last window would start in the padding
+    dict(kernel_size=3, stride=2, ceil_mode=True),
+    dict(kernel_size=3, stride=1, padding=1, dilation=3),
+    dict(kernel_size=2, stride=3, dilation=2, ceil_mode=True),
+]
+
+
+@pytest.mark.parametrize("case", MAX_POOL1D_CASES, ids=case_id)
+def test_max_pool1d(case, tmp_path):
+    check_op(nn.MaxPool1d(**case), (1, 3, 11), directory=tmp_path, batch=2)
+
+
+def test_functional_max_pool1d_default_stride(tmp_path):
+    check_op(lambda x: F.max_pool1d(x, 3), (2, 4, 10), directory=tmp_path)
+
+
+@pytest.mark.parametrize("case", [dict(kernel_size=2, stride=2, padding=1, ceil_mode=True),
+                                  dict(kernel_size=(2, 3), stride=(2, 3), padding=(1, 1), ceil_mode=True),
+                                  dict(kernel_size=3, stride=3, padding=1, ceil_mode=True)], ids=case_id)
+def test_max_pool2d_ceil_mode_edges(case, tmp_path):
+    # 5 + 1 padding: ceil_mode would add a window that starts in the padding; PyTorch drops it.
+    check_op(nn.MaxPool2d(**case), (1, 2, 5, 7), directory=tmp_path, batch=3)
+
+
+def test_max_pool_with_indices_is_refused(tmp_path):
+    param = export(nn.MaxPool2d(2, return_indices=True), [torch.randn(1, 2, 6, 6)], tmp_path)
+    with pytest.raises(LayerCreateError, match="return_indices"):
+        kuiperinfer.load(param)
+
+
+AVG_POOL2D_CASES = [
+    dict(kernel_size=2),
+    dict(kernel_size=3, stride=2, padding=1),
+    dict(kernel_size=3, stride=2, padding=1, count_include_pad=False),
+    dict(kernel_size=3, stride=2, padding=1, ceil_mode=True),
+    dict(kernel_size=3, stride=2, padding=1, ceil_mode=True, count_include_pad=False),
+    dict(kernel_size=2, stride=2, padding=1, ceil_mode=True),
+    dict(kernel_size=(3, 2), stride=(2, 1), padding=(1, 0), ceil_mode=True),
+    dict(kernel_size=3, stride=2, padding=1, divisor_override=2),
+    dict(kernel_size=4, stride=3, ceil_mode=True, divisor_override=5),
+]
+
+
+@pytest.mark.parametrize("case", AVG_POOL2D_CASES, ids=case_id)
+def test_avg_pool2d(case, tmp_path):
+    check_op(nn.AvgPool2d(**case), (1, 3, 9, 8), directory=tmp_path, batch=2)
+
+
+@pytest.mark.parametrize("case", [dict(kernel_size=3), dict(kernel_size=3, stride=2, padding=1, ceil_mode=True),
+                                  dict(kernel_size=2, stride=2, padding=1, ceil_mode=True,
+                                       count_include_pad=False)], ids=case_id)
+def test_avg_pool1d(case, tmp_path):
+    check_op(nn.AvgPool1d(**case), (1, 3, 11), directory=tmp_path, batch=2)
+
+
+def test_functional_avg_pools(tmp_path):
+    check_op(lambda x: F.avg_pool2d(x, 3, padding=1, count_include_pad=False), (1, 2, 7, 7), directory=tmp_path)
+    check_op(lambda x: F.avg_pool1d(x, 2, ceil_mode=True), (1, 2, 7), directory=tmp_path)
+
+
+@pytest.mark.parametrize("size", [1, (2, 3), (5, 4), (7, 9), (None, 3), (4, None), 13])
+@pytest.mark.parametrize("module", [nn.AdaptiveAvgPool2d, nn.AdaptiveMaxPool2d])
+def test_adaptive_pool2d(module, size, tmp_path):
+    # 7 x 9 input: sizes that divide it, that don't, and larger outputs (overlapping windows)
+    check_op(module(size), (1, 3, 7, 9), directory=tmp_path, batch=2)
+
+
+@pytest.mark.parametrize("size", [1, 3, 4, 11])
+@pytest.mark.parametrize("module", [nn.AdaptiveAvgPool1d, nn.AdaptiveMaxPool1d])
+def test_adaptive_pool1d(module, size, tmp_path):
+    check_op(module(size), (1, 3, 7), directory=tmp_path, batch=2)
+
+
+def test_adaptive_max_pool_indices(tmp_path):
+    check_op(lambda x: F.adaptive_max_pool2d(x, (3, 4), return_indices=True), (1, 3, 8, 7),
+             directory=tmp_path, batch=2)
+    check_op(lambda x: F.adaptive_max_pool1d(x, 3, return_indices=True), (1, 3, 8), directory=tmp_path)
+
+
+def test_adaptive_max_pool_ties_report_the_first_index(tmp_path):
+    # rounding makes many equal values; PyTorch reports the first maximum in row-major order
+    check_op(lambda x: F.adaptive_max_pool2d(torch.round(x), 2, return_indices=True), (1, 2, 6, 5),
+             directory=tmp_path)
+
+
+def test_functional_adaptive_pools(tmp_path):
+    check_op(lambda x: F.adaptive_avg_pool1d(x, 3) + F.adaptive_max_pool1d(x, 3), (1, 2, 10), directory=tmp_path)
