@@ -1,0 +1,67 @@
+"""Numerically stable elementwise functions, float32 in and float32 out.
+
+The textbook formulas overflow: ``log(1 + exp(x))`` is ``inf`` for x > 88 in float32,
+``1 / (1 + exp(-x))`` overflows for x < -88. The forms here never exponentiate a
+positive number, so they are exact to float32 rounding for any finite input and
+raise no overflow warnings.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from kuiperinfer.expression.special import erf
+
+_SQRT_HALF = math.sqrt(0.5)
+_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+# Beyond |x| = 10 the tanh in the GELU approximation is exactly +-1 in float32.
+_GELU_TANH_SATURATION = 10.0
+
+
+def sigmoid(x: np.ndarray) -> np.ndarray:
+    """The logistic function 1 / (1 + exp(-x)), as 0.5 * (1 + tanh(x / 2))."""
+    y = np.tanh(x * 0.5)
+    y += 1
+    y *= 0.5
+    return y
+
+
+def softplus(x: np.ndarray) -> np.ndarray:
+    """log(1 + exp(x)) = max(x, 0) + log1p(exp(-|x|))."""
+    y = np.log1p(np.exp(-np.abs(x)))
+    y += np.maximum(x, 0)
+    return y
+
+
+def log_sigmoid(x: np.ndarray) -> np.ndarray:
+    """log(sigmoid(x)) = min(x, 0) - log1p(exp(-|x|))."""
+    return np.minimum(x, 0) - np.log1p(np.exp(-np.abs(x)))
+
+
+def elu(x: np.ndarray, alpha: float) -> np.ndarray:
+    """x for x > 0, alpha * (exp(x) - 1) otherwise (expm1 of min(x, 0) never overflows)."""
+    return np.where(x > 0, x, alpha * np.expm1(np.minimum(x, 0)))
+
+
+def gelu(x: np.ndarray) -> np.ndarray:
+    """x * Phi(x) with the exact normal CDF: 0.5 * x * (1 + erf(x / sqrt(2)))."""
+    y = erf(x * _SQRT_HALF)
+    y += 1
+    y *= x
+    y *= 0.5
+    return y
+
+
+def gelu_tanh(x: np.ndarray) -> np.ndarray:
+    """GELU's tanh approximation: 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3))).
+
+    The cube is taken of x clipped to where tanh saturates, so it cannot overflow.
+    """
+    clipped = np.clip(x, -_GELU_TANH_SATURATION, _GELU_TANH_SATURATION)
+    y = np.tanh(_SQRT_2_OVER_PI * (clipped + 0.044715 * clipped ** 3))
+    y += 1
+    y *= x
+    y *= 0.5
+    return y
