@@ -73,7 +73,7 @@ class RuntimeGraph:
         self.pnnx_graph = graph
         self.operators, self.operands = [], {}
         for pnnx_op in graph.ops:
-            op = RuntimeOperator(pnnx_op.name, pnnx_op.type, getattr(pnnx_op, "line", None))
+            op = RuntimeOperator(pnnx_op.name, pnnx_op.type, pnnx_op.line or None)
             self._init_operands(pnnx_op, op)
             op.params = {k: RuntimeParameter.from_pnnx(p) for k, p in pnnx_op.params.items()}
             op.attribute = {k: RuntimeAttribute(a) for k, a in pnnx_op.attrs.items()}
