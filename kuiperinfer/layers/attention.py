@@ -281,4 +281,4 @@ def _is_key_padding(mask_shape: Sequence[int], query_shape: Sequence[int], batch
     if len(query_shape) == 2:
         return len(mask_shape) == 1
     target = query_shape[1] if batch_first else query_shape[0]
-    return len(mask_shape) == 2 and mask_shape[0] != target
+    return len(mask_shape) == 2 and target >= 0 and mask_shape[0] != target
