@@ -1,4 +1,7 @@
-"""Shape operators: flatten and reshape/view. They return views; no data is copied."""
+"""Shape operators: flatten, reshape, permute, transpose, squeeze, expand, repeat, flip, roll.
+
+All but repeat and roll return views of their input; no data is copied.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +11,7 @@ import numpy as np
 
 from kuiperinfer.errors import InferError, InferStatus, ParseParameterAttrStatus as Status
 from kuiperinfer.layers.base import NonParamLayer
+from kuiperinfer.layers.comparison import input_index
 from kuiperinfer.layers.registry import register_layer
 from kuiperinfer.runtime.operator import RuntimeOperator
 
@@ -34,6 +38,16 @@ class Flatten(NonParamLayer):
         return [x.reshape(*x.shape[:start], -1, *x.shape[end + 1:])]
 
 
+def exported_batch(op: RuntimeOperator) -> int | None:
+    """The batch size (first dimension) pnnx recorded for the operator's first input, if known.
+
+    A fixed shape parameter starting with it usually came from ``x.size(0)`` at export
+    time; such a size should follow the batch of the actual input instead.
+    """
+    declared = op.input_operands_seq[0].shapes if op.input_operands_seq else []
+    return declared[0] if declared and declared[0] > 0 else None
+
+
 @register_layer("Tensor.reshape", "Tensor.view", "torch.reshape")
 class Reshape(NonParamLayer):
     """Reshape to a fixed ``shape`` parameter, or to a shape given as inputs at run time.
@@ -54,9 +68,8 @@ class Reshape(NonParamLayer):
                 raise op.error("missing parameter 'shape'", Status.kParameterMissingShape)
             return cls(op.name, None, False)
         shape = (shape,) if isinstance(shape, int) else tuple(shape)
-        declared = op.input_operands_seq[0].shapes if op.input_operands_seq else []
-        batch_follows = bool(declared) and declared[0] > 0 and len(shape) > 1 and shape[0] == declared[0]
-        return cls(op.name, shape, batch_follows)
+        batch = exported_batch(op)
+        return cls(op.name, shape, batch is not None and len(shape) > 1 and shape[0] == batch)
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         x = inputs[0]
@@ -73,3 +86,210 @@ class Reshape(NonParamLayer):
         except ValueError:
             raise InferError(f"cannot reshape input of shape {x.shape} to {shape}",
                              status=InferStatus.kInferFailedOutputSizeError) from None
+
+
+@register_layer("Tensor.permute", "torch.permute")
+class Permute(NonParamLayer):
+    """Reorder the dimensions (a view): output dimension i is input dimension ``dims[i]``."""
+
+    def __init__(self, layer_name: str, dims: tuple[int, ...]):
+        super().__init__(layer_name)
+        self.dims = dims
+
+    @classmethod
+    def create(cls, op: RuntimeOperator) -> "Permute":
+        dims = op.param_ints("dims", status=Status.kParameterMissingDim)
+        if sorted(d % len(dims) for d in dims) != list(range(len(dims))):
+            raise op.error(f"dims {dims} are not a permutation", Status.kParameterInvalidValue)
+        return cls(op.name, dims)
+
+    def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
+        return [np.transpose(inputs[0], self.dims)]
+
+
+@register_layer("torch.transpose", "Tensor.transpose", "torch.t", "Tensor.t")
+class Transpose(NonParamLayer):
+    """Swap two dimensions (a view). ``t()`` swaps the two dimensions of a matrix and
+    leaves vectors and scalars as they are."""
+
+    def __init__(self, layer_name: str, dim0: int, dim1: int):
+        super().__init__(layer_name)
+        self.dim0, self.dim1 = dim0, dim1
+
+    @classmethod
+    def create(cls, op: RuntimeOperator) -> "Transpose":
+        if op.type in ("torch.t", "Tensor.t"):
+            return cls(op.name, 0, -1)
+        return cls(op.name, op.param_int("dim0", Status.kParameterMissingDim),
+                   op.param_int("dim1", Status.kParameterMissingDim))
+
+    def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
+        x = inputs[0]
+        return [np.swapaxes(x, self.dim0, self.dim1) if x.ndim else x]
+
+
+@register_layer("torch.unflatten", "Tensor.unflatten", "nn.Unflatten")
+class Unflatten(NonParamLayer):
+    """Split dimension ``dim`` into ``sizes`` (one of them may be -1)."""
+
+    def __init__(self, layer_name: str, dim: int, sizes: tuple[int, ...]):
+        super().__init__(layer_name)
+        self.dim, self.sizes = dim, sizes
+
+    @classmethod
+    def create(cls, op: RuntimeOperator) -> "Unflatten":
+        key = "unflattened_size" if op.type == "nn.Unflatten" else "sizes"
+        sizes = op.param_ints(key, status=Status.kParameterMissingShape)
+        if sizes.count(-1) > 1:
+            raise op.error(f"sizes {sizes} contain -1 more than once", Status.kParameterInvalidValue)
+        return cls(op.name, op.param_int("dim", Status.kParameterMissingDim), sizes)
+
+    def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
+        x = inputs[0]
+        dim = self.dim % x.ndim
+        shape = x.shape[:dim] + self.sizes + x.shape[dim + 1:]
+        try:
+            return [x.reshape(shape)]
+        except ValueError:
+            raise InferError(f"cannot unflatten dimension {self.dim} of input {x.shape} into {self.sizes}",
+                             status=InferStatus.kInferFailedOutputSizeError) from None
+
+
+@register_layer("torch.squeeze", "Tensor.squeeze")
+class Squeeze(NonParamLayer):
+    """Drop dimensions of size 1: all of them, or those among ``dim`` (an int or a tuple).
+    As in PyTorch, a listed dimension whose size is not 1 is kept."""
+
+    def __init__(self, layer_name: str, dims: tuple[int, ...] | None):
+        super().__init__(layer_name)
+        self.dims = dims
+
+    @classmethod
+    def create(cls, op: RuntimeOperator) -> "Squeeze":
+        return cls(op.name, op.param_ints("dim", status=Status.kParameterMissingDim, default=None))
+
+    def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
+        x = inputs[0]
+        dims = range(x.ndim) if self.dims is None else self.dims
+        return [np.squeeze(x, axis=tuple(d for d in dims if x.shape[d] == 1))]
+
+
+@register_layer("torch.unsqueeze", "Tensor.unsqueeze")
+class Unsqueeze(NonParamLayer):
+    """Insert a dimension of size 1 at ``dim`` (negative counts from the end of the result)."""
+
+    def __init__(self, layer_name: str, dim: int):
+        super().__init__(layer_name)
+        self.dim = dim
+
+    @classmethod
+    def create(cls, op: RuntimeOperator) -> "Unsqueeze":
+        return cls(op.name, op.param_int("dim", Status.kParameterMissingDim))
+
+    def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
+        return [np.expand_dims(inputs[0], self.dim)]
+
+
+@register_layer("Tensor.expand", "Tensor.expand_as")
+class Expand(NonParamLayer):
+    """Broadcast to ``sizes`` without copying (a read-only view); -1 keeps a dimension.
+
+    The sizes are a parameter, an input ``$sizes`` (a shape computed at run time) or,
+    for ``expand_as``, the shape of the second input. A fixed first size equal to the
+    exported batch size of a same-rank input follows the actual batch (it becomes -1).
+    """
+
+    def __init__(self, layer_name: str, sizes: tuple[int, ...] | None, sizes_input: int | None = None,
+                 like_input: int | None = None):
+        super().__init__(layer_name)
+        self.sizes, self.sizes_input, self.like_input = sizes, sizes_input, like_input
+
+    @classmethod
+    def create(cls, op: RuntimeOperator) -> "Expand":
+        if op.type == "Tensor.expand_as":
+            other = input_index(op, "other", 1)
+            if other is None:
+                raise op.error("missing input 'other'", Status.kParameterMissingShape)
+            return cls(op.name, None, like_input=other)
+        if not op.has_param("sizes"):
+            sizes_input = input_index(op, "sizes", 1)
+            if sizes_input is None:
+                raise op.error("missing parameter 'sizes'", Status.kParameterMissingShape)
+            return cls(op.name, None, sizes_input=sizes_input)
+        sizes = op.param_ints("sizes", status=Status.kParameterMissingShape)
+        batch = exported_batch(op)
+        if len(sizes) == len(op.input_operands_seq[0].shapes) and sizes[0] == batch:
+            sizes = (-1,) + sizes[1:]
+        return cls(op.name, sizes)
+
+    def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
+        x = inputs[0]
+        if self.like_input is not None:
+            sizes = inputs[self.like_input].shape
+        elif self.sizes_input is not None:
+            sizes = tuple(int(s) for s in inputs[self.sizes_input])
+        else:
+            sizes = self.sizes
+        new = len(sizes) - x.ndim
+        shape = tuple(x.shape[i - new] if s == -1 and i >= new else s for i, s in enumerate(sizes))
+        try:
+            return [np.broadcast_to(x, shape)]
+        except ValueError:
+            raise InferError(f"cannot expand input of shape {x.shape} to {tuple(sizes)}",
+                             status=InferStatus.kInferFailedOutputSizeError) from None
+
+
+@register_layer("Tensor.repeat", "torch.tile", "Tensor.tile")
+class Repeat(NonParamLayer):
+    """Tile the input ``sizes`` times along each dimension (leading sizes add dimensions).
+    ``torch.tile`` is the same with ``dims``, padded with ones on the left."""
+
+    def __init__(self, layer_name: str, sizes: tuple[int, ...]):
+        super().__init__(layer_name)
+        self.sizes = sizes
+
+    @classmethod
+    def create(cls, op: RuntimeOperator) -> "Repeat":
+        key = "sizes" if op.type == "Tensor.repeat" else "dims"
+        return cls(op.name, op.param_ints(key, status=Status.kParameterMissingShape))
+
+    def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
+        return [np.tile(inputs[0], self.sizes)]
+
+
+@register_layer("torch.flip", "Tensor.flip")
+class Flip(NonParamLayer):
+    """Reverse the order along each of ``dims`` (a view)."""
+
+    def __init__(self, layer_name: str, dims: tuple[int, ...]):
+        super().__init__(layer_name)
+        self.dims = dims
+
+    @classmethod
+    def create(cls, op: RuntimeOperator) -> "Flip":
+        return cls(op.name, op.param_ints("dims", status=Status.kParameterMissingDim))
+
+    def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
+        return [np.flip(inputs[0], self.dims)]
+
+
+@register_layer("torch.roll", "Tensor.roll")
+class Roll(NonParamLayer):
+    """Rotate elements by ``shifts`` along ``dims``; without dims, over the flattened input."""
+
+    def __init__(self, layer_name: str, shifts: tuple[int, ...], dims: tuple[int, ...] | None):
+        super().__init__(layer_name)
+        self.shifts, self.dims = shifts, dims
+
+    @classmethod
+    def create(cls, op: RuntimeOperator) -> "Roll":
+        shifts = op.param_ints("shifts", status=Status.kParameterMissingShape)
+        dims = op.param_ints("dims", status=Status.kParameterMissingDim, default=None)
+        if len(shifts) != (1 if dims is None else len(dims)):
+            raise op.error(f"shifts {shifts} do not match dims {dims}", Status.kParameterInvalidValue)
+        return cls(op.name, shifts, dims)
+
+    def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
+        if self.dims is None:
+            return [np.roll(inputs[0], self.shifts[0])]
+        return [np.roll(inputs[0], self.shifts, self.dims)]

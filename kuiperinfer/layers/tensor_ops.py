@@ -1,4 +1,4 @@
-"""Joining and splitting tensors: torch.cat, torch.split, torch.chunk.
+"""Joining and splitting tensors: cat, stack, split, tensor_split, chunk, unbind.
 
 Split outputs are views of the input: the pieces share its memory.
 """
@@ -23,6 +23,11 @@ class DimLayer(NonParamLayer):
         self.dim = dim
 
 
+def _tensor_list(inputs: Sequence[Any]) -> Sequence[np.ndarray]:
+    """The tensors to join: the inputs, or the one list a prim::ListConstruct made of them."""
+    return inputs[0] if len(inputs) == 1 and isinstance(inputs[0], (list, tuple)) else inputs
+
+
 @register_layer("torch.cat", "torch.concat", "torch.concatenate")
 class Cat(DimLayer):
     @classmethod
@@ -30,9 +35,19 @@ class Cat(DimLayer):
         return cls(op.name, op.param_int("dim", Status.kParameterMissingDim))
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
-        arrays = inputs[0] if len(inputs) == 1 and isinstance(inputs[0], (list, tuple)) else inputs
-        return [np.concatenate(arrays, axis=self.dim)]
+        return [np.concatenate(_tensor_list(inputs), axis=self.dim)]
 
+
+@register_layer("torch.stack")
+class Stack(DimLayer):
+    """Join same-shaped tensors along a new dimension ``dim``."""
+
+    @classmethod
+    def create(cls, op: RuntimeOperator) -> "Stack":
+        return cls(op.name, op.param_int("dim", Status.kParameterMissingDim, default=0))
+
+    def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
+        return [np.stack(_tensor_list(inputs), axis=self.dim)]
 
 
 @register_layer("torch.split", "Tensor.split")
@@ -86,3 +101,55 @@ class Chunk(DimLayer):
         length = x.shape[self.dim]
         size = -(-length // self.chunks)
         return np.split(x, list(range(size, length, size)), axis=self.dim)
+
+
+@register_layer("torch.tensor_split", "Tensor.tensor_split")
+class TensorSplit(DimLayer):
+    """torch.tensor_split into ``sections`` near-equal pieces (the first ``length % sections``
+    one longer), or at the ``indices`` (positions where a new piece starts)."""
+
+    def __init__(self, layer_name: str, dim: int, sections: int | None, indices: tuple[int, ...] | None):
+        super().__init__(layer_name, dim)
+        self.sections, self.indices = sections, indices
+
+    @classmethod
+    def create(cls, op: RuntimeOperator) -> "TensorSplit":
+        dim = op.param_int("dim", Status.kParameterMissingDim, default=0)
+        if op.has_param("indices"):
+            return cls(op.name, dim, None, op.param_ints("indices", status=Status.kParameterMissingShape))
+        sections = op.param_int("sections", Status.kParameterMissingShape)
+        if sections < 1:
+            raise op.error(f"sections must be positive, got {sections}", Status.kParameterInvalidValue)
+        return cls(op.name, dim, sections, None)
+
+    def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
+        x = inputs[0]
+        if self.indices is not None:
+            return np.split(x, list(self.indices), axis=self.dim)
+        return np.array_split(x, self.sections, axis=self.dim)
+
+
+@register_layer("torch.unbind", "Tensor.unbind")
+class Unbind(DimLayer):
+    """The slices ``x.select(dim, i)``, one output each (views).
+
+    pnnx also writes ``x[0], x[1], ...`` covering a whole dimension as one unbind; at
+    export batch 1 that is ``x[0]`` alone, an unbind with a single output. So the
+    layer yields as many slices as the operator has outputs: all of them for a true
+    unbind, the first ones when the dimension grew with the batch.
+    """
+
+    def __init__(self, layer_name: str, dim: int, count: int):
+        super().__init__(layer_name, dim)
+        self.count = count
+
+    @classmethod
+    def create(cls, op: RuntimeOperator) -> "Unbind":
+        return cls(op.name, op.param_int("dim", Status.kParameterMissingDim, default=0), len(op.output_operands))
+
+    def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
+        x = inputs[0]
+        if x.shape[self.dim] < self.count:
+            raise InferError(f"cannot unbind {self.count} slices from dimension {self.dim} of input {x.shape}",
+                             status=InferStatus.kInferFailedOutputSizeError)
+        return list(np.moveaxis(x, self.dim, 0)[:self.count])
