@@ -1,9 +1,17 @@
 """Run a model on .npy inputs (or random ones) and print or save the outputs.
 
+Inputs come from .npy files (--input NAME=FILE.npy, NAME being the input's name or
+its position 0, 1, ...; a single input may omit NAME=). Inputs not given are random,
+of the shape and dtype pnnx recorded, with --batch replacing the first dimension;
+--random asks for that explicitly when some inputs come from files. Without --output
+each output is printed: its shape, dtype, a summary of its values and the first few
+values. With --output they are written to an .npz file, one array per output name.
+
 Examples:
+  kuiper run                                    (the bundled model on a random input)
   kuiper run model.pnnx.param --input pnnx_input_0=image.npy --output out.npz
-  kuiper run model.pnnx.param --random --batch 4
-  kuiper run                      (the bundled model on a random input)
+  kuiper run model.pnnx.param --batch 4 --seed 1
+  kuiper run two_inputs.pnnx.param --input 0=a.npy --random
 """
 
 from __future__ import annotations
@@ -15,47 +23,59 @@ import numpy as np
 
 import kuiperinfer
 from kuiperinfer.cli import CommandError
-from kuiperinfer.models import default_model_path
+from kuiperinfer.cli._common import add_model_argument, model_path, positive_int, random_inputs
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("model", nargs="?", help="the .pnnx.param file (default: the bundled model)")
+    add_model_argument(parser)
     parser.add_argument("--input", "-i", action="append", default=[], metavar="NAME=FILE.npy",
                         help="an input array; NAME is the input's name, or its position (0, 1, ...)")
     parser.add_argument("--random", action="store_true",
-                        help="feed random inputs of the declared shapes (the default without --input)")
-    parser.add_argument("--batch", type=int, default=None, help="batch size of random inputs")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
-    parser.add_argument("--output", "-o", help="write the outputs to this .npz file")
+                        help="random values for the inputs not given with --input "
+                             "(the default when no --input is given)")
+    parser.add_argument("--batch", type=positive_int, metavar="N",
+                        help="batch size of the random inputs (default: the one pnnx recorded)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default: 0)")
+    parser.add_argument("--output", "-o", metavar="FILE.npz",
+                        help="write the outputs to this .npz file instead of printing them")
 
 
 def main(args: argparse.Namespace) -> int:
-    graph = kuiperinfer.load(args.model or default_model_path())
-    inputs = _read_inputs(graph, args.input) if args.input and not args.random else \
-        _random_inputs(graph, args.batch, args.seed)
-    outputs = graph.run(inputs) if isinstance(inputs, dict) else graph.run(*inputs)
+    graph = kuiperinfer.load(model_path(args.model))
+    inputs = read_inputs(graph, args.input)
+    missing = [name for name in graph.input_names if name not in inputs]
+    fill_randomly = bool(missing) and (args.random or not inputs)
+    if args.batch is not None and not fill_randomly:
+        raise CommandError("--batch sets the batch size of random inputs, and no input is random "
+                           "here (add --random to fill the inputs not given)")
+    if fill_randomly:
+        inputs.update(random_inputs(graph, args.batch, args.seed, only=missing))
+    outputs = graph.run(inputs)
     if args.output:
-        np.savez(args.output, **dict(zip(graph.output_names, outputs)))
-        print(f"wrote {len(outputs)} output(s) to {args.output}")
+        with open(args.output, "wb") as f:
+            np.savez(f, **dict(zip(graph.output_names, outputs)))
+        print(f"wrote {len(outputs)} output(s) to {args.output}: {', '.join(graph.output_names)}")
     else:
-        np.set_printoptions(precision=5, suppress=True, threshold=40, edgeitems=4)
         for name, value in zip(graph.output_names, outputs):
-            value = np.asarray(value)
-            print(f"output {name}: shape {value.shape} dtype {value.dtype}")
-            print(value)
+            print(describe(name, np.asarray(value)))
     return 0
 
 
-def _read_inputs(graph: kuiperinfer.RuntimeGraph, specs: list[str]) -> dict[str, np.ndarray]:
+def read_inputs(graph: kuiperinfer.RuntimeGraph, specs: list[str]) -> dict[str, np.ndarray]:
+    """The ``--input`` arrays by input name."""
     inputs: dict[str, np.ndarray] = {}
     for spec in specs:
         name, sep, path = spec.partition("=")
         if not sep:
-            if len(specs) != 1:
-                raise CommandError(f"--input {spec!r}: write NAME=FILE.npy when the model has several inputs")
+            if len(graph.input_names) != 1:
+                raise CommandError(f"--input {spec!r}: write NAME=FILE.npy, the model has the inputs "
+                                   f"{graph.input_names}")
             name, path = graph.input_names[0], spec
         if name.isdigit() and int(name) < len(graph.input_names):
             name = graph.input_names[int(name)]
+        if name not in graph.input_names:
+            raise CommandError(f"--input {spec!r}: the model has no input {name!r}; "
+                               f"its inputs are {graph.input_names}")
         if not os.path.isfile(path):
             raise CommandError(f"--input {spec!r}: no such file {path!r}")
         try:
@@ -65,12 +85,15 @@ def _read_inputs(graph: kuiperinfer.RuntimeGraph, specs: list[str]) -> dict[str,
     return inputs
 
 
-def _random_inputs(graph: kuiperinfer.RuntimeGraph, batch: int | None, seed: int) -> list[np.ndarray]:
-    rng = np.random.default_rng(seed)
-    arrays = []
-    for name, shape in zip(graph.input_names, graph.input_shapes):
-        if any(d == -1 for d in shape[1:]):
-            raise CommandError(f"input {name!r} has unknown dimensions {shape}; give it with --input")
-        shape = ((batch or max(shape[0], 1)),) + tuple(shape[1:]) if shape else ()
-        arrays.append(rng.standard_normal(shape).astype(np.float32))
-    return arrays
+def describe(name: str, value: np.ndarray) -> str:
+    """Two lines: shape, dtype and value statistics; then the first values."""
+    head = f"output {name}: shape {value.shape} dtype {value.dtype}"
+    if value.size and value.dtype.kind in "biuf":
+        as_float = value.astype(np.float64)
+        head += (f"  min {as_float.min():.6g}  max {as_float.max():.6g}  mean {as_float.mean():.6g}"
+                 f"  std {as_float.std():.6g}")
+        if value.dtype.kind == "f" and not np.isfinite(value).all():
+            head += f"  non-finite {int(np.size(value) - np.isfinite(value).sum())}"
+    first = np.array2string(value.ravel()[:8], precision=5, suppress_small=True, max_line_width=100)
+    more = f" ... ({value.size - 8} more)" if value.size > 8 else ""
+    return f"{head}\n  values: {first}{more}"

@@ -1,0 +1,125 @@
+"""What the sub-commands share: the model argument, option types, random inputs, tables."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+from pathlib import Path
+from typing import ContextManager, Sequence
+
+import numpy as np
+
+from kuiperinfer.cli import CommandError
+from kuiperinfer.cli._progress import ProgressBar
+from kuiperinfer.inspect import shape_text
+from kuiperinfer.models import default_model_path
+from kuiperinfer.pnnx.ir import numpy_dtype
+from kuiperinfer.runtime.graph import RuntimeGraph
+
+
+# -- arguments -----------------------------------------------------------------------
+
+def add_model_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("model", nargs="?", metavar="MODEL",
+                        help="the model's .pnnx.param, with its .pnnx.bin beside it "
+                             "(default: the bundled model)")
+
+
+def model_path(value: str | None) -> Path:
+    """The MODEL argument, or the bundled model; CommandError when the file does not exist."""
+    path = Path(value) if value else default_model_path()
+    if not path.is_file():
+        raise CommandError(f"no such model file: {path}")
+    return path
+
+
+def positive_int(text: str) -> int:
+    """argparse type: a whole number from 1 up."""
+    value = _int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    """argparse type: a whole number from 0 up."""
+    value = _int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+
+
+def add_progress_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                        help="show a progress bar on stderr (default: when stderr is a terminal)")
+
+
+def progress_bar(args: argparse.Namespace, label: str, unit: str) -> ContextManager[ProgressBar | None]:
+    """A ProgressBar when ``--progress`` asks for one (or stderr is a terminal), else None."""
+    show = sys.stderr.isatty() if args.progress is None else args.progress
+    return ProgressBar(label, unit) if show else contextlib.nullcontext()
+
+
+# -- inputs --------------------------------------------------------------------------
+
+def random_inputs(graph: RuntimeGraph, batch: int | None = None, seed: int = 0,
+                  only: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+    """Random values of the declared shape and dtype for the inputs (those named in ``only``).
+
+    ``batch`` replaces the first dimension. Floats are standard normal; integers 0 or 1
+    (valid as indices into any table); booleans either.
+    """
+    rng = np.random.default_rng(seed)
+    arrays: dict[str, np.ndarray] = {}
+    for name, shape, operand in zip(graph.input_names, graph.input_shapes, graph.graph_input_operands()):
+        if only is not None and name not in only:
+            continue
+        if not shape or any(d < 0 for d in shape[1:]):
+            raise CommandError(f"input {name!r} has no fixed shape {shape_text(shape)}: give it with "
+                               f"--input {name}=FILE.npy")
+        shape = (batch or max(shape[0], 1),) + tuple(shape[1:])
+        dtype = numpy_dtype(operand.type) or np.dtype(np.float32)
+        if dtype.kind == "f":
+            arrays[name] = rng.standard_normal(shape).astype(dtype)
+        elif dtype.kind == "b":
+            arrays[name] = rng.random(shape) < 0.5
+        else:
+            arrays[name] = rng.integers(0, 2, shape).astype(dtype)
+    return arrays
+
+
+# -- text ----------------------------------------------------------------------------
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence[int] = ()) -> str:
+    """Columns two spaces apart; the columns listed in ``right`` aligned right."""
+    widths = [max(len(str(row[i])) for row in [headers, *rows]) for i in range(len(headers))]
+    lines = []
+    for row in [headers, *rows]:
+        cells = [str(cell).rjust(width) if i in right else str(cell).ljust(width)
+                 for i, (cell, width) in enumerate(zip(row, widths))]
+        lines.append("  ".join(cells).rstrip())
+    return "\n".join(lines)
+
+
+def si(value: float) -> str:
+    """A count with a metric prefix: ``950``, ``12.3K``, ``1.82G``."""
+    for prefix, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("K", 1e3)):
+        if abs(value) >= scale:
+            return f"{value / scale:.3g}{prefix}"
+    return f"{value:.3g}"
+
+
+def size_text(nbytes: float) -> str:
+    """Bytes in binary units: ``512 B``, ``11.8 KiB``, ``44.6 MiB``."""
+    for unit, scale in (("GiB", 1024 ** 3), ("MiB", 1024 ** 2), ("KiB", 1024)):
+        if abs(nbytes) >= scale:
+            return f"{nbytes / scale:.1f} {unit}"
+    return f"{nbytes:.0f} B"
