@@ -56,6 +56,14 @@ def test_topk(k, dim, largest, tmp_path):
     check_op(lambda x: torch.topk(x, k, dim, largest=largest), (1, 3, 4), directory=tmp_path, batch=2)
 
 
+def test_topk_nan_is_largest(tmp_path):
+    # one NaN a row: PyTorch orders several NaNs (like other ties) unpredictably
+    def fn(x):
+        x = x.masked_fill(x == x.amin(-1, keepdim=True), float("nan"))
+        return torch.topk(x, 3), torch.topk(x, 2, largest=False)
+    check_op(fn, (1, 4, 8), directory=tmp_path, batch=2)
+
+
 def test_topk_unsorted(tmp_path):
     # the order of sorted=False results is unspecified: compare order-free summaries
     def fn(x):

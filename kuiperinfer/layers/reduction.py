@@ -212,7 +212,8 @@ class TopK(NonParamLayer):
     """The ``k`` largest (or smallest) values along ``dim`` and their int64 indices.
 
     Values come out sorted, best first (also for ``sorted=False``, whose order PyTorch
-    leaves unspecified); equal values keep their input order.
+    leaves unspecified). NaN counts as larger than any number, as in PyTorch. Of equal
+    values (NaNs included) the earlier comes first; PyTorch leaves that order unspecified.
     """
 
     def __init__(self, layer_name: str, k: int, dim: int, largest: bool):
@@ -229,7 +230,13 @@ class TopK(NonParamLayer):
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         x = inputs[0]
-        order = np.argsort(-x if self.largest else x, axis=self.dim, kind="stable")
+        if self.largest:
+            # Descending, NaN first, ties in input order: sort the reversed input stably
+            # (ascending, NaN last), reverse that order and map positions back.
+            n = x.shape[self.dim]
+            order = n - 1 - np.flip(np.argsort(np.flip(x, self.dim), axis=self.dim, kind="stable"), self.dim)
+        else:
+            order = np.argsort(x, axis=self.dim, kind="stable")
         indices = np.take(order, np.arange(self.k), axis=self.dim)
         return [np.take_along_axis(x, indices, axis=self.dim), indices.astype(np.int64, copy=False)]
 
