@@ -103,6 +103,17 @@ def test_fused_multi_dim_slice(tmp_path):
     assert any(op.has_param("dims") for op in graph.operators)
 
 
+def test_slice_with_negative_step(tmp_path):
+    # PyTorch rejects negative steps, but pnnx's slice allows them (ONNX Slice does):
+    # write one into a real export by hand; INT_MIN as end means "past the beginning".
+    check_op(lambda x: x[:, 1:3] * 2, (1, 4, 5), directory=tmp_path)
+    param = tmp_path / "model.pnnx.param"
+    param.write_text(param.read_text().replace("end=3 start=1 step=1", "end=-2147483648 start=-2 step=-2"))
+    x = np.random.default_rng(0).standard_normal((2, 4, 5), dtype=np.float32)
+    (ours,) = kuiperinfer.load(param).run(x)
+    np.testing.assert_array_equal(ours, x[:, -2::-2] * 2)
+
+
 def test_select(tmp_path):
     check_op(lambda x: (x[:, 1], x[:, -1], x.select(2, 0), torch.select(x, 1, 2), x[..., 0], x[:, :, -2]),
              (1, 4, 6, 7), directory=tmp_path, batch=2)
@@ -195,7 +206,23 @@ def test_new_and_full_sizes_from_input(tmp_path):
     assert {"Tensor.new_zeros", "Tensor.new_ones", "torch.zeros", "torch.ones"} <= set(op_types(graph))
 
 
-# -- tuples and lists ------------------------------------------------------------------
+# -- constants, tuples and lists -------------------------------------------------------
+
+class WithBuffers(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("table", torch.arange(12.0).reshape(3, 4))
+        self.register_buffer("index", torch.arange(4))
+        self.register_buffer("mask", torch.arange(4) % 2 == 0)
+
+    def forward(self, x):
+        return x + self.table, self.index, x.masked_fill(self.mask, 0.0)
+
+
+def test_attribute_constants(tmp_path):
+    graph = check_op(WithBuffers(), (1, 3, 4), directory=tmp_path, batch=2)
+    assert "pnnx.Attribute" in op_types(graph)
+
 
 def test_nested_tuples_and_cat_of_list(tmp_path):
     def fn(x):
