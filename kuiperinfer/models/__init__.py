@@ -15,7 +15,12 @@ SAMPLE_IMAGES_DIR = MODELS_DIR / "images"
 
 
 def default_model_path() -> Path:
-    """The .pnnx.param of the bundled default model."""
+    """The .pnnx.param of the bundled default model of ``kuiper run``, ``info``, ...: the demo CNN."""
+    return demo_cnn_path()
+
+
+def demo_cnn_path() -> Path:
+    """The .pnnx.param of the tiny demo CNN (random weights, 1x3x64x64 -> 10 probabilities)."""
     return MODELS_DIR / "demo_cnn" / "demo_cnn.pnnx.param"
 
 
