@@ -5,7 +5,6 @@ Outputs are bool masks (compared exactly) or values selected by them.
 
 import numpy as np
 import pnnx
-import pytest
 import torch
 
 import kuiperinfer

@@ -1,6 +1,5 @@
 """Reductions against PyTorch, each exported by pnnx, over dims, keepdim and a batch change."""
 
-import numpy as np
 import pytest
 import torch
 
