@@ -1,0 +1,71 @@
+"""Measure a model's latency, throughput and peak memory.
+
+The model runs --warmup times untimed, then --runs timed forward passes on random
+inputs of the declared shapes (--batch replaces the first dimension). Reported: the
+latency of one forward pass (min, median, 90th percentile, mean), the throughput in
+items (batch elements) per second, and the peak memory: how far the resident set
+size grew above its size before the timed runs (the output says how it was measured).
+--threads limits NumPy's BLAS threads (through threadpoolctl); compare --threads 1
+with the default to see what the BLAS threads bring.
+
+Examples:
+  kuiper bench                                    (the bundled model)
+  kuiper bench resnet18.pnnx.param --batch 8 --runs 20
+  kuiper bench model.pnnx.param --threads 1 --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+
+import kuiperinfer
+from kuiperinfer.benchmark import BenchmarkResult, benchmark, blas_description, blas_threads
+from kuiperinfer.cli._common import (add_model_argument, add_progress_argument, model_path,
+                                     non_negative_int, positive_int, progress_bar, random_inputs,
+                                     size_text)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_model_argument(parser)
+    parser.add_argument("--batch", type=positive_int, metavar="N",
+                        help="batch size of the random inputs (default: the one pnnx recorded)")
+    parser.add_argument("--runs", type=positive_int, default=20, metavar="R",
+                        help="timed runs (default: 20)")
+    parser.add_argument("--warmup", type=non_negative_int, default=3, metavar="W",
+                        help="untimed runs before them (default: 3)")
+    parser.add_argument("--threads", type=positive_int, metavar="T",
+                        help="BLAS threads (default: the BLAS library's own choice)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default: 0)")
+    parser.add_argument("--json", action="store_true", help="print the measurements as JSON")
+    add_progress_argument(parser)
+
+
+def main(args: argparse.Namespace) -> int:
+    path = model_path(args.model)
+    graph = kuiperinfer.load(path)
+    inputs = list(random_inputs(graph, args.batch, args.seed).values())
+    threads = blas_threads(args.threads) if args.threads else contextlib.nullcontext()
+    with threads, progress_bar(args, "benchmarking", "runs") as bar:
+        blas = blas_description()
+        result = benchmark(graph, inputs, args.runs, args.warmup, bar)
+    if args.json:
+        print(json.dumps({"model": str(path), "blas": blas, **result.to_dict()}, indent=2))
+    else:
+        print(report(path.name, result, blas))
+    return 0
+
+
+def report(name: str, result: BenchmarkResult, blas: str) -> str:
+    """Five lines: the setting, latency, throughput and peak memory."""
+    return "\n".join([
+        f"{name}: batch {result.batch}, {len(result.latencies_s)} timed runs after "
+        f"{result.warmup} warm-up runs",
+        f"BLAS:        {blas}",
+        f"latency:     min {result.min_s * 1e3:.3f} ms  median {result.median_s * 1e3:.3f} ms  "
+        f"p90 {result.p90_s * 1e3:.3f} ms  mean {result.mean_s * 1e3:.3f} ms",
+        f"throughput:  {result.throughput:.1f} items/s",
+        f"peak memory: +{size_text(result.peak_rss_growth)} resident set growth during the timed runs "
+        f"({result.memory_method})",
+    ])
