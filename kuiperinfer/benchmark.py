@@ -102,6 +102,7 @@ class BenchmarkResult:
     warmup: int
     latencies_s: tuple[float, ...]
     peak_rss_growth: int
+    """How far the resident set size rose during the runs above its size before them."""
     memory_method: str
 
     @property
@@ -139,14 +140,16 @@ def benchmark(graph: RuntimeGraph, inputs: Sequence[Any], runs: int = 20, warmup
               progress: Progress | None = None) -> BenchmarkResult:
     """Time ``runs`` forward passes of ``graph`` on ``inputs`` after ``warmup`` untimed ones.
 
-    The batch size (for the throughput) is the first dimension of the first input.
+    The batch size (for the throughput) is the first dimension of the first input. The
+    memory is watched from before the first warm-up run: the allocator keeps much of
+    what a forward pass touched for the next one, so the timed runs alone would hide it.
     """
     if runs < 1 or warmup < 0:
         raise ValueError(f"need runs >= 1 and warmup >= 0, got runs={runs} warmup={warmup}")
-    for _ in range(warmup):
-        graph.run(*inputs)
     latencies = []
     with PeakMemory() as memory:
+        for _ in range(warmup):
+            graph.run(*inputs)
         for done in range(1, runs + 1):
             start = time.perf_counter()
             graph.run(*inputs)

@@ -119,7 +119,7 @@ def test_bench_reports_latency_throughput_and_memory(capsys):
     low, median, p90, mean = map(float, numbers.groups())
     assert 0 < low <= median <= p90 and low <= mean
     assert re.fullmatch(r"throughput:  \d+\.\d items/s", lines[3])
-    assert re.fullmatch(r"peak memory: \+\d+(\.\d)? (B|KiB|MiB) resident set growth during the timed runs "
+    assert re.fullmatch(r"peak memory: \+\d+(\.\d)? (B|KiB|MiB) resident set growth during the runs "
                         r"\(.+\)", lines[4])
 
 

@@ -4,7 +4,8 @@ The model runs --warmup times untimed, then --runs timed forward passes on rando
 inputs of the declared shapes (--batch replaces the first dimension). Reported: the
 latency of one forward pass (min, median, 90th percentile, mean), the throughput in
 items (batch elements) per second, and the peak memory: how far the resident set
-size grew above its size before the timed runs (the output says how it was measured).
+size grew during the runs, warm-up included, above its size after loading the model
+(the output says how it was measured).
 --threads limits NumPy's BLAS threads (through threadpoolctl); compare --threads 1
 with the default to see what the BLAS threads bring.
 
@@ -66,6 +67,6 @@ def report(name: str, result: BenchmarkResult, blas: str) -> str:
         f"latency:     min {result.min_s * 1e3:.3f} ms  median {result.median_s * 1e3:.3f} ms  "
         f"p90 {result.p90_s * 1e3:.3f} ms  mean {result.mean_s * 1e3:.3f} ms",
         f"throughput:  {result.throughput:.1f} items/s",
-        f"peak memory: +{size_text(result.peak_rss_growth)} resident set growth during the timed runs "
+        f"peak memory: +{size_text(result.peak_rss_growth)} resident set growth during the runs "
         f"({result.memory_method})",
     ])
