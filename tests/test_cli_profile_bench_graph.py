@@ -81,10 +81,10 @@ def test_profile_trace_is_one_run_in_trace_event_format(capsys, tmp_path):
     assert {e["name"] for e in events if e["ph"] == "M"} == {"process_name", "thread_name"}
 
 
-def test_profile_json(capsys):
-    code, out, _ = run(capsys, "profile", "--runs", "2", "--json")
-    assert code == 0
-    data = json.loads(out)
+def test_profile_json(capsys, tmp_path):
+    code, out, _ = run(capsys, "profile", "--runs", "2", "--json", "--trace", str(tmp_path / "t.json"))
+    assert code == 0 and (tmp_path / "t.json").exists()
+    data = json.loads(out)                                 # nothing but the JSON on stdout
     assert data["runs"] == 2 and data["batch"] == 1 and data["warmup"] == 2
     assert sorted(op["name"] for op in data["operators"]) == sorted(COMPUTED)
     assert data["operator_ms_per_run"] <= data["wall_ms_per_run"]

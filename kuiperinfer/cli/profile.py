@@ -60,8 +60,8 @@ def main(args: argparse.Namespace) -> int:
     else:
         print(f"{path.name}: batch {batch}, {result.runs} timed runs after {args.warmup} warm-up runs")
         print(report(result, args.top))
-    if args.trace:
-        print(f"wrote one run as a trace to {args.trace} (open it at https://ui.perfetto.dev)")
+        if args.trace:
+            print(f"wrote one run as a trace to {args.trace} (open it at https://ui.perfetto.dev)")
     return 0
 
 
