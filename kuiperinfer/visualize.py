@@ -154,8 +154,10 @@ def render(dot_source: str, path: str | os.PathLike, timeout: float = 120.0) -> 
     if program is None:
         raise GraphvizError(f"rendering {fmt.upper()} needs Graphviz's dot program, which is not "
                             f"installed: {INSTALL_HINT}")
+    command = [program, f"-T{fmt}", "-o", os.fspath(path)]
+    if fmt == "png":
+        command.append(f"-Gdpi={PNG_DPI}")
     try:
-        command = [program, f"-T{fmt}", "-o", os.fspath(path)] + ([f"-Gdpi={PNG_DPI}"] if fmt == "png" else [])
         result = subprocess.run(command, input=dot_source.encode(), capture_output=True, timeout=timeout,
                                 check=False)
     except subprocess.TimeoutExpired:

@@ -224,7 +224,8 @@ def test_run_without_arguments_runs_the_bundled_model(capsys):
     code, out, err = run(capsys, "run")
     assert code == 0 and err == ""
     head, values = out.splitlines()
-    assert re.fullmatch(r"output 12: shape \(1, 10\) dtype float32  min \S+  max \S+  mean 0\.1  std \S+", head)
+    assert re.fullmatch(r"output 12: shape \(1, 10\) dtype float32  min \S+  max \S+  mean 0\.1  std \S+",
+                        head)
     assert values.startswith("  values: [") and values.endswith("... (2 more)")
 
 

@@ -53,7 +53,8 @@ def test_every_operator_is_timed_in_execution_order(graph):
 
 def test_profile_records_the_timed_runs_only(graph):
     calls = []
-    report = profile(graph, [image()], runs=3, warmup=2, progress=lambda done, total: calls.append((done, total)))
+    report = profile(graph, [image()], runs=3, warmup=2,
+                     progress=lambda done, total: calls.append((done, total)))
     assert calls == [(1, 3), (2, 3), (3, 3)]
     assert len(graph.runs) == 3 and report.runs == 3
     assert sorted(op.name for op in report.operators) == sorted(computed(graph))
@@ -120,7 +121,8 @@ def synthetic_runs() -> list[RunRecord]:
     for offset, conv_ns in ((0, 300), (10_000, 500)):
         run = RunRecord(offset, offset + 2_000)
         run.events = [
-            NodeEvent("conv", "nn.Conv2d", offset + 100, offset + 100 + conv_ns, ((1, 3, 8, 8),), ((1, 4, 8, 8),)),
+            NodeEvent("conv", "nn.Conv2d", offset + 100, offset + 100 + conv_ns,
+                      ((1, 3, 8, 8),), ((1, 4, 8, 8),)),
             NodeEvent("relu", "nn.ReLU", offset + 900, offset + 1_000, ((1, 4, 8, 8),), ((1, 4, 8, 8),)),
             NodeEvent("conv2", "nn.Conv2d", offset + 1_000, offset + 1_200, ((1, 4, 8, 8),), ((1, 2, 8, 8),)),
         ]
