@@ -3,14 +3,13 @@
 Comparisons and logical operators return bool arrays, as in PyTorch. Their second
 operand is what pnnx calls ``other``: either another input (``$other=1``) or a number
 written as a parameter (``other=0.5``). :class:`Argument` captures that choice once,
-at build time; :func:`number_param` reads such numbers, including the words ``inf``,
+at build time; ``RuntimeOperator.param_number`` reads such numbers, including the words ``inf``,
 ``-inf`` and ``nan.0`` that pnnx writes for non-finite floats. The other layer
 families that take "a tensor or a number" (where, masked_fill, full_like) use them too.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -23,42 +22,6 @@ from kuiperinfer.layers.registry import register_layer
 from kuiperinfer.runtime.operator import RuntimeOperator
 
 _MISSING = object()
-_NON_FINITE = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan, "-nan": math.nan}
-
-
-def number_param(op: RuntimeOperator, key: str, default: Any = _MISSING) -> bool | int | float | None:
-    """A scalar parameter as a Python number: bool, int, float, or the words inf/-inf/nan.
-
-    pnnx writes non-finite floats as words (``value=-inf``, ``value=nan.0``) that its
-    own reader keeps as strings. A ``None`` parameter gives None.
-    """
-    if key not in op.params:
-        if default is _MISSING:
-            raise op.error(f"missing parameter {key!r}", Status.kParameterMissingUnknown)
-        return default
-    value = op.param_value(key)
-    if isinstance(value, str):
-        word = value[:-2] if value.endswith(".0") else value
-        if word not in _NON_FINITE:
-            raise op.error(f"parameter {key!r} is {value!r}, expected a number", Status.kParameterInvalidValue)
-        return _NON_FINITE[word]
-    if value is not None and not isinstance(value, (bool, int, float)):
-        raise op.error(f"parameter {key!r} is {value!r}, expected a number", Status.kParameterInvalidValue)
-    return value
-
-
-def input_index(op: RuntimeOperator, name: str, position: int | None = None) -> int | None:
-    """Which input pnnx named ``name`` (``$name=operand``); None when there is none.
-
-    Operators whose inputs carry no names (pnnx leaves them out on some rewrites)
-    fall back to ``position``.
-    """
-    if name in op.input_names:
-        return op.input_names.index(name)
-    unnamed = not any(op.input_names)
-    if unnamed and position is not None and position < len(op.input_operands_seq):
-        return position
-    return None
 
 
 @dataclass(frozen=True)
@@ -74,10 +37,10 @@ class Argument:
     def of(cls, op: RuntimeOperator, name: str, position: int | None = None,
            default: Any = _MISSING) -> "Argument":
         """Input ``$name`` if there is one (or unnamed input ``position``), else parameter ``name``."""
-        index = input_index(op, name, position)
+        index = op.input_index(name, position)
         if index is not None:
             return cls(index)
-        return cls(None, number_param(op, name, default))
+        return cls(None, op.param_number(name, default))
 
     @property
     def absent(self) -> bool:

@@ -20,7 +20,6 @@ import numpy as np
 
 from kuiperinfer.errors import ParseParameterAttrStatus as Status
 from kuiperinfer.layers.base import NonParamLayer
-from kuiperinfer.layers.comparison import input_index, number_param
 from kuiperinfer.layers.registry import register_layer
 from kuiperinfer.pnnx.ir import DATA_TYPES, numpy_dtype
 from kuiperinfer.runtime.operator import RuntimeOperator
@@ -68,7 +67,7 @@ class TypeAs(NonParamLayer):
 
     @classmethod
     def create(cls, op: RuntimeOperator) -> "TypeAs":
-        other = input_index(op, "other", 1)
+        other = op.input_index("other", 1)
         if other is None:
             raise op.error("missing input 'other'", Status.kParameterMissingUnknown)
         return cls(op.name, other)
@@ -85,7 +84,7 @@ def _fill_value(op: RuntimeOperator) -> bool | int | float:
     kind = op.type.rsplit(".", 1)[-1].removeprefix("new_").removesuffix("_like")
     if kind in _FILL_VALUES:
         return _FILL_VALUES[kind]
-    value = number_param(op, "fill_value")
+    value = op.param_number("fill_value")
     if value is None:
         raise op.error("parameter 'fill_value' is None", Status.kParameterInvalidValue)
     return value
@@ -125,7 +124,7 @@ class Full(NonParamLayer):
         size = op.param_ints("size", status=Status.kParameterMissingShape, default=None)
         size_input = None
         if size is None:
-            size_input = input_index(op, "size", 1 if op.type.startswith("Tensor.") else 0)
+            size_input = op.input_index("size", 1 if op.type.startswith("Tensor.") else 0)
             if size_input is None:
                 raise op.error("missing parameter 'size'", Status.kParameterMissingShape)
         dtype = dtype_param(op)

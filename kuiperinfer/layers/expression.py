@@ -24,9 +24,7 @@ class ExpressionLayer(NonParamLayer):
 
     @classmethod
     def create(cls, op: RuntimeOperator) -> "ExpressionLayer":
-        text = op.param_value("expr")
-        if not isinstance(text, str):
-            raise op.error("missing parameter 'expr'", Status.kParameterMissingExpr)
+        text = op.param_text("expr", Status.kParameterMissingExpr)
         try:
             expression = compile_expression(text)
         except ExpressionError as exc:

@@ -19,7 +19,7 @@ import numpy as np
 from kuiperinfer.errors import ParseParameterAttrStatus as Status
 from kuiperinfer.expression.promotion import result_type
 from kuiperinfer.layers.base import NonParamLayer
-from kuiperinfer.layers.comparison import Argument, input_index
+from kuiperinfer.layers.comparison import Argument
 from kuiperinfer.layers.registry import register_layer
 from kuiperinfer.runtime.operator import RuntimeOperator
 
@@ -132,7 +132,7 @@ class Where(NonParamLayer):
 
     @classmethod
     def create(cls, op: RuntimeOperator) -> "Where":
-        condition = input_index(op, "condition", 0)
+        condition = op.input_index("condition", 0)
         if condition is None:
             raise op.error("missing input 'condition'", Status.kParameterMissingUnknown)
         return cls(op.name, condition, Argument.of(op, "input", 1), Argument.of(op, "other", 2))
@@ -154,7 +154,7 @@ class MaskedFill(NonParamLayer):
 
     @classmethod
     def create(cls, op: RuntimeOperator) -> "MaskedFill":
-        mask = input_index(op, "mask", 1)
+        mask = op.input_index("mask", 1)
         if mask is None:
             raise op.error("missing input 'mask'", Status.kParameterMissingUnknown)
         return cls(op.name, mask, Argument.of(op, "value", 2))

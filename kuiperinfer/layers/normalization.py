@@ -22,7 +22,6 @@ import numpy as np
 
 from kuiperinfer.errors import InferError, InferStatus, ParseParameterAttrStatus as Status, WeightError
 from kuiperinfer.layers.base import Layer, NonParamLayer, ParamLayer
-from kuiperinfer.layers.comparison import number_param
 from kuiperinfer.layers.reduction import Norm
 from kuiperinfer.layers.registry import register_layer
 from kuiperinfer.runtime.operator import RuntimeOperator
@@ -354,7 +353,7 @@ class Normalize(NonParamLayer):
 
     @classmethod
     def create(cls, op: RuntimeOperator) -> "Normalize":
-        p = number_param(op, "p", default=2.0)  # an infinite p is written as the word inf
+        p = op.param_number("p", default=2.0)  # an infinite p is written as the word inf
         if p is None or isinstance(p, bool) or math.isnan(p):
             raise op.error(f"p must be a number, not {op.param_value('p')!r}", Status.kParameterInvalidValue)
         dims = op.param_ints("dim", status=Status.kParameterMissingDim, default=(1,))

@@ -15,7 +15,6 @@ import numpy as np
 
 from kuiperinfer.errors import ParseParameterAttrStatus as Status
 from kuiperinfer.layers.base import NonParamLayer
-from kuiperinfer.layers.comparison import number_param
 from kuiperinfer.layers.registry import register_layer
 from kuiperinfer.pnnx.ir import numpy_dtype
 from kuiperinfer.runtime.operator import RuntimeOperator
@@ -134,7 +133,7 @@ class Norm(ReduceLayer):
 
     @classmethod
     def create(cls, op: RuntimeOperator) -> "Norm":
-        p = 2.0 if op.param_value("p") == "fro" else number_param(op, "p", default=2.0)
+        p = 2.0 if op.param_value("p") == "fro" else op.param_number("p", default=2.0)
         if not isinstance(p, (int, float)) or isinstance(p, bool) or math.isnan(p):
             raise op.error(f"unsupported norm p={op.param_value('p')!r}", Status.kParameterInvalidValue)
         return cls(op.name, _axes(op), op.param_bool("keepdim", default=False), float(p))

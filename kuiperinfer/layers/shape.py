@@ -11,7 +11,6 @@ import numpy as np
 
 from kuiperinfer.errors import InferError, InferStatus, ParseParameterAttrStatus as Status
 from kuiperinfer.layers.base import NonParamLayer
-from kuiperinfer.layers.comparison import input_index
 from kuiperinfer.layers.registry import register_layer
 from kuiperinfer.runtime.operator import RuntimeOperator
 
@@ -207,12 +206,12 @@ class Expand(NonParamLayer):
     @classmethod
     def create(cls, op: RuntimeOperator) -> "Expand":
         if op.type == "Tensor.expand_as":
-            other = input_index(op, "other", 1)
+            other = op.input_index("other", 1)
             if other is None:
                 raise op.error("missing input 'other'", Status.kParameterMissingShape)
             return cls(op.name, None, like_input=other)
         if not op.has_param("sizes"):
-            sizes_input = input_index(op, "sizes", 1)
+            sizes_input = op.input_index("sizes", 1)
             if sizes_input is None:
                 raise op.error("missing parameter 'sizes'", Status.kParameterMissingShape)
             return cls(op.name, None, sizes_input=sizes_input)

@@ -293,9 +293,11 @@ class RuntimeGraph:
 
 
 def _flatten(values: Iterable[Any]) -> Iterable[Any]:
-    """Unpack the tuples that prim::TupleConstruct builds for models returning several values."""
+    """Unpack the tuples (prim::TupleConstruct) and lists of tensors (an Expression ``[@0,@1]``)
+    that models returning several values produce."""
     for value in values:
-        if isinstance(value, tuple):
+        if isinstance(value, tuple) or (isinstance(value, list) and all(
+                isinstance(v, (np.ndarray, tuple, list)) for v in value)):
             yield from _flatten(value)
         else:
             yield value

@@ -9,6 +9,7 @@ carrying the seeds' :class:`ParseParameterAttrStatus`.
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
@@ -23,6 +24,14 @@ if TYPE_CHECKING:
 
 Status = ParseParameterAttrStatus
 _MISSING = object()
+# pnnx writes non-finite floats as words (``min=-inf``, ``value=nan.0``) that its reader keeps as strings.
+_NON_FINITE = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan, "-nan": math.nan}
+
+
+def _non_finite(value: Any) -> float | None:
+    if isinstance(value, str):
+        return _NON_FINITE.get(value[:-2] if value.endswith(".0") else value)
+    return None
 
 
 class RuntimeOperator:
@@ -86,8 +95,33 @@ class RuntimeOperator:
 
     def param_float(self, key: str, status: Status = Status.kParameterMissingUnknown,
                     default: Any = _MISSING) -> float:
+        """A float parameter; ints and the words inf/-inf/nan are accepted."""
+        word = _non_finite(self.param_value(key))
+        if word is not None:
+            return word
         value = self._param(key, (T.kParameterFloat, T.kParameterInt), status, default)
         return value if value is default else float(value)
+
+    def param_number(self, key: str, default: Any = _MISSING) -> bool | int | float | None:
+        """A scalar parameter as a Python number (bool, int, float, inf/nan words); None stays None."""
+        if key not in self.params:
+            if default is _MISSING:
+                raise self.error(f"missing parameter {key!r}", Status.kParameterMissingUnknown)
+            return default
+        value = self.param_value(key)
+        word = _non_finite(value)
+        if word is not None:
+            return word
+        if value is not None and (isinstance(value, str) or not isinstance(value, (bool, int, float))):
+            raise self.error(f"parameter {key!r} is {value!r}, expected a number", Status.kParameterInvalidValue)
+        return value
+
+    def param_text(self, key: str, status: Status = Status.kParameterMissingUnknown) -> str:
+        """A parameter exactly as written in the .param file (``expr=[size(@0,0),-1]``)."""
+        parameter = self.params.get(key)
+        if parameter is None:
+            raise self.error(f"missing parameter {key!r}", status)
+        return parameter.text
 
     def param_str(self, key: str, status: Status = Status.kParameterMissingUnknown,
                   default: Any = _MISSING) -> str:
@@ -121,6 +155,18 @@ class RuntimeOperator:
         """The raw Python value of a parameter, or ``default`` when absent or None."""
         parameter = self.params.get(key)
         return default if parameter is None or parameter.type == T.kParameterUnknown else parameter.value
+
+    def input_index(self, name: str, position: int | None = None) -> int | None:
+        """Which input pnnx named ``name`` (``$name=operand``); None when there is none.
+
+        Operators whose inputs carry no names (pnnx leaves them out on some rewrites)
+        fall back to ``position``.
+        """
+        if name in self.input_names:
+            return self.input_names.index(name)
+        if not any(self.input_names) and position is not None and position < len(self.input_operands_seq):
+            return position
+        return None
 
     # -- weights -------------------------------------------------------------------
 

@@ -37,6 +37,8 @@ class RuntimeParameter:
 
     type: RuntimeParameterType
     value: Any
+    text: str
+    """The parameter as written in the .param file."""
 
     @classmethod
     def from_pnnx(cls, parameter: Any) -> "RuntimeParameter":
@@ -44,4 +46,4 @@ class RuntimeParameter:
         value = parameter.value
         if isinstance(value, list):
             value = tuple(value)
-        return cls(RuntimeParameterType(parameter.type), value)
+        return cls(RuntimeParameterType(parameter.type), value, parameter.to_string())
