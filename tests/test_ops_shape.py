@@ -29,9 +29,6 @@ def check_dynamic(fn, inputs, inputs2, directory):
 
 # Run-time shapes reach these operators as a pnnx.Expression list such as
 # expr=[size(@0,0),3,-1], which the Expression layer does not read yet.
-NEEDS_LIST_EXPRESSIONS = pytest.mark.xfail(reason="pnnx.Expression list expressions (expr=[...])",
-                                           strict=False)
-
 
 def op_types(graph):
     return [op.type for op in graph.operators]
@@ -145,7 +142,6 @@ def test_expand_follows_batch(tmp_path):
     check_op(lambda x: x[:, :1].expand(x.size(0), 3, 4) + x, (2, 3, 4), directory=tmp_path, batch=5)
 
 
-@NEEDS_LIST_EXPRESSIONS
 def test_expand_sizes_from_input(tmp_path):
     fn = lambda x: (x[:, :1].expand(x.size(0), 3, -1) * 2, x.unsqueeze(1).expand(-1, 2, -1, -1) * 2)
     check_dynamic(fn, [torch.randn(1, 3, 4)], [torch.randn(2, 3, 4)], tmp_path)
@@ -198,7 +194,6 @@ def test_like_with_dynamic_shapes(tmp_path):
     assert {"torch.zeros_like", "torch.ones_like", "torch.full_like"} <= set(op_types(graph))
 
 
-@NEEDS_LIST_EXPRESSIONS
 def test_new_and_full_sizes_from_input(tmp_path):
     fn = lambda x: (x.new_zeros((x.size(0), 3)), torch.zeros(x.size(0), 2),
                     torch.ones(x.size(0), 2, dtype=torch.int64), x.new_ones((2, x.size(0))))
