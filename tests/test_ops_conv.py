@@ -149,7 +149,7 @@ def make_operator(type_name: str, input_shapes: list[list[int]], **params) -> Ru
         op.input_operands_seq.append(operand)
     kinds = {bool: T.kParameterBool, int: T.kParameterInt, str: T.kParameterString, tuple: T.kParameterIntArray}
     for key, value in params.items():
-        op.params[key] = RuntimeParameter(kinds[type(value)], value)
+        op.params[key] = RuntimeParameter(kinds[type(value)], value, str(value))
     return op
 
 

@@ -78,17 +78,29 @@ def test_functional_avg_pools(tmp_path):
     check_op(lambda x: F.avg_pool1d(x, 2, ceil_mode=True), (1, 2, 7), directory=tmp_path)
 
 
-@pytest.mark.parametrize("size", [1, (2, 3), (5, 4), (7, 9), (None, 3), (4, None), 13])
-@pytest.mark.parametrize("module", [nn.AdaptiveAvgPool2d, nn.AdaptiveMaxPool2d])
-def test_adaptive_pool2d(module, size, tmp_path):
-    # 7 x 9 input: sizes that divide it, that don't, and larger outputs (overlapping windows)
-    check_op(module(size), (1, 3, 7, 9), directory=tmp_path, batch=2)
+ADAPTIVE_2D = {"avg": F.adaptive_avg_pool2d, "max": F.adaptive_max_pool2d}
+ADAPTIVE_1D = {"avg": F.adaptive_avg_pool1d, "max": F.adaptive_max_pool1d}
 
 
-@pytest.mark.parametrize("size", [1, 3, 4, 11])
-@pytest.mark.parametrize("module", [nn.AdaptiveAvgPool1d, nn.AdaptiveMaxPool1d])
-def test_adaptive_pool1d(module, size, tmp_path):
-    check_op(module(size), (1, 3, 7), directory=tmp_path, batch=2)
+@pytest.mark.parametrize("kind", list(ADAPTIVE_2D))
+def test_adaptive_pool2d(kind, tmp_path):
+    # 7 x 9 input: sizes that divide it, that don't, and larger ones (overlapping windows); one export
+    sizes = [1, (2, 3), (5, 4), (7, 9), (None, 3), (4, None), 13]
+    pool = ADAPTIVE_2D[kind]
+    check_op(lambda x: tuple(pool(x, size) for size in sizes), (1, 3, 7, 9), directory=tmp_path, batch=2)
+
+
+@pytest.mark.parametrize("kind", list(ADAPTIVE_1D))
+def test_adaptive_pool1d(kind, tmp_path):
+    pool = ADAPTIVE_1D[kind]
+    check_op(lambda x: tuple(pool(x, size) for size in [1, 3, 4, 11]), (1, 3, 7), directory=tmp_path, batch=2)
+
+
+@pytest.mark.parametrize("module", [nn.AdaptiveAvgPool2d((None, 3)), nn.AdaptiveMaxPool2d(3),
+                                    nn.AdaptiveAvgPool1d(2), nn.AdaptiveMaxPool1d(5)], ids=repr)
+def test_adaptive_pool_modules(module, tmp_path):
+    shape = (1, 3, 7) if "1d" in type(module).__name__ else (1, 3, 7, 9)
+    check_op(module, shape, directory=tmp_path, batch=2)
 
 
 def test_adaptive_max_pool_indices(tmp_path):
@@ -101,7 +113,3 @@ def test_adaptive_max_pool_ties_report_the_first_index(tmp_path):
     # rounding makes many equal values; PyTorch reports the first maximum in row-major order
     check_op(lambda x: F.adaptive_max_pool2d(torch.round(x), 2, return_indices=True), (1, 2, 6, 5),
              directory=tmp_path)
-
-
-def test_functional_adaptive_pools(tmp_path):
-    check_op(lambda x: F.adaptive_avg_pool1d(x, 3) + F.adaptive_max_pool1d(x, 3), (1, 2, 10), directory=tmp_path)

@@ -1,1 +1,2 @@
-"""Low-level NumPy kernels the layers are built on (padding, im2col, pooling windows)."""
+"""Low-level NumPy kernels the layers are built on: padding, im2col and col2im for
+(transposed) convolution, depthwise taps, pooling windows, separable interpolation."""

@@ -119,7 +119,7 @@ class ConvGeometry:
                      zip(x.shape[2:], self.stride, self.dilation, self.kernel, output_padding))
 
 
-def _read_groups_and_channels(op: RuntimeOperator, geometry: ConvGeometry) -> tuple[int, int]:
+def _read_channels(op: RuntimeOperator, geometry: ConvGeometry) -> tuple[int, int]:
     """in_channels and out_channels of an nn.* convolution, checked against groups."""
     c_out = op.param_int("out_channels", Status.kParameterMissingOutChannel)
     c_in = op.param_int("in_channels", Status.kParameterMissingInChannel)
@@ -201,7 +201,7 @@ class Convolution(ParamLayer):
         rank = spatial_rank(op)
         kernel = op.param_ints("kernel_size", rank, Status.kParameterMissingKernel)
         geometry = ConvGeometry.from_operator(op, kernel)
-        c_in, c_out = _read_groups_and_channels(op, geometry)
+        c_in, c_out = _read_channels(op, geometry)
         weight = op.weight("weight", (c_out, c_in // geometry.groups, *kernel))
         return cls(op.name, weight, _read_bias(op, c_out), geometry, rank)
 
@@ -291,7 +291,7 @@ class TransposedConvolution(ParamLayer):
         rank = spatial_rank(op)
         kernel = op.param_ints("kernel_size", rank, Status.kParameterMissingKernel)
         geometry, output_padding = _read_transposed_geometry(op, kernel)
-        c_in, c_out = _read_groups_and_channels(op, geometry)
+        c_in, c_out = _read_channels(op, geometry)
         weight = op.weight("weight", (c_in, c_out // geometry.groups, *kernel))
         return cls(op.name, weight, _read_bias(op, c_out), geometry, output_padding, rank)
 
