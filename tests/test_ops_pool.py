@@ -1,14 +1,17 @@
 """Pooling against PyTorch, each exported by pnnx: max, average, adaptive average and
 adaptive max pooling, 1-D and 2-D, module and functional spellings."""
 
+import numpy as np
 import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 import kuiperinfer
-from kuiperinfer.errors import LayerCreateError
+from kuiperinfer.errors import InferError, LayerCreateError
+from kuiperinfer.layers import LayerRegisterer
 from oracle import check_op, export
+from test_ops_conv import make_operator
 
 
 def case_id(case: dict) -> str:
@@ -113,3 +116,23 @@ def test_adaptive_max_pool_ties_report_the_first_index(tmp_path):
     # rounding makes many equal values; PyTorch reports the first maximum in row-major order
     check_op(lambda x: F.adaptive_max_pool2d(torch.round(x), 2, return_indices=True), (1, 2, 6, 5),
              directory=tmp_path)
+
+
+@pytest.mark.parametrize("type_name,params,message", [
+    ("F.avg_pool2d", dict(kernel_size=(3, 3), padding=(2, 2)), "half the kernel"),
+    ("F.avg_pool2d", dict(kernel_size=(3, 3), divisor_override=0), "divisor_override"),
+    ("F.max_pool1d", dict(kernel_size=(3,), stride=(0,)), "must be positive"),
+    ("F.max_pool2d", dict(kernel_size=(3, 3, 3)), "expected 2"),
+    ("F.adaptive_avg_pool2d", dict(output_size=(2, 2, 2)), "must be 2 sizes"),
+    ("F.adaptive_max_pool1d", dict(), "missing parameter 'output_size'"),
+], ids=lambda v: str(v))
+def test_bad_parameters_raise_layer_create_error(type_name, params, message):
+    shape = [1, 2, 9] if type_name.endswith("1d") else [1, 2, 9, 9]
+    with pytest.raises(LayerCreateError, match=message):
+        LayerRegisterer.create_layer(make_operator(type_name, [shape], **params))
+
+
+def test_input_smaller_than_the_window_raises_infer_error():
+    layer = LayerRegisterer.create_layer(make_operator("F.max_pool2d", [[1, 1, 2, 2]], kernel_size=(3, 3)))
+    with pytest.raises(InferError, match="too small"):
+        layer.forward([np.zeros((1, 1, 2, 2), dtype=np.float32)])

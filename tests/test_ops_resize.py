@@ -3,13 +3,17 @@ and relatives in every mode, F.pad and the padding modules, pixel (un)shuffle.""
 
 import math
 
+import numpy as np
 import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from hypothesis import assume, given, settings, strategies as st
 
+from kuiperinfer.errors import InferError, LayerCreateError
+from kuiperinfer.layers import LayerRegisterer
 from oracle import check_op
+from test_ops_conv import make_operator
 
 
 def case_id(case: dict) -> str:
@@ -144,3 +148,33 @@ def test_pixel_unshuffle(factor, shape, tmp_path):
 
 def test_functional_pixel_shuffle_round_trip(tmp_path):
     check_op(lambda x: F.pixel_shuffle(F.pixel_unshuffle(x, 2) * 2, 2), (1, 3, 6, 4), directory=tmp_path, batch=3)
+
+
+# -- validation (operators made by hand: PyTorch itself refuses these models) --
+
+@pytest.mark.parametrize("type_name,params,message", [
+    ("F.pad", dict(pad=(1, 2, 3), mode="constant"), "even number"),
+    ("F.pad", dict(pad=(1, 1), mode="symmetric"), "unsupported mode"),
+    ("F.pad", dict(pad=(1, 1, 1, 1, 1, 1, 1, 1, 1, 1), mode="constant"), "more dimensions"),
+    ("F.upsample", dict(mode="area", size=(4, 4)), "unsupported mode"),
+    ("F.upsample", dict(mode="bilinear"), "exactly one of size and scale_factor"),
+    ("F.upsample", dict(mode="linear", size=(4,)), "needs 1 spatial axes"),
+    ("F.interpolate", dict(mode="bilinear", size=(4, 4), antialias=True), "antialias"),
+    ("F.upsample_nearest", dict(size=(4, 0)), "must be positive"),
+    ("F.pixel_shuffle", dict(upscale_factor=0), "must be positive"),
+])
+def test_bad_parameters_raise_layer_create_error(type_name, params, message):
+    with pytest.raises(LayerCreateError, match=message):
+        LayerRegisterer.create_layer(make_operator(type_name, [[1, 4, 6, 6]], **params))
+
+
+@pytest.mark.parametrize("type_name,params,shape", [
+    ("F.pad", dict(pad=(3, 3), mode="reflect"), (1, 2, 3)),
+    ("F.pad", dict(pad=(4, 0), mode="circular"), (1, 2, 3)),
+    ("F.pixel_shuffle", dict(upscale_factor=2), (1, 6, 3, 3)),
+    ("F.pixel_unshuffle", dict(downscale_factor=2), (1, 2, 3, 4)),
+])
+def test_inputs_that_do_not_fit_raise_infer_error(type_name, params, shape):
+    layer = LayerRegisterer.create_layer(make_operator(type_name, [list(shape)], **params))
+    with pytest.raises(InferError):
+        layer.forward([np.zeros(shape, dtype=np.float32)])
