@@ -11,12 +11,13 @@ and carry the seeds' status codes (:class:`InferStatus`,
     │   └── BinArchiveError       malformed or inconsistent .pnnx.bin archive
     ├── ExpressionError           a pnnx.Expression that cannot be parsed or evaluated
     ├── GraphError                graph structure or state problems (cycles, wrong state)
-    ├── LayerCreateError          building a layer from its operator failed
-    │   ├── UnknownOperatorError  no layer is registered for the operator type
-    │   └── WeightError           a missing or wrong-sized weight attribute
+    ├── OperatorError             about one operator: its name, type and a status code
+    │   ├── LayerCreateError      building a layer from its operator failed
+    │   │   ├── UnknownOperatorError  no layer is registered for the operator type
+    │   │   └── WeightError       a missing or wrong-sized weight attribute
+    │   └── InferError            running the graph failed
+    │       └── InputError        a wrong input: name, expected and actual shape
     ├── RegistryError             registering a layer type twice, and the like
-    ├── InferError                running the graph failed
-    │   └── InputError            a wrong input: name, expected and actual shape
     └── TensorError               misuse of the Tensor API
 """
 
@@ -121,8 +122,20 @@ class GraphError(KuiperError):
     """A graph that is structurally wrong (cycle, dangling operand) or used in the wrong state."""
 
 
-class LayerCreateError(KuiperError):
-    """Creating the layer of an operator failed; carries the operator and a status code."""
+class OperatorError(KuiperError):
+    """An error about one operator: names it (``op_name``, ``op_type``) and carries a status code."""
+
+    def __init__(self, message: str, op_name: str | None, op_type: str | None, status: IntEnum):
+        self.op_name = op_name
+        self.op_type = op_type
+        self.status = status
+        self.reason = message
+        prefix = f"operator {op_name!r} ({op_type}): " if op_name is not None else ""
+        super().__init__(f"{prefix}{message} [{status.name}]")
+
+
+class LayerCreateError(OperatorError):
+    """Creating the layer of an operator failed (a ParseParameterAttrStatus says what)."""
 
     def __init__(
         self,
@@ -131,12 +144,7 @@ class LayerCreateError(KuiperError):
         op_type: str | None = None,
         status: ParseParameterAttrStatus = ParseParameterAttrStatus.kParameterMissingUnknown,
     ):
-        self.op_name = op_name
-        self.op_type = op_type
-        self.status = status
-        self.reason = message
-        prefix = f"operator {op_name!r} ({op_type}): " if op_name is not None else ""
-        super().__init__(f"{prefix}{message} [{status.name}]")
+        super().__init__(message, op_name, op_type, status)
 
 
 class UnknownOperatorError(LayerCreateError):
@@ -161,8 +169,8 @@ class RegistryError(KuiperError):
     """Misuse of the layer registry (for example registering a type name twice)."""
 
 
-class InferError(KuiperError):
-    """Running the graph failed. ``op_name``/``op_type`` name the operator when known."""
+class InferError(OperatorError):
+    """Running the graph failed (an InferStatus says what); names the operator when known."""
 
     def __init__(
         self,
@@ -171,12 +179,7 @@ class InferError(KuiperError):
         op_type: str | None = None,
         status: InferStatus = InferStatus.kInferUnknown,
     ):
-        self.op_name = op_name
-        self.op_type = op_type
-        self.status = status
-        self.reason = message
-        prefix = f"operator {op_name!r} ({op_type}): " if op_name is not None else ""
-        super().__init__(f"{prefix}{message} [{status.name}]")
+        super().__init__(message, op_name, op_type, status)
 
 
 class InputError(InferError):
