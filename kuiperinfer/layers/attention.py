@@ -271,7 +271,7 @@ def _mask_position(op: RuntimeOperator) -> int | None:
     if len(operands) > 1 and (numpy_dtype(first.type) == np.bool_
                               or (first.shapes and output and tuple(first.shapes) != output)):
         return 0
-    return op.input_names.index("attn_mask") if "attn_mask" in op.input_names else None
+    return op.input_index("attn_mask")
 
 
 def _is_key_padding(mask_shape: Sequence[int], query_shape: Sequence[int], batch_first: bool) -> bool:
