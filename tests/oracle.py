@@ -20,11 +20,22 @@ RTOL = 1e-3
 
 
 def export(model: torch.nn.Module, inputs: Sequence[torch.Tensor], directory: Path,
-           name: str = "model") -> Path:
-    """Export ``model`` with pnnx traced on ``inputs``; returns the .pnnx.param path."""
+           name: str = "model", inputs2: Sequence[torch.Tensor] | None = None) -> Path:
+    """Export ``model`` with pnnx traced on ``inputs``; returns the .pnnx.param path.
+
+    With ``inputs2`` (other shapes, e.g. another batch size) pnnx exports dynamic
+    shapes: sizes read from tensors stay run-time values instead of constants.
+    pnnx writes operators it cannot name in Python as ``aten::...``; its generated
+    ``_pnnx.py`` then fails to import, but the .param/.bin written before are complete.
+    """
     model.eval()
     with torch.no_grad():
-        pnnx.export(model, str(directory / f"{name}.pt"), tuple(inputs))
+        try:
+            pnnx.export(model, str(directory / f"{name}.pt"), tuple(inputs),
+                        None if inputs2 is None else tuple(inputs2))
+        except SyntaxError:
+            if not (directory / f"{name}.pnnx.param").exists():
+                raise
     return directory / f"{name}.pnnx.param"
 
 
@@ -53,6 +64,7 @@ def assert_matches(ours: Sequence[np.ndarray], expected: Sequence[np.ndarray],
     for i, (a, b) in enumerate(zip(ours, expected)):
         a = np.asarray(a)
         assert a.shape == b.shape, f"output {i}: shape {a.shape}, expected {b.shape}"
+        assert a.dtype == b.dtype, f"output {i}: dtype {a.dtype}, expected {b.dtype}"
         if b.dtype.kind == "f":
             np.testing.assert_allclose(a, b, atol=atol, rtol=rtol, err_msg=f"output {i}")
             finite = np.isfinite(b)
@@ -65,11 +77,14 @@ def assert_matches(ours: Sequence[np.ndarray], expected: Sequence[np.ndarray],
 
 def check_model(model: torch.nn.Module, inputs: Sequence[torch.Tensor], directory: Path,
                 more_inputs: Sequence[Sequence[torch.Tensor]] = (), atol: float = ATOL,
-                rtol: float = RTOL) -> kuiperinfer.RuntimeGraph:
+                rtol: float = RTOL, dynamic: bool = False) -> kuiperinfer.RuntimeGraph:
     """Export on ``inputs``, then compare kuiperinfer with PyTorch on ``inputs`` and each
-    set of ``more_inputs`` (for example another batch size). Returns the loaded graph."""
+    set of ``more_inputs`` (for example another batch size). With ``dynamic``, the
+    export is traced on ``inputs`` and the first of ``more_inputs`` (pnnx's dynamic
+    shapes). Returns the loaded graph."""
     model.eval()
-    graph = kuiperinfer.load(export(model, inputs, directory))
+    inputs2 = more_inputs[0] if dynamic else None
+    graph = kuiperinfer.load(export(model, inputs, directory, inputs2=inputs2))
     for case in (inputs, *more_inputs):
         ours = graph.run(*[t.numpy() for t in case])
         assert_matches(ours, torch_outputs(model, case), atol, rtol)

@@ -6,25 +6,18 @@ outputs) to keep the suite fast.
 """
 
 import numpy as np
-import pnnx
 import pytest
 import torch
 import torch.nn as nn
 
 import kuiperinfer
-from oracle import Lambda, assert_matches, check_op, torch_outputs
+from oracle import Lambda, check_model, check_op
 
 
 def check_dynamic(fn, inputs, inputs2, directory):
-    """Export with pnnx's dynamic shapes (traced on ``inputs`` and ``inputs2``), so that
-    sizes read from tensors stay run-time values; compare on both sets of inputs."""
-    module = Lambda(fn).eval()
-    with torch.no_grad():
-        pnnx.export(module, str(directory / "model.pt"), tuple(inputs), tuple(inputs2))
-    graph = kuiperinfer.load(directory / "model.pnnx.param")
-    for case in (inputs, inputs2):
-        assert_matches(graph.run(*[t.numpy() for t in case]), torch_outputs(module, case))
-    return graph
+    """Export with pnnx's dynamic shapes, so that sizes read from tensors stay run-time
+    values; compare on both sets of inputs."""
+    return check_model(Lambda(fn), inputs, directory, [inputs2], dynamic=True)
 
 
 # Run-time shapes reach these operators as a pnnx.Expression list such as
