@@ -18,14 +18,20 @@ __all__ = ["load", "RuntimeGraph", "GraphState", "Tensor", "KuiperError"]
 __version__ = "0.1.0"
 
 
-def load(param_path: str | os.PathLike, bin_path: str | os.PathLike | None = None) -> RuntimeGraph:
+def load(param_path: str | os.PathLike, bin_path: str | os.PathLike | None = None, *,
+         optimize: bool = True, workers: int | None = None) -> RuntimeGraph:
     """Load a pnnx export and build it, ready to run.
 
     ``bin_path`` defaults to the ``.bin`` beside the ``.param`` (``m.pnnx.param`` ->
-    ``m.pnnx.bin``). Raises a :class:`KuiperError` subclass for anything wrong with
-    the files or an unsupported operator.
+    ``m.pnnx.bin``). ``workers`` is how many threads a batch is split over (see
+    :class:`RuntimeGraph`); it defaults to the number of CPUs. ``optimize=False`` switches
+    every optimisation off: the graph runs exactly as pnnx wrote it, whole, in the calling
+    thread (``workers`` then defaults to 1). Raises a :class:`KuiperError` subclass for
+    anything wrong with the files or an unsupported operator.
     """
-    graph = RuntimeGraph(param_path, bin_path)
+    if workers is None:
+        workers = (os.cpu_count() or 1) if optimize else 1
+    graph = RuntimeGraph(param_path, bin_path, workers=workers)
     graph.init()
     graph.build()
     return graph

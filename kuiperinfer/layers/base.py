@@ -29,6 +29,13 @@ if TYPE_CHECKING:
 class Layer:
     """Base class of all layers."""
 
+    batch_independent: bool = False
+    """True when sample ``i`` of every output depends only on sample ``i`` of the inputs
+    (dimension 0 is the batch in and out), so that slices of a batch may run separately.
+    Layers whose parameters decide it (a ``dim`` that may be 0) set it per instance in
+    ``create``. The graph splits a batch over its workers only if every layer reading a
+    value derived from the inputs says so; the default, False, keeps the batch whole."""
+
     def __init__(self, layer_name: str):
         self.layer_name = layer_name
         self._runtime_operator: weakref.ref | None = None
@@ -71,6 +78,19 @@ class Layer:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.layer_name!r})"
+
+
+def declared_rank(op: "RuntimeOperator") -> int:
+    """How many dimensions pnnx recorded for the operator's first input (0 if unknown)."""
+    return len(op.input_operands_seq[0].shapes) if op.input_operands_seq else 0
+
+
+def keeps_batch(op: "RuntimeOperator", dim: int, new_dim: bool = False) -> bool:
+    """Whether ``dim`` (negative: from the end of the first input, one further for a
+    ``new_dim`` such as stack's) leaves the batch dimension 0 alone: for ``batch_independent``."""
+    if dim < 0:
+        dim += declared_rank(op) + new_dim
+    return dim > 0 and declared_rank(op) >= 2
 
 
 class NonParamLayer(Layer):

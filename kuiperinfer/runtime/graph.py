@@ -14,11 +14,21 @@ Execution is a plain loop over the operators in topological order (torch.fx's
 Interpreter is the model): :meth:`run_node` runs one operator and is the hook that
 profilers and tracers override. An operand's value is dropped as soon as its last
 consumer has run, and values are kept per thread, so one graph serves many threads.
+
+Batch-parallel workers: with ``workers > 1``, a batch of several samples is cut into
+``workers`` contiguous slices that run through the whole graph at once, one per thread
+(NumPy releases the GIL in its kernels), with BLAS limited to one thread meanwhile; the
+outputs are joined along dimension 0. This happens only when the graph is
+*batch-separable*: every layer that sees a value derived from the inputs declares
+:attr:`Layer.batch_independent` (sample ``i`` of its outputs depends only on sample ``i``
+of its inputs). Other graphs, and batches of one, run whole in the calling thread.
 """
 
 from __future__ import annotations
 
 import os
+import threading
+from concurrent.futures import ThreadPoolExecutor, wait
 from enum import IntEnum
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -49,7 +59,11 @@ class RuntimeGraph:
     """A PNNX model ready to run. Usually made by :func:`kuiperinfer.load`."""
 
     def __init__(self, param_path: str | os.PathLike | None = None,
-                 bin_path: str | os.PathLike | None = None):
+                 bin_path: str | os.PathLike | None = None, *, workers: int = 1):
+        if workers < 1:
+            raise GraphError(f"workers must be at least 1, got {workers}")
+        self.workers = workers
+        """Threads a batch is split over (1: every run whole in the calling thread)."""
         self.param_path = None if param_path is None else os.fspath(param_path)
         self.bin_path = None if bin_path is None else os.fspath(bin_path)
         self.graph_state = GraphState.NeedInit
@@ -61,6 +75,11 @@ class RuntimeGraph:
         self.operands: dict[str, RuntimeOperand] = {}
         self._plan: list[RuntimeOperator] = []
         self._release: list[list[RuntimeOperand]] = []
+        self.batch_separable = False
+        """Whether slices of a batch may run through the graph separately (set by build())."""
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_size = 0
+        self._pool_lock = threading.Lock()
 
     # -- NeedInit -> NeedBuild -----------------------------------------------------
 
@@ -119,6 +138,7 @@ class RuntimeGraph:
             op.forward_index = index
         self._plan = [op for op in self.operators if op.layer is not None]
         self._release = self._release_plan(self._plan)
+        self.batch_separable = self._is_batch_separable()
         self.graph_state = GraphState.Complete
 
     def _topological_order(self) -> list[RuntimeOperator]:
@@ -161,6 +181,24 @@ class RuntimeGraph:
             if step is not None and id(operand) not in keep:
                 release[step].append(operand)
         return release
+
+    def _is_batch_separable(self) -> bool:
+        """True when every value derived from the inputs keeps the samples apart.
+
+        Values computed from constants alone are the same in every slice; a layer that
+        reads a batched value must declare ``batch_independent``; and every graph output
+        must be batched, so that the slices' outputs can be joined along dimension 0.
+        """
+        batched = {id(o) for o in self.graph_input_operands()}
+        if not batched:
+            return False
+        for op in self._plan:
+            if not any(id(o) in batched for o in op.input_operands_seq):
+                continue
+            if not op.layer.batch_independent:
+                return False
+            batched.update(id(o) for o in op.output_operands)
+        return all(id(o) in batched for o in self.graph_output_operands())
 
     # -- inputs and outputs --------------------------------------------------------
 
@@ -250,6 +288,13 @@ class RuntimeGraph:
         elif len(args) == 1 and isinstance(args[0], (list, tuple)) and len(self.input_operators) > 1:
             args = tuple(args[0])
         values = self._bind_inputs(args, kwargs)
+        slices = self._batch_slices(values)
+        if len(slices) < 2:
+            return self._run_pass(values)
+        return self._run_split(values, slices)
+
+    def _run_pass(self, values: Sequence[np.ndarray]) -> list[Any]:
+        """One pass of the plan over ``values`` in this thread; the flattened outputs."""
         for operand, value in zip(self.graph_input_operands(), values):
             operand.data = value
         try:
@@ -262,6 +307,41 @@ class RuntimeGraph:
             for operand in self.operands.values():
                 operand.data = None
         return list(_flatten(results))
+
+    def _batch_slices(self, values: Sequence[np.ndarray]) -> list[slice]:
+        """Contiguous slices of the batch for the workers ([] when the run stays whole)."""
+        if self.workers < 2 or not self.batch_separable:
+            return []
+        if any(v.ndim == 0 for v in values) or len({v.shape[0] for v in values}) != 1:
+            return []
+        batch = values[0].shape[0]
+        parts = min(self.workers, batch)
+        if parts < 2:
+            return []
+        bounds = [batch * i // parts for i in range(parts + 1)]
+        return [slice(start, stop) for start, stop in zip(bounds, bounds[1:])]
+
+    def _run_split(self, values: Sequence[np.ndarray], slices: list[slice]) -> list[np.ndarray]:
+        """Run the slices concurrently (the first in this thread) and join the outputs."""
+        pool = self._worker_pool()
+        with _ONE_BLAS_THREAD:
+            futures = [pool.submit(self._run_pass, [v[part] for v in values]) for part in slices[1:]]
+            try:
+                first = self._run_pass([v[slices[0]] for v in values])
+            finally:
+                wait(futures)   # no slice outlives the run, even when one fails
+        pieces = [first] + [future.result() for future in futures]
+        return [np.concatenate(outputs, axis=0) for outputs in zip(*pieces)]
+
+    def _worker_pool(self) -> ThreadPoolExecutor:
+        """The graph's persistent threads for the slices after the first (made on first use)."""
+        with self._pool_lock:
+            if self._pool is None or self._pool_size != self.workers - 1:
+                if self._pool is not None:
+                    self._pool.shutdown(wait=False)
+                self._pool_size = self.workers - 1
+                self._pool = ThreadPoolExecutor(self._pool_size, thread_name_prefix="kuiper-worker")
+            return self._pool
 
     def run_node(self, op: RuntimeOperator) -> None:
         """Run one operator. Override to trace, profile or check; call super() to compute."""
@@ -290,6 +370,41 @@ class RuntimeGraph:
     def __repr__(self) -> str:
         return (f"RuntimeGraph({self.param_path!r}, state={self.graph_state.name}, "
                 f"operators={len(self.operators)})")
+
+
+class _BlasLimit:
+    """BLAS limited to one thread while any split run is in flight, in the whole process.
+
+    The BLAS thread count is process-global: the first split run to start limits it and
+    the last to finish restores it (counted under a lock, so overlapping runs from several
+    threads cannot restore it too early or leave it limited). A whole run in another
+    thread meanwhile also gets one BLAS thread.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._users = 0
+        self._controller: Any = None
+        self._limit: Any = None
+
+    def __enter__(self) -> None:
+        with self._lock:
+            if self._users == 0:
+                if self._controller is None:
+                    from threadpoolctl import ThreadpoolController
+                    self._controller = ThreadpoolController()
+                self._limit = self._controller.limit(limits=1, user_api="blas")
+            self._users += 1
+
+    def __exit__(self, *exc_info: Any) -> None:
+        with self._lock:
+            self._users -= 1
+            if self._users == 0:
+                self._limit.restore_original_limits()
+                self._limit = None
+
+
+_ONE_BLAS_THREAD = _BlasLimit()
 
 
 def _flatten(values: Iterable[Any]) -> Iterable[Any]:
