@@ -7,7 +7,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from kuiperinfer.errors import InferError, InferStatus, ParseParameterAttrStatus as Status
-from kuiperinfer.layers.base import Layer, ParamLayer
+from kuiperinfer.layers.base import Layer, ParamLayer, declared_rank
 from kuiperinfer.layers.registry import register_layer
 from kuiperinfer.runtime.operator import RuntimeOperator
 
@@ -35,7 +35,9 @@ class Linear(ParamLayer):
         weight = op.weight("weight", (out_features, in_features))
         use_bias = op.param_bool("bias", Status.kParameterMissingUseBias, default=op.has_weight("bias"))
         bias = op.weight("bias", (out_features,), Status.kAttrMissingBias) if use_bias else None
-        return cls(op.name, weight, bias)
+        layer = cls(op.name, weight, bias)
+        layer.batch_independent = declared_rank(op) >= 2
+        return layer
 
     def prepare(self) -> None:
         self._weight_t = np.ascontiguousarray(self._weight.T)

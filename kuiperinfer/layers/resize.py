@@ -51,6 +51,8 @@ _FIXED_MODES = {
 class Interpolate(NonParamLayer):
     """Resize the spatial axes of an (N, C, *spatial) input to a size or by a scale factor."""
 
+    batch_independent = True
+
     def __init__(self, layer_name: str, mode: str, align_corners: bool,
                  size: tuple[int, ...] | None, scale_factor: tuple[float, ...] | None,
                  recompute_scale_factor: bool):

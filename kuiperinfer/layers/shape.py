@@ -10,7 +10,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from kuiperinfer.errors import InferError, InferStatus, ParseParameterAttrStatus as Status
-from kuiperinfer.layers.base import NonParamLayer
+from kuiperinfer.layers.base import NonParamLayer, keeps_batch
 from kuiperinfer.layers.registry import register_layer
 from kuiperinfer.runtime.operator import RuntimeOperator
 
@@ -26,8 +26,10 @@ class Flatten(NonParamLayer):
     @classmethod
     def create(cls, op: RuntimeOperator) -> "Flatten":
         default_start = 1 if op.type == "nn.Flatten" else 0
-        return cls(op.name, op.param_int("start_dim", Status.kParameterMissingDim, default=default_start),
-                   op.param_int("end_dim", Status.kParameterMissingDim, default=-1))
+        layer = cls(op.name, op.param_int("start_dim", Status.kParameterMissingDim, default=default_start),
+                    op.param_int("end_dim", Status.kParameterMissingDim, default=-1))
+        layer.batch_independent = keeps_batch(op, layer.start_dim)
+        return layer
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         x = inputs[0]

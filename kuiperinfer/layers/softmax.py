@@ -12,7 +12,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from kuiperinfer.errors import InferError, InferStatus, ParseParameterAttrStatus as Status
-from kuiperinfer.layers.base import NonParamLayer
+from kuiperinfer.layers.base import NonParamLayer, keeps_batch
 from kuiperinfer.layers.registry import register_layer
 from kuiperinfer.runtime.operator import RuntimeOperator
 
@@ -46,7 +46,9 @@ class DimSoftmaxLayer(NonParamLayer):
         if shape and not -len(shape) <= dim < len(shape):
             raise op.error(f"dim {dim} is out of range for the {len(shape)}-d input {tuple(shape)}",
                            Status.kParameterMissingDim)
-        return cls(op.name, dim)
+        layer = cls(op.name, dim)
+        layer.batch_independent = keeps_batch(op, dim)
+        return layer
 
     def function(self, x: np.ndarray) -> np.ndarray:
         raise NotImplementedError

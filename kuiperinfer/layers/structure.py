@@ -38,6 +38,7 @@ class Constant(NonParamLayer):
 
 @register_layer("prim::TupleConstruct")
 class TupleConstruct(NonParamLayer):
+    batch_independent = True
     @classmethod
     def create(cls, op: RuntimeOperator) -> "TupleConstruct":
         return cls(op.name)
@@ -48,6 +49,7 @@ class TupleConstruct(NonParamLayer):
 
 @register_layer("prim::ListConstruct")
 class ListConstruct(NonParamLayer):
+    batch_independent = True
     @classmethod
     def create(cls, op: RuntimeOperator) -> "ListConstruct":
         return cls(op.name)
@@ -58,6 +60,7 @@ class ListConstruct(NonParamLayer):
 
 @register_layer("prim::TupleUnpack", "prim::ListUnpack")
 class TupleUnpack(NonParamLayer):
+    batch_independent = True
     @classmethod
     def create(cls, op: RuntimeOperator) -> "TupleUnpack":
         return cls(op.name)

@@ -10,7 +10,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from kuiperinfer.errors import InferError, InferStatus, ParseParameterAttrStatus as Status
-from kuiperinfer.layers.base import NonParamLayer
+from kuiperinfer.layers.base import NonParamLayer, keeps_batch
 from kuiperinfer.layers.registry import register_layer
 from kuiperinfer.runtime.operator import RuntimeOperator
 
@@ -32,7 +32,9 @@ def _tensor_list(inputs: Sequence[Any]) -> Sequence[np.ndarray]:
 class Cat(DimLayer):
     @classmethod
     def create(cls, op: RuntimeOperator) -> "Cat":
-        return cls(op.name, op.param_int("dim", Status.kParameterMissingDim))
+        layer = cls(op.name, op.param_int("dim", Status.kParameterMissingDim))
+        layer.batch_independent = keeps_batch(op, layer.dim)
+        return layer
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         return [np.concatenate(_tensor_list(inputs), axis=self.dim)]
