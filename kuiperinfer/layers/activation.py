@@ -15,13 +15,16 @@ import numpy as np
 
 from kuiperinfer.errors import InferError, InferStatus, ParseParameterAttrStatus as Status
 from kuiperinfer.kernels import elementwise
-from kuiperinfer.layers.base import NonParamLayer, ParamLayer
+from kuiperinfer.layers.base import NonParamLayer, ParamLayer, keeps_batch
 from kuiperinfer.layers.registry import register_layer
 from kuiperinfer.runtime.operator import RuntimeOperator
+from kuiperinfer.runtime.parameter import RuntimeParameter, RuntimeParameterType as T
 
 
 class ActivationLayer(NonParamLayer):
     """Applies ``function`` to its single input. Subclasses supply :meth:`function`."""
+
+    batch_independent = True
 
     @classmethod
     def create(cls, op: RuntimeOperator) -> "ActivationLayer":
@@ -34,16 +37,53 @@ class ActivationLayer(NonParamLayer):
         return [self.function(inputs[0])]
 
 
-@register_layer("nn.ReLU", "F.relu", "torch.relu", "Tensor.relu", "F.relu_", "torch.relu_")
-class ReLU(ActivationLayer):
+# The graph optimiser fuses an activation into the operator before it (ncnn's
+# activation_type/activation_params) by writing these two parameters on that operator.
+FUSED_ACTIVATION = "activation"
+FUSED_ACTIVATION_PARAMS = "activation_params"
+
+
+def write_fused_activation(op: RuntimeOperator, activation: elementwise.InplaceActivation) -> None:
+    """Record on ``op`` that it applies ``activation`` to its output."""
+    op.params[FUSED_ACTIVATION] = RuntimeParameter(T.kParameterString, activation.name, activation.name)
+    params = tuple(float(p) for p in activation.params)
+    op.params[FUSED_ACTIVATION_PARAMS] = RuntimeParameter(
+        T.kParameterFloatArray, params, "(" + ",".join(repr(p) for p in params) + ")")
+
+
+def read_fused_activation(op: RuntimeOperator) -> elementwise.InplaceActivation | None:
+    """The activation the optimiser fused into ``op`` (None when there is none)."""
+    if not op.has_param(FUSED_ACTIVATION):
+        return None
+    name = op.param_str(FUSED_ACTIVATION)
+    params = op.param_floats(FUSED_ACTIVATION_PARAMS, default=())
+    try:
+        return elementwise.InplaceActivation(name, params)
+    except ValueError as exc:
+        raise op.error(str(exc), Status.kParameterInvalidValue) from exc
+
+
+class InplaceActivationLayer(ActivationLayer):
+    """An activation with an in-place kernel, which the graph optimiser can fuse into the
+    layer producing its input. It computes :meth:`inplace` on a copy of the input."""
+
+    def inplace(self) -> elementwise.InplaceActivation:
+        raise NotImplementedError
+
     def function(self, x: np.ndarray) -> np.ndarray:
-        return np.maximum(x, 0)
+        return self.inplace()(x.astype(np.result_type(x, np.float32)))
+
+
+@register_layer("nn.ReLU", "F.relu", "torch.relu", "Tensor.relu", "F.relu_", "torch.relu_")
+class ReLU(InplaceActivationLayer):
+    def inplace(self) -> elementwise.InplaceActivation:
+        return elementwise.InplaceActivation("relu")
 
 
 @register_layer("nn.Sigmoid", "F.sigmoid", "torch.sigmoid", "Tensor.sigmoid")
-class Sigmoid(ActivationLayer):
-    def function(self, x: np.ndarray) -> np.ndarray:
-        return elementwise.sigmoid(x)
+class Sigmoid(InplaceActivationLayer):
+    def inplace(self) -> elementwise.InplaceActivation:
+        return elementwise.InplaceActivation("sigmoid")
 
 
 @register_layer("nn.Tanh", "F.tanh", "torch.tanh", "Tensor.tanh")
@@ -53,7 +93,7 @@ class Tanh(ActivationLayer):
 
 
 @register_layer("nn.Hardtanh", "F.hardtanh")
-class Hardtanh(ActivationLayer):
+class Hardtanh(InplaceActivationLayer):
     """Clamps to [min_val, max_val]."""
 
     def __init__(self, layer_name: str, min_val: float = -1.0, max_val: float = 1.0):
@@ -68,8 +108,8 @@ class Hardtanh(ActivationLayer):
             raise op.error(f"min_val {min_val} is greater than max_val {max_val}", Status.kParameterInvalidValue)
         return cls(op.name, min_val, max_val)
 
-    def function(self, x: np.ndarray) -> np.ndarray:
-        return np.clip(x, self.min_val, self.max_val)
+    def inplace(self) -> elementwise.InplaceActivation:
+        return elementwise.InplaceActivation("clip", (self.min_val, self.max_val))
 
 
 @register_layer("nn.ReLU6", "F.relu6")
@@ -82,7 +122,7 @@ class ReLU6(Hardtanh):
 
 
 @register_layer("nn.LeakyReLU", "F.leaky_relu")
-class LeakyReLU(ActivationLayer):
+class LeakyReLU(InplaceActivationLayer):
     """x where x > 0, negative_slope * x elsewhere (pnnx also writes nn.PReLU() with one
     parameter this way)."""
 
@@ -94,8 +134,8 @@ class LeakyReLU(ActivationLayer):
     def create(cls, op: RuntimeOperator) -> "LeakyReLU":
         return cls(op.name, op.param_float("negative_slope", default=0.01))
 
-    def function(self, x: np.ndarray) -> np.ndarray:
-        return np.where(x > 0, x, x * self.negative_slope)
+    def inplace(self) -> elementwise.InplaceActivation:
+        return elementwise.InplaceActivation("leaky_relu", (self.negative_slope,))
 
 
 @register_layer("nn.RReLU", "F.rrelu")
@@ -217,13 +257,11 @@ class GELU(ActivationLayer):
 
 
 @register_layer("nn.SiLU", "F.silu")
-class SiLU(ActivationLayer):
+class SiLU(InplaceActivationLayer):
     """x * sigmoid(x) (also called swish)."""
 
-    def function(self, x: np.ndarray) -> np.ndarray:
-        y = elementwise.sigmoid(x)
-        y *= x
-        return y
+    def inplace(self) -> elementwise.InplaceActivation:
+        return elementwise.InplaceActivation("silu")
 
 
 @register_layer("nn.Mish", "F.mish")
@@ -237,24 +275,19 @@ class Mish(ActivationLayer):
 
 
 @register_layer("nn.Hardsigmoid", "F.hardsigmoid")
-class Hardsigmoid(ActivationLayer):
+class Hardsigmoid(InplaceActivationLayer):
     """relu6(x + 3) / 6."""
 
-    def function(self, x: np.ndarray) -> np.ndarray:
-        y = np.clip(x + 3, 0, 6)
-        y /= 6
-        return y
+    def inplace(self) -> elementwise.InplaceActivation:
+        return elementwise.InplaceActivation("hardsigmoid")
 
 
 @register_layer("nn.Hardswish", "F.hardswish")
-class Hardswish(ActivationLayer):
+class Hardswish(InplaceActivationLayer):
     """x * relu6(x + 3) / 6."""
 
-    def function(self, x: np.ndarray) -> np.ndarray:
-        y = np.clip(x + 3, 0, 6)
-        y *= x
-        y /= 6
-        return y
+    def inplace(self) -> elementwise.InplaceActivation:
+        return elementwise.InplaceActivation("hardswish")
 
 
 @register_layer("nn.Softplus", "F.softplus")
@@ -356,7 +389,9 @@ class GLU(ActivationLayer):
 
     @classmethod
     def create(cls, op: RuntimeOperator) -> "GLU":
-        return cls(op.name, op.param_int("dim", Status.kParameterMissingDim, default=-1))
+        layer = cls(op.name, op.param_int("dim", Status.kParameterMissingDim, default=-1))
+        layer.batch_independent = keeps_batch(op, layer.dim)
+        return layer
 
     def function(self, x: np.ndarray) -> np.ndarray:
         if x.shape[self.dim] % 2:

@@ -23,7 +23,10 @@ from kuiperinfer.errors import InferError, InferStatus, ParseParameterAttrStatus
 from kuiperinfer.kernels.col2im import col2im
 from kuiperinfer.kernels.depthwise import depthwise_conv2d
 from kuiperinfer.kernels.im2col import im2col, output_size
+from kuiperinfer.kernels.elementwise import InplaceActivation
 from kuiperinfer.kernels.padding import PAD_MODES, pad_last_dims
+from kuiperinfer.kernels.winograd import winograd_conv3x3, winograd_pays, winograd_weight
+from kuiperinfer.layers.activation import read_fused_activation
 from kuiperinfer.layers.base import Layer, ParamLayer
 from kuiperinfer.layers.registry import register_layer
 from kuiperinfer.runtime.operator import RuntimeOperator
@@ -106,6 +109,12 @@ class ConvGeometry:
             pads = ((ph, ph), (pw, pw))
         return cls(kernel, stride, dilation, pads, mode, groups)
 
+    def winograd_applies(self) -> bool:
+        """Whether Winograd F(4x4, 3x3) computes this convolution: 3x3, stride 1, dilation 1,
+        one group, zero padding."""
+        return (self.kernel == (3, 3) and self.stride == (1, 1) and self.dilation == (1, 1)
+                and self.groups == 1 and self.padding_mode in ("zeros", "constant"))
+
     def pad(self, x: np.ndarray) -> np.ndarray:
         return pad_last_dims(x, self.padding, self.padding_mode)
 
@@ -163,9 +172,18 @@ def _check_channels(x: np.ndarray, expected: int) -> None:
 # -- convolution -------------------------------------------------------------------------
 
 def conv2d(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None,
-           geometry: ConvGeometry) -> np.ndarray:
-    """2-D convolution of NCHW ``x`` with ``weight`` (Cout, Cin/groups, kh, kw)."""
+           geometry: ConvGeometry, winograd: np.ndarray | None = None) -> np.ndarray:
+    """2-D convolution of NCHW ``x`` with ``weight`` (Cout, Cin/groups, kh, kw); a new array.
+
+    ``winograd`` is the weight transformed by :func:`winograd_weight` for a convolution
+    that :meth:`ConvGeometry.winograd_applies` to; it is used where Winograd pays.
+    """
     _check_channels(x, weight.shape[1] * geometry.groups)
+    if winograd is not None:
+        (top, bottom), (left, right) = geometry.padding
+        out_hw = (x.shape[2] + top + bottom - 2, x.shape[3] + left + right - 2)
+        if min(out_hw) >= 1 and winograd_pays(x.shape[0], x.shape[1], out_hw):
+            return winograd_conv3x3(x, winograd, geometry.padding, bias)
     padded = geometry.pad(x)
     oh, ow = geometry.output_hw(padded)
     if oh < 1 or ow < 1:
@@ -191,9 +209,13 @@ def conv2d(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None,
 class Convolution(ParamLayer):
     """nn.Conv1d / nn.Conv2d with the weight (and bias) stored in the model."""
 
+    batch_independent = True
+
     def __init__(self, layer_name: str, weight: np.ndarray, bias: np.ndarray | None,
-                 geometry: ConvGeometry, rank: int):
+                 geometry: ConvGeometry, rank: int, activation: InplaceActivation | None = None):
         self.geometry, self.rank = geometry, rank
+        self.activation = activation
+        """An activation the graph optimiser fused in, applied in place on the output."""
         super().__init__(layer_name, weight, bias)
 
     @classmethod
@@ -203,14 +225,18 @@ class Convolution(ParamLayer):
         geometry = ConvGeometry.from_operator(op, kernel)
         c_in, c_out = _read_channels(op, geometry)
         weight = op.weight("weight", (c_out, c_in // geometry.groups, *kernel))
-        return cls(op.name, weight, _read_bias(op, c_out), geometry, rank)
+        return cls(op.name, weight, _read_bias(op, c_out), geometry, rank, read_fused_activation(op))
 
     def prepare(self) -> None:
         self._weight_2d = self._weight.reshape(*self._weight.shape[:2], *self.geometry.kernel)
+        self._winograd = winograd_weight(self._weight_2d) if self.geometry.winograd_applies() else None
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         x = as_2d(inputs[0], self.rank)
-        return [from_2d(conv2d(x, self._weight_2d, self._bias, self.geometry), self.rank)]
+        out = conv2d(x, self._weight_2d, self._bias, self.geometry, self._winograd)
+        if self.activation is not None:
+            out = self.activation(out)
+        return [from_2d(out, self.rank)]
 
 
 @register_layer("F.conv1d", "F.conv2d")
@@ -280,6 +306,8 @@ def _read_transposed_geometry(op: RuntimeOperator, kernel: tuple[int, ...]
 @register_layer("nn.ConvTranspose1d", "nn.ConvTranspose2d")
 class TransposedConvolution(ParamLayer):
     """nn.ConvTranspose1d / nn.ConvTranspose2d with the weight (and bias) stored in the model."""
+
+    batch_independent = True
 
     def __init__(self, layer_name: str, weight: np.ndarray, bias: np.ndarray | None,
                  geometry: ConvGeometry, output_padding: tuple[int, int], rank: int):

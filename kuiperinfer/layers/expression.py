@@ -11,6 +11,8 @@ from typing import Any, Sequence
 
 from kuiperinfer.errors import ExpressionError, ParseParameterAttrStatus as Status
 from kuiperinfer.expression import Expression, compile_expression
+from kuiperinfer.kernels.elementwise import InplaceActivation
+from kuiperinfer.layers.activation import read_fused_activation
 from kuiperinfer.layers.base import NonParamLayer
 from kuiperinfer.layers.registry import register_layer
 from kuiperinfer.runtime.operator import RuntimeOperator
@@ -18,9 +20,12 @@ from kuiperinfer.runtime.operator import RuntimeOperator
 
 @register_layer("pnnx.Expression")
 class ExpressionLayer(NonParamLayer):
-    def __init__(self, layer_name: str, expression: Expression):
+    def __init__(self, layer_name: str, expression: Expression,
+                 activation: InplaceActivation | None = None):
         super().__init__(layer_name)
         self.expression = expression
+        self.activation = activation
+        """An activation the graph optimiser fused in, applied in place on the result."""
 
     @classmethod
     def create(cls, op: RuntimeOperator) -> "ExpressionLayer":
@@ -32,7 +37,13 @@ class ExpressionLayer(NonParamLayer):
         if expression.num_inputs > len(op.input_operands_seq):
             raise op.error(f"expression {text!r} uses {expression.num_inputs} inputs, the operator has "
                            f"{len(op.input_operands_seq)}", Status.kParameterMissingExpr)
-        return cls(op.name, expression)
+        layer = cls(op.name, expression, read_fused_activation(op))
+        # elementwise, so slices of a batch are independent, unless it reads sizes or builds lists
+        layer.batch_independent = "size(" not in text and "[" not in text
+        return layer
 
     def forward(self, inputs: Sequence[Any]) -> list[Any]:
-        return [self.expression.evaluate(inputs)]
+        result = self.expression.evaluate(inputs)
+        if self.activation is not None:
+            result = self.activation(result)
+        return [result]

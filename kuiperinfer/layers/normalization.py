@@ -126,6 +126,8 @@ class BatchNorm(ParamLayer):
     variance are kept too, and :meth:`prepare` folds all four with eps.
     """
 
+    batch_independent = True
+
     def __init__(self, layer_name: str, weight: np.ndarray, bias: np.ndarray,
                  running_mean: np.ndarray, running_var: np.ndarray, eps: float):
         self.running_mean, self.running_var, self.eps = running_mean, running_var, eps

@@ -51,6 +51,8 @@ class PoolWindow:
 class MaxPooling(NonParamLayer):
     """Max pooling (kernel, stride, padding, dilation, ceil_mode); no indices."""
 
+    batch_independent = True
+
     def __init__(self, layer_name: str, window: PoolWindow, rank: int):
         super().__init__(layer_name)
         self.window, self.rank = window, rank
@@ -70,6 +72,8 @@ class MaxPooling(NonParamLayer):
 @register_layer("nn.AvgPool1d", "nn.AvgPool2d", "F.avg_pool1d", "F.avg_pool2d")
 class AvgPooling(NonParamLayer):
     """Average pooling (kernel, stride, padding, ceil_mode, count_include_pad, divisor_override)."""
+
+    batch_independent = True
 
     def __init__(self, layer_name: str, window: PoolWindow, count_include_pad: bool,
                  divisor_override: int | None, rank: int):
@@ -95,6 +99,8 @@ class AvgPooling(NonParamLayer):
 class AdaptivePooling(NonParamLayer):
     """Pooling to a fixed output size. pnnx writes a None entry (keep the input's size) as 0:
     nn.AdaptiveAvgPool2d((None, 3)) becomes ``F.adaptive_avg_pool2d ... output_size=(0,3)``."""
+
+    batch_independent = True
 
     def __init__(self, layer_name: str, output_size: tuple[int | None, int | None], rank: int):
         super().__init__(layer_name)
