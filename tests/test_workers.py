@@ -1,0 +1,146 @@
+"""Batch-parallel workers: a batch split over threads gives the single-thread results."""
+
+from __future__ import annotations
+
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import kuiperinfer
+from kuiperinfer.runtime.graph import RuntimeGraph
+from oracle import Lambda, export, torch_outputs
+
+
+class SmallNet(nn.Module):
+    """Conv, BN, activations, pooling, a residual Expression, cat on channels, flatten, linear."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 8, 3, padding=1)
+        self.bn = nn.BatchNorm2d(8)
+        self.conv2 = nn.Conv2d(8, 8, 3, padding=1)
+        self.pool = nn.AdaptiveAvgPool2d(2)
+        self.fc = nn.Linear(64, 5)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        y = torch.relu(self.bn(self.conv1(x)))
+        y = torch.cat((F.hardswish(self.conv2(y)) + y, y), 1)
+        features = torch.flatten(self.pool(y[:, :16]), 1)
+        return torch.softmax(self.fc(features), 1), torch.max_pool2d(y, 2)
+
+
+class RecordingGraph(RuntimeGraph):
+    """Notes the threads that ran operators."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.threads: set[str] = set()
+
+    def run_node(self, op):
+        self.threads.add(threading.current_thread().name)
+        super().run_node(op)
+
+
+@pytest.fixture(scope="module")
+def small_net(tmp_path_factory):
+    torch.manual_seed(0)
+    model = SmallNet().eval()
+    return model, export(model, (torch.rand(1, 3, 12, 12),), tmp_path_factory.mktemp("workers"))
+
+
+def images(batch: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal((batch, 3, 12, 12), dtype=np.float32)
+
+
+def test_load_defaults(small_net):
+    _, param = small_net
+    assert kuiperinfer.load(param).workers == (os.cpu_count() or 1)
+    assert kuiperinfer.load(param, optimize=False).workers == 1
+    assert kuiperinfer.load(param, optimize=False, workers=3).workers == 3
+    assert kuiperinfer.load(param).batch_separable
+
+
+@pytest.mark.parametrize("workers", [2, 3])
+@pytest.mark.parametrize("batch", [1, 2, 3, 8])
+def test_workers_give_the_single_thread_results(small_net, batch, workers):
+    model, param = small_net
+    serial = kuiperinfer.load(param, workers=1)
+    parallel = kuiperinfer.load(param, workers=workers)
+    x = images(batch)
+    expected = serial.run(x)
+    got = parallel.run(x)
+    for a, b in zip(got, expected):
+        assert a.shape == b.shape and a.dtype == np.float32
+        np.testing.assert_allclose(a, b, atol=1e-6, rtol=0)
+    for a, b in zip(got, torch_outputs(model, (torch.from_numpy(x),))):
+        np.testing.assert_allclose(a, b, atol=1e-4, rtol=1e-3)
+
+
+def test_batch_is_split_over_worker_threads(small_net):
+    _, param = small_net
+    graph = RecordingGraph(param, workers=2)
+    graph.build()
+    graph.run(images(1))
+    assert graph.threads == {threading.current_thread().name}
+    graph.run(images(4))
+    assert any(name.startswith("kuiper-worker") for name in graph.threads)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: x - x.mean(0, keepdim=True),
+    lambda x: torch.cat((x, x * 2), 0).relu(),
+    lambda x: torch.softmax(x, 0),
+], ids=["mean-over-batch", "cat-on-batch", "softmax-over-batch"])
+def test_graph_mixing_samples_runs_whole(tmp_path, fn):
+    module = Lambda(fn)
+    param = export(module, (torch.rand(2, 3, 4),), tmp_path)
+    graph = RecordingGraph(param, workers=2)
+    graph.build()
+    assert not graph.batch_separable
+    x = torch.randn(6, 3, 4, generator=torch.Generator().manual_seed(1))
+    np.testing.assert_allclose(graph(x.numpy()), fn(x).numpy(), atol=1e-5, rtol=1e-4)
+    assert graph.threads == {threading.current_thread().name}
+
+
+def test_many_threads_share_one_workers_graph(small_net):
+    _, param = small_net
+    graph = kuiperinfer.load(param, workers=2)
+    inputs = [images(batch, seed=batch) for batch in (1, 2, 3, 5, 8, 4, 7, 6)]
+    expected = [kuiperinfer.load(param, workers=1).run(x) for x in inputs]
+
+    def calls(i: int) -> list[list[np.ndarray]]:
+        return [graph.run(inputs[i]) for _ in range(10)]
+
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(calls, range(8)))
+    for i, runs in enumerate(results):
+        for outputs in runs:
+            for a, b in zip(outputs, expected[i]):
+                np.testing.assert_allclose(a, b, atol=1e-6, rtol=0)
+
+
+def test_blas_threads_restored_after_split_runs(small_net):
+    from threadpoolctl import threadpool_info
+
+    def blas_threads() -> list[int]:
+        return [p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"]
+
+    _, param = small_net
+    before = blas_threads()
+    graph = kuiperinfer.load(param, workers=2)
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(lambda _: graph.run(images(8)), range(8)))
+    assert blas_threads() == before
+
+
+def test_workers_must_be_positive(small_net):
+    _, param = small_net
+    with pytest.raises(kuiperinfer.KuiperError, match="workers"):
+        kuiperinfer.load(param, workers=0)
+
