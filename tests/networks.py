@@ -6,8 +6,11 @@ randomised so that no normalisation is the identity.
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 
 def randomize_batchnorm(model: nn.Module, seed: int = 0) -> nn.Module:
@@ -67,3 +70,335 @@ class ResNet18(nn.Module):
 def resnet18(seed: int = 0) -> ResNet18:
     torch.manual_seed(seed)
     return randomize_batchnorm(ResNet18(), seed)
+
+
+# --------------------------------------------------------------------------- MobileNetV3-Small
+
+
+def make_divisible(value: float, divisor: int = 8) -> int:
+    """Round ``value`` to a multiple of ``divisor``, never more than 10% below it (torchvision)."""
+    rounded = max(divisor, int(value + divisor / 2) // divisor * divisor)
+    return rounded + divisor if rounded < 0.9 * value else rounded
+
+
+class ConvBNActivation(nn.Sequential):
+    """Conv2d (no bias) + BatchNorm2d + an optional activation, "same" padding."""
+
+    def __init__(self, cin: int, cout: int, kernel: int = 1, stride: int = 1, groups: int = 1,
+                 activation: type[nn.Module] | None = nn.ReLU):
+        layers: list[nn.Module] = [
+            nn.Conv2d(cin, cout, kernel, stride, (kernel - 1) // 2, groups=groups, bias=False),
+            nn.BatchNorm2d(cout, eps=0.001, momentum=0.01),
+        ]
+        if activation is not None:
+            layers.append(activation())
+        super().__init__(*layers)
+
+
+class SqueezeExcitation(nn.Module):
+    """Channel attention: global average, 1x1 conv down, ReLU, 1x1 conv up, Hardsigmoid, scale."""
+
+    def __init__(self, channels: int, squeeze: int):
+        super().__init__()
+        self.avgpool = nn.AdaptiveAvgPool2d(1)
+        self.fc1 = nn.Conv2d(channels, squeeze, 1)
+        self.relu = nn.ReLU()
+        self.fc2 = nn.Conv2d(squeeze, channels, 1)
+        self.scale_activation = nn.Hardsigmoid()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        scale = self.scale_activation(self.fc2(self.relu(self.fc1(self.avgpool(x)))))
+        return scale * x
+
+
+class InvertedResidual(nn.Module):
+    """MobileNetV3 block: 1x1 expand, depthwise kxk, optional SE, 1x1 project, residual."""
+
+    def __init__(self, cin: int, kernel: int, expanded: int, cout: int, use_se: bool,
+                 activation: type[nn.Module], stride: int):
+        super().__init__()
+        self.use_residual = stride == 1 and cin == cout
+        layers: list[nn.Module] = []
+        if expanded != cin:
+            layers.append(ConvBNActivation(cin, expanded, 1, activation=activation))
+        layers.append(ConvBNActivation(expanded, expanded, kernel, stride, groups=expanded,
+                                       activation=activation))
+        if use_se:
+            layers.append(SqueezeExcitation(expanded, make_divisible(expanded // 4)))
+        layers.append(ConvBNActivation(expanded, cout, 1, activation=None))
+        self.block = nn.Sequential(*layers)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.block(x)
+        return out + x if self.use_residual else out
+
+
+# (input channels, kernel, expanded channels, output channels, SE, activation, stride)
+MOBILENET_V3_SMALL = (
+    (16, 3, 16, 16, True, nn.ReLU, 2),
+    (16, 3, 72, 24, False, nn.ReLU, 2),
+    (24, 3, 88, 24, False, nn.ReLU, 1),
+    (24, 5, 96, 40, True, nn.Hardswish, 2),
+    (40, 5, 240, 40, True, nn.Hardswish, 1),
+    (40, 5, 240, 40, True, nn.Hardswish, 1),
+    (40, 5, 120, 48, True, nn.Hardswish, 1),
+    (48, 5, 144, 48, True, nn.Hardswish, 1),
+    (48, 5, 288, 96, True, nn.Hardswish, 2),
+    (96, 5, 576, 96, True, nn.Hardswish, 1),
+    (96, 5, 576, 96, True, nn.Hardswish, 1),
+)
+
+
+class MobileNetV3Small(nn.Module):
+    """torchvision's mobilenet_v3_small layout: stem, 11 inverted residuals, 1x1 conv, classifier."""
+
+    def __init__(self, classes: int = 1000):
+        super().__init__()
+        blocks = [InvertedResidual(*config) for config in MOBILENET_V3_SMALL]
+        last = 6 * MOBILENET_V3_SMALL[-1][3]
+        self.features = nn.Sequential(
+            ConvBNActivation(3, 16, 3, 2, activation=nn.Hardswish),
+            *blocks,
+            ConvBNActivation(MOBILENET_V3_SMALL[-1][3], last, 1, activation=nn.Hardswish),
+        )
+        self.avgpool = nn.AdaptiveAvgPool2d(1)
+        self.classifier = nn.Sequential(nn.Linear(last, 1024), nn.Hardswish(), nn.Dropout(0.2),
+                                        nn.Linear(1024, classes))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.classifier(torch.flatten(self.avgpool(self.features(x)), 1))
+
+
+def mobilenet_v3_small(seed: int = 0) -> MobileNetV3Small:
+    torch.manual_seed(seed)
+    return randomize_batchnorm(MobileNetV3Small(), seed)
+
+
+# --------------------------------------------------------------------------- YOLOv5s (v6.0)
+
+
+class Conv(nn.Module):
+    """yolov5's Conv: Conv2d (no bias, "same" padding) + BatchNorm2d + SiLU."""
+
+    def __init__(self, cin: int, cout: int, kernel: int = 1, stride: int = 1, padding: int | None = None):
+        super().__init__()
+        self.conv = nn.Conv2d(cin, cout, kernel, stride, kernel // 2 if padding is None else padding,
+                              bias=False)
+        self.bn = nn.BatchNorm2d(cout, eps=0.001, momentum=0.03)
+        self.act = nn.SiLU()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.act(self.bn(self.conv(x)))
+
+
+class Bottleneck(nn.Module):
+    """1x1 Conv, 3x3 Conv, and a residual add when ``shortcut``."""
+
+    def __init__(self, channels: int, shortcut: bool):
+        super().__init__()
+        self.cv1 = Conv(channels, channels, 1)
+        self.cv2 = Conv(channels, channels, 3)
+        self.add = shortcut
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.cv2(self.cv1(x))
+        return x + y if self.add else y
+
+
+class C3(nn.Module):
+    """CSP bottleneck with three convolutions: two branches, ``n`` Bottlenecks on one, cat, 1x1."""
+
+    def __init__(self, cin: int, cout: int, n: int = 1, shortcut: bool = True):
+        super().__init__()
+        hidden = cout // 2
+        self.cv1 = Conv(cin, hidden, 1)
+        self.cv2 = Conv(cin, hidden, 1)
+        self.cv3 = Conv(2 * hidden, cout, 1)
+        self.m = nn.Sequential(*(Bottleneck(hidden, shortcut) for _ in range(n)))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.cv3(torch.cat((self.m(self.cv1(x)), self.cv2(x)), 1))
+
+
+class SPPF(nn.Module):
+    """Spatial pyramid pooling, fast: one 5x5 max pool applied three times, concatenated."""
+
+    def __init__(self, cin: int, cout: int, kernel: int = 5):
+        super().__init__()
+        hidden = cin // 2
+        self.cv1 = Conv(cin, hidden, 1)
+        self.cv2 = Conv(4 * hidden, cout, 1)
+        self.m = nn.MaxPool2d(kernel, 1, kernel // 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.cv1(x)
+        y1 = self.m(x)
+        y2 = self.m(y1)
+        return self.cv2(torch.cat((x, y1, y2, self.m(y2)), 1))
+
+
+YOLO_ANCHORS = ((10, 13, 16, 30, 33, 23), (30, 61, 62, 45, 59, 119), (116, 90, 156, 198, 373, 326))
+
+
+class Detect(nn.Module):
+    """yolov5's Detect head at inference: 1x1 convs, sigmoid, and the box decode.
+
+    For each level: xy = (2 sigmoid - 0.5 + cell) * stride, wh = (2 sigmoid)^2 * anchor,
+    the rest (objectness, classes) is the sigmoid. The grid is built in ``forward``
+    from arange/meshgrid, as yolov5's ``_make_grid`` does.
+    """
+
+    def __init__(self, classes: int, channels: tuple[int, ...], strides: tuple[int, ...]):
+        super().__init__()
+        self.classes = classes
+        self.no = classes + 5
+        self.na = len(YOLO_ANCHORS[0]) // 2
+        self.strides = strides
+        self.register_buffer("anchors", torch.tensor(YOLO_ANCHORS, dtype=torch.float32).view(len(strides), self.na, 2))
+        self.m = nn.ModuleList(nn.Conv2d(c, self.no * self.na, 1) for c in channels)
+
+    def make_grid(self, nx: int, ny: int, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Cell offsets (minus 0.5) and anchor sizes, both of shape (1, na, ny, nx, 2)."""
+        shape = 1, self.na, ny, nx, 2
+        yv, xv = torch.meshgrid(torch.arange(ny, dtype=torch.float32),
+                                torch.arange(nx, dtype=torch.float32), indexing="ij")
+        grid = torch.stack((xv, yv), 2).expand(shape) - 0.5
+        anchor_grid = self.anchors[i].view(1, self.na, 1, 1, 2).expand(shape)
+        return grid, anchor_grid
+
+    def forward(self, features: list[torch.Tensor]) -> torch.Tensor:
+        z = []
+        for i, (conv, x) in enumerate(zip(self.m, features)):
+            x = conv(x)
+            bs, _, ny, nx = x.shape
+            x = x.view(bs, self.na, self.no, ny, nx).permute(0, 1, 3, 4, 2).contiguous()
+            grid, anchor_grid = self.make_grid(nx, ny, i)
+            xy, wh, conf = x.sigmoid().split((2, 2, self.classes + 1), 4)
+            xy = (xy * 2 + grid) * self.strides[i]
+            wh = (wh * 2) ** 2 * anchor_grid
+            z.append(torch.cat((xy, wh, conf), 4).view(bs, self.na * nx * ny, self.no))
+        return torch.cat(z, 1)
+
+
+class YOLOv5(nn.Module):
+    """yolov5 v6.0 (yolov5s.yaml) with width and depth multiples: backbone, PANet neck, Detect."""
+
+    def __init__(self, width: float = 0.50, depth: float = 0.33, classes: int = 80):
+        super().__init__()
+
+        def ch(c: int) -> int:
+            return math.ceil(c * width / 8) * 8
+
+        def n(count: int) -> int:
+            return max(round(count * depth), 1)
+
+        # backbone
+        self.b0 = Conv(3, ch(64), 6, 2, 2)
+        self.b1 = Conv(ch(64), ch(128), 3, 2)
+        self.b2 = C3(ch(128), ch(128), n(3))
+        self.b3 = Conv(ch(128), ch(256), 3, 2)
+        self.b4 = C3(ch(256), ch(256), n(6))                 # P3/8
+        self.b5 = Conv(ch(256), ch(512), 3, 2)
+        self.b6 = C3(ch(512), ch(512), n(9))                 # P4/16
+        self.b7 = Conv(ch(512), ch(1024), 3, 2)
+        self.b8 = C3(ch(1024), ch(1024), n(3))
+        self.b9 = SPPF(ch(1024), ch(1024), 5)                # P5/32
+        # head
+        self.h10 = Conv(ch(1024), ch(512), 1)
+        self.up = nn.Upsample(scale_factor=2, mode="nearest")
+        self.h13 = C3(ch(1024), ch(512), n(3), shortcut=False)
+        self.h14 = Conv(ch(512), ch(256), 1)
+        self.h17 = C3(ch(512), ch(256), n(3), shortcut=False)   # P3 out
+        self.h18 = Conv(ch(256), ch(256), 3, 2)
+        self.h20 = C3(ch(512), ch(512), n(3), shortcut=False)   # P4 out
+        self.h21 = Conv(ch(512), ch(512), 3, 2)
+        self.h23 = C3(ch(1024), ch(1024), n(3), shortcut=False)  # P5 out
+        self.detect = Detect(classes, (ch(256), ch(512), ch(1024)), (8, 16, 32))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        p3 = self.b4(self.b3(self.b2(self.b1(self.b0(x)))))
+        p4 = self.b6(self.b5(p3))
+        p5 = self.b9(self.b8(self.b7(p4)))
+        h10 = self.h10(p5)
+        h14 = self.h14(self.h13(torch.cat((self.up(h10), p4), 1)))
+        out3 = self.h17(torch.cat((self.up(h14), p3), 1))
+        out4 = self.h20(torch.cat((self.h18(out3), h14), 1))
+        out5 = self.h23(torch.cat((self.h21(out4), h10), 1))
+        return self.detect([out3, out4, out5])
+
+
+def yolov5s(seed: int = 0) -> YOLOv5:
+    torch.manual_seed(seed)
+    return randomize_batchnorm(YOLOv5(0.50, 0.33), seed)
+
+
+# --------------------------------------------------------------------------- UNet
+
+
+class DoubleConv(nn.Sequential):
+    """(Conv2d 3x3 no bias, BatchNorm2d, ReLU) twice."""
+
+    def __init__(self, cin: int, cout: int, mid: int | None = None):
+        mid = mid or cout
+        super().__init__(
+            nn.Conv2d(cin, mid, 3, padding=1, bias=False), nn.BatchNorm2d(mid), nn.ReLU(inplace=True),
+            nn.Conv2d(mid, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(inplace=True),
+        )
+
+
+class Down(nn.Sequential):
+    """2x2 max pool, then DoubleConv."""
+
+    def __init__(self, cin: int, cout: int):
+        super().__init__(nn.MaxPool2d(2), DoubleConv(cin, cout))
+
+
+class Up(nn.Module):
+    """Upsample by 2 (bilinear, or a 2x2 ConvTranspose2d), pad to the skip, cat, DoubleConv."""
+
+    def __init__(self, cin: int, cout: int, bilinear: bool):
+        super().__init__()
+        if bilinear:
+            self.up = nn.Upsample(scale_factor=2, mode="bilinear", align_corners=True)
+            self.conv = DoubleConv(cin, cout, cin // 2)
+        else:
+            self.up = nn.ConvTranspose2d(cin, cin // 2, 2, stride=2)
+            self.conv = DoubleConv(cin, cout)
+
+    def forward(self, x: torch.Tensor, skip: torch.Tensor) -> torch.Tensor:
+        x = self.up(x)
+        dy, dx = skip.size(2) - x.size(2), skip.size(3) - x.size(3)
+        x = F.pad(x, [dx // 2, dx - dx // 2, dy // 2, dy - dy // 2])
+        return self.conv(torch.cat([skip, x], dim=1))
+
+
+class UNet(nn.Module):
+    """The original UNet's layout (as in milesial/Pytorch-UNet), ``base`` channels at the top."""
+
+    def __init__(self, channels: int = 3, classes: int = 2, bilinear: bool = False, base: int = 64):
+        super().__init__()
+        factor = 2 if bilinear else 1
+        self.inc = DoubleConv(channels, base)
+        self.down1 = Down(base, 2 * base)
+        self.down2 = Down(2 * base, 4 * base)
+        self.down3 = Down(4 * base, 8 * base)
+        self.down4 = Down(8 * base, 16 * base // factor)
+        self.up1 = Up(16 * base, 8 * base // factor, bilinear)
+        self.up2 = Up(8 * base, 4 * base // factor, bilinear)
+        self.up3 = Up(4 * base, 2 * base // factor, bilinear)
+        self.up4 = Up(2 * base, base, bilinear)
+        self.outc = nn.Conv2d(base, classes, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x1 = self.inc(x)
+        x2 = self.down1(x1)
+        x3 = self.down2(x2)
+        x4 = self.down3(x3)
+        x = self.up1(self.down4(x4), x4)
+        x = self.up3(self.up2(x, x3), x2)
+        return self.outc(self.up4(x, x1))
+
+
+def unet(bilinear: bool, base: int = 64, seed: int = 0) -> UNet:
+    torch.manual_seed(seed)
+    return randomize_batchnorm(UNet(bilinear=bilinear, base=base), seed)
