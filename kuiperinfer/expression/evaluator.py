@@ -45,7 +45,6 @@ Scalar = Union[bool, int, float]
 Value = Union[np.ndarray, bool, int, float, list, None]
 
 _INT64_MIN = -(1 << 63)
-_INT64_MAX = (1 << 63) - 1
 
 
 class _Failure(Exception):
@@ -105,7 +104,7 @@ def _round_to_int(name: str, value: float, rounder: Callable[[float], Any]) -> i
 # --------------------------------------------------------------------------- unary
 
 
-def _floating_input(name: str, x: np.ndarray) -> np.ndarray:
+def _floating_input(x: np.ndarray) -> np.ndarray:
     """Integer and bool arrays are computed as float32, as torch does for sqrt, sin, ..."""
     if promotion.is_floating(x.dtype):
         return x
@@ -118,7 +117,7 @@ def _make_float_unary(name: str, array_fn: Callable[[np.ndarray], np.ndarray]) -
     def apply(x: Any) -> Value:
         if _check_operands(name, (x,)):
             return float(array_fn(np.asarray(float(x), dtype=np.float64)))
-        return np.asarray(array_fn(_floating_input(name, x)))
+        return np.asarray(array_fn(_floating_input(x)))
 
     apply.__name__ = f"{name}_impl"
     return apply
@@ -126,10 +125,6 @@ def _make_float_unary(name: str, array_fn: Callable[[np.ndarray], np.ndarray]) -
 
 def _rsqrt(x: np.ndarray) -> np.ndarray:
     return np.reciprocal(np.sqrt(x))
-
-
-def _reciprocal(x: np.ndarray) -> np.ndarray:
-    return np.reciprocal(x)
 
 
 def _abs(x: Any) -> Value:
@@ -225,7 +220,7 @@ def _to_bool(x: Any) -> Value:
 # --------------------------------------------------------------------------- binary
 
 
-def _arrays(name: str, a: Any, b: Any) -> tuple[np.ndarray, np.ndarray, np.dtype]:
+def _arrays(a: Any, b: Any) -> tuple[np.ndarray, np.ndarray, np.dtype]:
     """Both operands as arrays of their torch result dtype."""
     dtype = result_type(a, b)
     return _as_array(a, dtype), _as_array(b, dtype), dtype
@@ -250,7 +245,7 @@ def _make_arithmetic(name: str, python_op: Callable[[Any, Any], Any],
             return python_op(a, b)
         if name == "sub" and promotion.BOOL in (result_type(a), result_type(b)):
             raise _Failure("sub() with a bool operand is not defined (as in torch)")
-        x, y, _ = _arrays(name, a, b)
+        x, y, _ = _arrays(a, b)
         return np.asarray(array_op(x, y))
 
     apply.__name__ = f"{name}_impl"
@@ -268,8 +263,8 @@ def _div(a: Any, b: Any) -> Value:
             raise _Failure("division by zero (Python numbers)")
         return a / b
     if _is_scalar(a):
-        reciprocal = np.asarray(np.reciprocal(_floating_input("div", b)))
-        x, y, _ = _arrays("div", reciprocal, a)
+        reciprocal = np.asarray(np.reciprocal(_floating_input(b)))
+        x, y, _ = _arrays(reciprocal, a)
         return np.asarray(np.multiply(x, y))
     dtype = result_type(a, b)
     if not promotion.is_floating(dtype):
@@ -283,7 +278,7 @@ def _floor_divide(a: Any, b: Any) -> Value:
         if b == 0:
             raise _Failure("integer division or modulo by zero (Python numbers)")
         return a // b
-    x, y, dtype = _arrays("floor_divide", a, b)
+    x, y, dtype = _arrays(a, b)
     _no_bool("floor_divide", dtype)
     _no_zero_divisor("floor_divide", dtype, y)
     return np.asarray(np.floor_divide(x, y))
@@ -295,7 +290,7 @@ def _remainder(a: Any, b: Any) -> Value:
         if b == 0:
             raise _Failure("integer division or modulo by zero (Python numbers)")
         return a % b
-    x, y, dtype = _arrays("remainder", a, b)
+    x, y, dtype = _arrays(a, b)
     _no_bool("remainder", dtype)
     _no_zero_divisor("remainder", dtype, y)
     return np.asarray(np.remainder(x, y))
@@ -310,7 +305,7 @@ def _fmod(a: Any, b: Any) -> Value:
             raise _Failure("fmod() of integers by zero (torch raises ZeroDivisionError)")
         magnitude = abs(int(a)) % abs(int(b))
         return -magnitude if a < 0 else magnitude
-    x, y, dtype = _arrays("fmod", a, b)
+    x, y, dtype = _arrays(a, b)
     _no_bool("fmod", dtype)
     _no_zero_divisor("fmod", dtype, y)
     return np.asarray(np.fmod(x, y))
@@ -323,7 +318,7 @@ def _pow(a: Any, b: Any) -> Value:
         if b < 0:
             raise _Failure("integers to negative integer powers are not allowed (as in torch)")
         return _to_int64(pow(int(a), int(b), 1 << 64))
-    x, y, dtype = _arrays("pow", a, b)
+    x, y, dtype = _arrays(a, b)
     if not promotion.is_floating(dtype) and np.any(y < 0):
         raise _Failure("integers to negative integer powers are not allowed (as in torch)")
     if dtype == promotion.BOOL:
@@ -351,7 +346,7 @@ def _logaddexp_scalar(a: float, b: float) -> float:
 def _logaddexp(a: Any, b: Any) -> Value:
     if _check_operands("logaddexp", (a, b)):
         return _logaddexp_scalar(float(a), float(b))
-    x, y, dtype = _arrays("logaddexp", a, b)
+    x, y, dtype = _arrays(a, b)
     if not promotion.is_floating(dtype):
         raise _Failure(f"logaddexp() is not defined for {dtype} operands (as in torch)")
     return np.asarray(np.logaddexp(x, y))
@@ -367,7 +362,7 @@ def _make_extremum(name: str, pick: Callable[[Any, Any], Any],
             if kind is float and (math.isnan(a) or math.isnan(b)):
                 return math.nan
             return kind(pick(a, b))
-        x, y, _ = _arrays(name, a, b)
+        x, y, _ = _arrays(a, b)
         return np.asarray(array_op(x, y))
 
     apply.__name__ = f"{name}_impl"
@@ -383,7 +378,7 @@ def _make_bitwise(name: str, python_op: Callable[[Any, Any], Any],
             if float in (type(a), type(b)):
                 raise _Failure(f"{name}() is not defined for floating-point numbers")
             return python_op(a, b)
-        x, y, dtype = _arrays(name, a, b)
+        x, y, dtype = _arrays(a, b)
         if promotion.is_floating(dtype):
             raise _Failure(f"{name}() is not defined for {dtype} operands (as in torch)")
         return np.asarray(array_op(x, y))
@@ -409,7 +404,7 @@ def _lshift(a: Any, b: Any) -> Value:
     a, b, scalars = _shift_operands("lshift", a, b)
     if scalars:
         return _to_int64(a << b)
-    x, y, dtype = _arrays("lshift", a, b)
+    x, y, dtype = _arrays(a, b)
     if not promotion.is_integer(dtype):
         raise _Failure(f"lshift() is not defined for {dtype} operands (as in torch)")
     bits = dtype.itemsize * 8
@@ -423,7 +418,7 @@ def _rshift(a: Any, b: Any) -> Value:
     a, b, scalars = _shift_operands("rshift", a, b)
     if scalars:
         return a >> b
-    x, y, dtype = _arrays("rshift", a, b)
+    x, y, dtype = _arrays(a, b)
     if not promotion.is_integer(dtype):
         raise _Failure(f"rshift() is not defined for {dtype} operands (as in torch)")
     bits = dtype.itemsize * 8
@@ -480,7 +475,7 @@ IMPLEMENTATIONS: dict[str, Callable[..., Value]] = {
     "log": _make_float_unary("log", np.log),
     "log10": _make_float_unary("log10", np.log10),
     "log1p": _make_float_unary("log1p", np.log1p),
-    "reciprocal": _make_float_unary("reciprocal", _reciprocal),
+    "reciprocal": _make_float_unary("reciprocal", np.reciprocal),
     "rsqrt": _make_float_unary("rsqrt", _rsqrt),
     "sin": _make_float_unary("sin", np.sin),
     "sinh": _make_float_unary("sinh", np.sinh),
