@@ -9,6 +9,7 @@ raise no overflow warnings.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -22,10 +23,7 @@ _GELU_TANH_SATURATION = 10.0
 
 def sigmoid(x: np.ndarray) -> np.ndarray:
     """The logistic function 1 / (1 + exp(-x)), as 0.5 * (1 + tanh(x / 2))."""
-    y = np.tanh(x * 0.5)
-    y += 1
-    y *= 0.5
-    return y
+    return sigmoid_(x.astype(np.result_type(x, np.float32)))
 
 
 def softplus(x: np.ndarray) -> np.ndarray:
@@ -65,3 +63,67 @@ def gelu_tanh(x: np.ndarray) -> np.ndarray:
     y *= x
     y *= 0.5
     return y
+
+
+# -- activations in place, for fusing into the layer that produced a fresh array ----------
+
+def relu_(y: np.ndarray) -> np.ndarray:
+    return np.maximum(y, 0, out=y)
+
+
+def clip_(y: np.ndarray, low: float, high: float) -> np.ndarray:
+    return np.clip(y, low, high, out=y)
+
+
+def leaky_relu_(y: np.ndarray, negative_slope: float) -> np.ndarray:
+    return np.multiply(y, negative_slope, out=y, where=y < 0)
+
+
+def sigmoid_(y: np.ndarray) -> np.ndarray:
+    y *= 0.5
+    np.tanh(y, out=y)
+    y += 1
+    y *= 0.5
+    return y
+
+
+def silu_(y: np.ndarray) -> np.ndarray:
+    y *= sigmoid(y)
+    return y
+
+
+def hardsigmoid_(y: np.ndarray) -> np.ndarray:
+    y += 3
+    np.clip(y, 0, 6, out=y)
+    y /= 6
+    return y
+
+
+def hardswish_(y: np.ndarray) -> np.ndarray:
+    y *= np.clip(y + 3, 0, 6)
+    y /= 6
+    return y
+
+
+_INPLACE = {"relu": relu_, "clip": clip_, "leaky_relu": leaky_relu_, "sigmoid": sigmoid_,
+            "silu": silu_, "hardsigmoid": hardsigmoid_, "hardswish": hardswish_}
+
+
+@dataclass(frozen=True)
+class InplaceActivation:
+    """An elementwise activation applied in place: ``name`` and its float parameters.
+
+    Calling it overwrites its argument (which must be a float array nobody else holds)
+    and returns it. It is what the graph optimiser fuses into a convolution or an
+    expression, and what those activation layers compute on a copy of their input.
+    """
+
+    name: str
+    params: tuple[float, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.name not in _INPLACE:
+            raise ValueError(f"unknown in-place activation {self.name!r}; known: {sorted(_INPLACE)}")
+
+    def __call__(self, y: np.ndarray) -> np.ndarray:
+        return _INPLACE[self.name](y, *self.params)

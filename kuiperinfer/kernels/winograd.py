@@ -1,0 +1,94 @@
+"""Winograd F(4x4, 3x3): 3x3 stride-1 convolution with 36 products per 4x4 output tile.
+
+im2col spends 9 multiply-adds per output pixel and input channel; Winograd's minimal
+filtering algorithm (Lavin & Gray, 2015) computes each 4x4 output tile from a 6x6 input
+tile with 36, about 2.25 per pixel. Every step is a matrix product:
+
+* the weight ``g`` (K, C, 3, 3) becomes ``U = G g G^T``, 36 matrices (K, C), once at
+  build time;
+* each 6x6 input tile ``d`` (tiles overlap by 2) becomes ``V = B^T d B``: two products
+  with the 6x6 matrix ``B^T``, over all channels and tiles at once;
+* the 36 products ``M = U @ V`` are one batched ``np.matmul`` (36, K, C) @ (36, C, tiles);
+* each output tile is ``A^T M A``, again two products, with the 4x6 matrix ``A^T``.
+
+The transforms add rounding error of about 1e-5 relative to the output's scale. They
+are fixed costs per tile and channel, so Winograd pays only with enough tiles to share
+them and only beyond a few channels: :func:`winograd_pays` decides per call.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+TILE = 4
+"""Output tile size; input tiles are ``TILE + 2`` wide."""
+MIN_TILES = 16
+"""Fewest output tiles (over the batch) for which Winograd beats im2col on this machine."""
+MIN_CHANNELS = 8
+"""Fewest input channels for which it does (the transforms cost per input channel)."""
+
+_BT = np.array([[4, 0, -5, 0, 1, 0],
+                [0, -4, -4, 1, 1, 0],
+                [0, 4, -4, -1, 1, 0],
+                [0, -2, -1, 2, 1, 0],
+                [0, 2, -1, -2, 1, 0],
+                [0, 4, 0, -5, 0, 1]], dtype=np.float32)
+_G = np.array([[1 / 4, 0, 0],
+               [-1 / 6, -1 / 6, -1 / 6],
+               [-1 / 6, 1 / 6, -1 / 6],
+               [1 / 24, 1 / 12, 1 / 6],
+               [1 / 24, -1 / 12, 1 / 6],
+               [0, 0, 1]], dtype=np.float64)
+_AT = np.array([[1, 1, 1, 1, 1, 0],
+                [0, 1, -1, 2, -2, 0],
+                [0, 1, 1, 4, 4, 0],
+                [0, 1, -1, 8, -8, 1]], dtype=np.float32)
+
+
+def winograd_weight(weight: np.ndarray) -> np.ndarray:
+    """The transformed weight ``U`` (36, K, C) of a (K, C, 3, 3) weight, computed in float64."""
+    u = np.einsum("ai,kcij,bj->abkc", _G, weight.astype(np.float64), _G)
+    return np.ascontiguousarray(u.reshape(36, *weight.shape[:2]), dtype=np.float32)
+
+
+def tile_counts(out_hw: tuple[int, int]) -> tuple[int, int]:
+    """Output tiles along the height and width for an output of ``out_hw``."""
+    return -(-out_hw[0] // TILE), -(-out_hw[1] // TILE)
+
+
+def winograd_pays(batch: int, channels: int, out_hw: tuple[int, int]) -> bool:
+    """Whether Winograd is the faster way to compute this convolution."""
+    th, tw = tile_counts(out_hw)
+    return channels >= MIN_CHANNELS and batch * th * tw >= MIN_TILES
+
+
+def winograd_conv3x3(x: np.ndarray, u: np.ndarray, padding: tuple[tuple[int, int], tuple[int, int]],
+                     bias: np.ndarray | None = None) -> np.ndarray:
+    """3x3 stride-1 convolution of NCHW ``x`` zero-padded by ``padding``, with ``U`` from
+    :func:`winograd_weight`, plus ``bias``; a new contiguous (N, K, OH, OW) array."""
+    n, c, h, w = x.shape
+    k = u.shape[1]
+    (top, bottom), (left, right) = padding
+    oh, ow = h + top + bottom - 2, w + left + right - 2
+    th, tw = tile_counts((oh, ow))
+    # zero padding out to whole tiles: the extra outputs are cropped at the end
+    padded = np.zeros((n, c, TILE * th + 2, TILE * tw + 2), dtype=np.float32)
+    padded[:, :, top:top + h, left:left + w] = x
+    s_n, s_c, s_h, s_w = padded.strides
+    tiles = as_strided(padded, (6, 6, c, n, th, tw),
+                       (s_h, s_w, s_c, s_n, TILE * s_h, TILE * s_w), writeable=False)
+    d = np.ascontiguousarray(tiles).reshape(6, -1)              # (i, j * C * tiles)
+    v = np.matmul(_BT, (_BT @ d).reshape(6, 6, -1))            # (a, b, C * tiles)
+    m = np.matmul(u, v.reshape(36, c, -1))                     # (36, K, tiles)
+    y = np.matmul(_AT, (_AT @ m.reshape(6, -1)).reshape(4, 6, -1))  # (4, 4, K * tiles)
+    y = y.reshape(TILE, TILE, k, n, th, tw).transpose(3, 2, 4, 0, 5, 1)  # (N, K, th, 4, tw, 4)
+    out = np.empty((n, k, th, TILE, tw, TILE), dtype=np.float32)
+    if bias is None:
+        np.copyto(out, y)
+    else:
+        np.add(y, bias.reshape(-1, 1, 1, 1, 1), out=out)
+    out = out.reshape(n, k, TILE * th, TILE * tw)
+    if (TILE * th, TILE * tw) != (oh, ow):
+        out = np.ascontiguousarray(out[:, :, :oh, :ow])
+    return out

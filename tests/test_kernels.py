@@ -1,0 +1,86 @@
+"""The fast kernels against the plain reference paths: Winograd against im2col, the
+in-place activations against PyTorch, and Winograd-sized convolutions against PyTorch."""
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from kuiperinfer.kernels.elementwise import InplaceActivation
+from kuiperinfer.kernels.winograd import winograd_conv3x3, winograd_pays, winograd_weight
+from kuiperinfer.layers.convolution import ConvGeometry, conv2d
+from oracle import check_op
+
+RNG = np.random.default_rng(0)
+
+
+def im2col_reference(x, weight, bias, padding):
+    geometry = ConvGeometry((3, 3), (1, 1), (1, 1), padding, "zeros", 1)
+    return conv2d(x, weight, bias, geometry)
+
+
+@pytest.mark.parametrize("n, c, k, h, w", [(1, 8, 16, 16, 16), (2, 3, 5, 9, 13), (1, 16, 8, 30, 17),
+                                           (3, 1, 1, 3, 3), (1, 32, 64, 28, 28)])
+@pytest.mark.parametrize("padding", [((1, 1), (1, 1)), ((0, 0), (0, 0)), ((2, 1), (0, 3))])
+def test_winograd_matches_im2col(n, c, k, h, w, padding):
+    x = RNG.standard_normal((n, c, h, w), dtype=np.float32)
+    weight = RNG.standard_normal((k, c, 3, 3), dtype=np.float32) / np.float32(3 * np.sqrt(c))
+    bias = RNG.standard_normal(k, dtype=np.float32)
+    ours = winograd_conv3x3(x, winograd_weight(weight), padding, bias)
+    expected = im2col_reference(x, weight, bias, padding)
+    assert ours.dtype == np.float32 and ours.flags.c_contiguous
+    assert ours.shape == expected.shape
+    np.testing.assert_allclose(ours, expected, atol=2e-5 * np.abs(expected).max(), rtol=0)
+
+
+def test_winograd_without_bias_leaves_the_input_alone():
+    x = RNG.standard_normal((1, 4, 8, 8), dtype=np.float32)
+    before = x.copy()
+    weight = RNG.standard_normal((2, 4, 3, 3), dtype=np.float32)
+    ours = winograd_conv3x3(x, winograd_weight(weight), ((1, 1), (1, 1)))
+    np.testing.assert_array_equal(x, before)
+    np.testing.assert_allclose(ours, im2col_reference(x, weight, None, ((1, 1), (1, 1))), atol=1e-4)
+
+
+def test_winograd_pays_only_with_enough_tiles_and_channels():
+    assert winograd_pays(1, 64, (56, 56))
+    assert not winograd_pays(1, 512, (7, 7))      # 4 tiles: the transformed weight dominates
+    assert winograd_pays(8, 512, (7, 7))
+    assert not winograd_pays(1, 3, (224, 224))    # too few channels to share the transforms
+
+
+@pytest.mark.parametrize("shape", [(1, 16, 30, 30), (2, 8, 17, 9)])
+def test_winograd_sized_convolutions_match_pytorch(shape, tmp_path):
+    for name, conv in (("pad1", nn.Conv2d(shape[1], 12, 3, padding=1)),
+                       ("valid", nn.Conv2d(shape[1], 6, 3, bias=False))):
+        (tmp_path / name).mkdir()
+        check_op(conv, shape, directory=tmp_path / name, batch=3)
+
+
+ACTIVATIONS = [
+    (InplaceActivation("relu"), F.relu),
+    (InplaceActivation("clip", (-0.5, 2.0)), lambda t: F.hardtanh(t, -0.5, 2.0)),
+    (InplaceActivation("clip", (0.0, 6.0)), F.relu6),
+    (InplaceActivation("leaky_relu", (0.2,)), lambda t: F.leaky_relu(t, 0.2)),
+    (InplaceActivation("leaky_relu", (-1.5,)), lambda t: F.leaky_relu(t, -1.5)),
+    (InplaceActivation("sigmoid"), torch.sigmoid),
+    (InplaceActivation("silu"), F.silu),
+    (InplaceActivation("hardsigmoid"), F.hardsigmoid),
+    (InplaceActivation("hardswish"), F.hardswish),
+]
+
+
+@pytest.mark.parametrize("activation, reference", ACTIVATIONS, ids=lambda a: getattr(a, "name", ""))
+def test_inplace_activations_match_pytorch_and_work_in_place(activation, reference):
+    x = np.concatenate([RNG.standard_normal(1000, dtype=np.float32) * 5,
+                        np.array([0, -0.0, 3, -3, 6, -6, 1e30, -1e30, np.nan], np.float32)])
+    y = x.copy()
+    assert activation(y) is y
+    np.testing.assert_allclose(y, reference(torch.from_numpy(x)).numpy(), atol=1e-6, rtol=1e-6)
+    assert y.dtype == np.float32
+
+
+def test_unknown_inplace_activation_is_refused():
+    with pytest.raises(ValueError, match="unknown in-place activation"):
+        InplaceActivation("swoosh")
