@@ -1,0 +1,96 @@
+"""The optimiser's passes, in the order :func:`optimize` runs them.
+
+* :func:`fold_batch_norm`: a BatchNorm right after a convolution (pnnx folds most; it
+  leaves those it cannot prove safe) becomes part of the convolution's weight and bias.
+* :func:`fuse_activation`: an activation right after a convolution or an arithmetic
+  expression is applied in place on that operator's fresh output (ncnn's
+  ``activation_type``), and its operator disappears.
+
+A pass takes the graph and returns how many rewrites it made.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from kuiperinfer.errors import GraphError
+from kuiperinfer.layers.activation import InplaceActivationLayer, read_fused_activation, write_fused_activation
+from kuiperinfer.layers.normalization import BatchNorm, fold_batch_norm as batch_norm_scale_shift
+from kuiperinfer.layers.registry import LayerRegisterer
+from kuiperinfer.optimizer.rewrite import absorb_consumer, sole_consumer
+from kuiperinfer.pnnx.ir import Attribute, numpy_dtype
+from kuiperinfer.runtime.attribute import RuntimeAttribute
+from kuiperinfer.runtime.graph import GraphState, RuntimeGraph
+from kuiperinfer.runtime.parameter import RuntimeParameter, RuntimeParameterType as T
+
+Pass = Callable[[RuntimeGraph], int]
+
+CONVOLUTIONS = ("nn.Conv1d", "nn.Conv2d")
+BATCH_NORMS = ("nn.BatchNorm1d", "nn.BatchNorm2d")
+# Expressions whose outermost operation makes a new array from array operands; sizes
+# (``size(@0,1)``) and lists (``[...]``) are Python values, not arrays.
+ARITHMETIC = ("add(", "sub(", "mul(", "div(")
+
+
+def fold_batch_norm(graph: RuntimeGraph) -> int:
+    """conv -> BatchNorm becomes one conv with ``W * scale`` and ``b * scale + shift``."""
+    folded = 0
+    for conv in list(graph.operators):
+        bn = sole_consumer(graph, conv) if conv.type in CONVOLUTIONS else None
+        if bn is None or bn.type not in BATCH_NORMS or "weight" not in conv.attribute:
+            continue
+        norm = BatchNorm.create(bn)
+        weight = conv.weight("weight")
+        if norm.running_mean.size != weight.shape[0]:
+            continue  # mismatched channels: leave the error to the layers
+        scale, shift = batch_norm_scale_shift(norm.running_mean, norm.running_var, norm.weights(),
+                                       norm.bias(), norm.eps)
+        bias = conv.weight("bias") if conv.param_bool("bias", default="bias" in conv.attribute) else 0
+        weight *= scale.reshape((-1,) + (1,) * (weight.ndim - 1))
+        conv.attribute["weight"] = RuntimeAttribute(Attribute.from_numpy(weight))
+        conv.attribute["bias"] = RuntimeAttribute(Attribute.from_numpy(
+            (bias * scale + shift).astype(np.float32)))
+        conv.params["bias"] = RuntimeParameter(T.kParameterBool, True, "True")
+        absorb_consumer(graph, conv, bn)
+        folded += 1
+    return folded
+
+
+def _makes_fresh_array(op) -> bool:
+    """Whether ``op``'s layer returns a new float array it holds no other reference to."""
+    if op.type in CONVOLUTIONS:
+        return True
+    if op.type == "pnnx.Expression" and "expr" in op.params and len(op.output_operands) == 1:
+        text = op.param_text("expr")
+        floating = numpy_dtype(op.output_operands[0].type) == np.float32
+        return floating and text.startswith(ARITHMETIC) and "size(" not in text and "[" not in text
+    return False
+
+
+def fuse_activation(graph: RuntimeGraph) -> int:
+    """producer -> activation becomes the producer applying the activation in place."""
+    fused = 0
+    for op in list(graph.operators):
+        act = sole_consumer(graph, op) if _makes_fresh_array(op) else None
+        if act is None or read_fused_activation(op) is not None:
+            continue
+        layer = LayerRegisterer.create_layer(act) if LayerRegisterer.has(act.type) else None
+        if not isinstance(layer, InplaceActivationLayer):
+            continue
+        write_fused_activation(op, layer.inplace())
+        absorb_consumer(graph, op, act)
+        fused += 1
+    return fused
+
+
+PASSES: tuple[Pass, ...] = (fold_batch_norm, fuse_activation)
+
+
+def optimize(graph: RuntimeGraph, passes: tuple[Pass, ...] = PASSES) -> dict[str, int]:
+    """Run ``passes`` on ``graph`` (between init() and build()); the rewrites of each."""
+    if graph.graph_state != GraphState.NeedBuild:
+        raise GraphError(f"optimize() runs between init() and build(); the graph is in state "
+                         f"{graph.graph_state.name}")
+    return {rewrite.__name__: rewrite(graph) for rewrite in passes}

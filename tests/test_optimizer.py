@@ -1,0 +1,166 @@
+"""The graph optimiser: each pass on small graphs, outputs equal to the unoptimised graph
+(and to PyTorch), with fewer operators."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from kuiperinfer.errors import GraphError
+from kuiperinfer.optimizer import optimize
+from kuiperinfer.pnnx.ir import Attribute, Graph, Parameter
+from kuiperinfer.runtime.graph import RuntimeGraph
+from networks import mobilenet_v3_small, randomize_batchnorm, resnet18
+from oracle import Lambda, assert_matches, export, torch_outputs
+
+
+def built(source: Path | Graph, optimized: bool) -> tuple[RuntimeGraph, dict[str, int]]:
+    graph = RuntimeGraph(source) if isinstance(source, Path) else RuntimeGraph()
+    graph.init(None if isinstance(source, Path) else source)
+    rewrites = optimize(graph) if optimized else {}
+    graph.build()
+    return graph, rewrites
+
+
+def compare(model: nn.Module, shape, directory: Path, batch: int = 3) -> tuple[RuntimeGraph, dict[str, int]]:
+    """Export ``model``; the optimised graph matches the plain one (1e-5 relative) and PyTorch."""
+    param = export(model, (torch.rand(*shape),), directory)
+    plain, _ = built(param, False)
+    fast, rewrites = built(param, True)
+    for n in (shape[0], batch):
+        x = torch.randn(n, *shape[1:], generator=torch.Generator().manual_seed(n))
+        expected = plain.run(x.numpy())
+        ours = fast.run(x.numpy())
+        for a, b in zip(ours, expected):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5 * np.abs(b).max())
+        assert_matches(ours, torch_outputs(model, (x,)))
+    return fast, rewrites
+
+
+def types(graph: RuntimeGraph) -> list[str]:
+    return [op.type for op in graph.operators]
+
+
+class ConvAct(nn.Module):
+    def __init__(self, activation: nn.Module, depthwise: bool = False):
+        super().__init__()
+        self.conv = nn.Conv2d(8, 8, 3, padding=1, groups=8 if depthwise else 1)
+        self.activation = activation
+
+    def forward(self, x):
+        return self.activation(self.conv(x))
+
+
+@pytest.mark.parametrize("activation", [nn.ReLU(), nn.ReLU6(), nn.Hardtanh(-1, 0.5), nn.LeakyReLU(0.1),
+                                        nn.Sigmoid(), nn.SiLU(), nn.Hardswish(), nn.Hardsigmoid()],
+                         ids=lambda m: type(m).__name__)
+def test_activation_fused_into_convolution(activation, tmp_path):
+    graph, rewrites = compare(ConvAct(activation), (1, 8, 20, 20), tmp_path)
+    assert rewrites["fuse_activation"] == 1
+    assert types(graph) == ["pnnx.Input", "nn.Conv2d", "pnnx.Output"]
+
+
+def test_activation_fused_into_depthwise_and_1d_convolutions(tmp_path):
+    compare(ConvAct(nn.ReLU6(), depthwise=True), (1, 8, 9, 9), tmp_path)
+    conv1d = nn.Sequential(nn.Conv1d(4, 6, 3), nn.ReLU())
+    (tmp_path / "1d").mkdir()
+    graph, rewrites = compare(conv1d, (1, 4, 17), tmp_path / "1d")
+    assert rewrites["fuse_activation"] == 1 and "nn.ReLU" not in types(graph)
+
+
+def test_activation_fused_into_residual_addition(tmp_path):
+    class Residual(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(4, 4, 3, padding=1)
+
+        def forward(self, x):
+            return F.relu(self.conv(x) + x)
+
+    graph, rewrites = compare(Residual(), (1, 4, 10, 10), tmp_path)
+    assert rewrites["fuse_activation"] == 1
+    assert types(graph) == ["pnnx.Input", "nn.Conv2d", "pnnx.Expression", "pnnx.Output"]
+
+
+def test_nothing_fused_where_the_value_is_also_read_elsewhere(tmp_path):
+    class TwoReaders(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(3, 4, 1)
+
+        def forward(self, x):
+            y = self.conv(x)
+            return torch.relu(y), y * 2
+
+    graph, rewrites = compare(TwoReaders(), (1, 3, 6, 6), tmp_path)
+    assert rewrites["fuse_activation"] == 0
+    assert {"nn.ReLU", "F.relu"} & set(types(graph))
+
+
+def test_activation_after_a_non_arithmetic_expression_stays(tmp_path):
+    graph, rewrites = compare(Lambda(lambda x: F.relu(x.reshape(x.size(0), -1))), (1, 3, 4), tmp_path)
+    assert rewrites["fuse_activation"] == 0
+
+
+def conv_bn_graph(conv: nn.Conv2d, bn: nn.BatchNorm2d, shape: tuple[int, ...]) -> Graph:
+    """Input -> nn.Conv2d -> nn.BatchNorm2d -> Output, built by hand (pnnx folds this pair
+    itself, but leaves BatchNorms it cannot fold)."""
+    graph = Graph()
+    operands = []
+    for name, dims in (("0", shape), ("1", (shape[0], conv.out_channels, *shape[2:])), ("2", None)):
+        operand = graph.new_operand(name)
+        operand.type, operand.shape = 1, list(dims or operands[-1].shape)
+        operands.append(operand)
+    specs = [("pnnx.Input", "in", [], [operands[0]], {}, {}),
+             ("nn.Conv2d", "conv", [operands[0]], [operands[1]],
+              dict(in_channels=conv.in_channels, out_channels=conv.out_channels, kernel_size=list(conv.kernel_size),
+                   stride=[1, 1], padding=list(conv.padding), dilation=[1, 1], groups=conv.groups,
+                   bias=conv.bias is not None, padding_mode="zeros"),
+              dict(weight=conv.weight, **({"bias": conv.bias} if conv.bias is not None else {}))),
+             ("nn.BatchNorm2d", "bn", [operands[1]], [operands[2]], dict(num_features=bn.num_features, eps=bn.eps),
+              dict(running_mean=bn.running_mean, running_var=bn.running_var, weight=bn.weight, bias=bn.bias)),
+             ("pnnx.Output", "out", [operands[2]], [], {}, {})]
+    for kind, name, inputs, outputs, params, attrs in specs:
+        op = graph.new_operator(kind, name)
+        op.inputs, op.outputs, op.inputnames = inputs, outputs, [""] * len(inputs)
+        for operand in inputs:
+            operand.consumers.append(op)
+        for operand in outputs:
+            operand.producer = op
+        op.params = {k: Parameter(v) for k, v in params.items()}
+        op.attrs = {k: Attribute.from_numpy(v.detach().numpy()) for k, v in attrs.items()}
+    return graph
+
+
+@pytest.mark.parametrize("bias, groups", [(True, 1), (False, 1), (False, 4)])
+def test_batchnorm_folded_into_convolution(bias, groups):
+    conv, bn = nn.Conv2d(4, 8, 3, padding=1, bias=bias, groups=groups), nn.BatchNorm2d(8)
+    model = randomize_batchnorm(nn.Sequential(conv, bn))
+    shape = (2, 4, 7, 9)
+    plain, _ = built(conv_bn_graph(conv, bn, shape), False)
+    fast, rewrites = built(conv_bn_graph(conv, bn, shape), True)
+    assert rewrites["fold_batch_norm"] == 1
+    assert types(fast) == ["pnnx.Input", "nn.Conv2d", "pnnx.Output"]
+    x = torch.randn(*shape)
+    expected = torch_outputs(model, (x,))
+    assert_matches(plain.run(x.numpy()), expected, atol=1e-5)
+    assert_matches(fast.run(x.numpy()), expected, atol=1e-5)
+
+
+@pytest.mark.parametrize("network", [resnet18, mobilenet_v3_small])
+def test_networks_optimised_match_unoptimised(network, tmp_path):
+    graph, rewrites = compare(network(), (1, 3, 64, 64), tmp_path, batch=2)
+    assert rewrites["fuse_activation"] > 5
+
+
+def test_optimize_runs_only_between_init_and_build(tmp_path):
+    graph = RuntimeGraph(export(nn.ReLU(), (torch.rand(1, 3),), tmp_path))
+    with pytest.raises(GraphError, match="between init"):
+        optimize(graph)
+    graph.init()
+    graph.build()
+    with pytest.raises(GraphError, match="between init"):
+        optimize(graph)
