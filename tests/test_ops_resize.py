@@ -178,3 +178,25 @@ def test_inputs_that_do_not_fit_raise_infer_error(type_name, params, shape):
     layer = LayerRegisterer.create_layer(make_operator(type_name, [list(shape)], **params))
     with pytest.raises(InferError):
         layer.forward([np.zeros(shape, dtype=np.float32)])
+
+
+class HeldPaddings(nn.Module):
+    """Padding modules held as attributes keep their nn.*Pad* type in the export."""
+
+    def __init__(self):
+        super().__init__()
+        self.zero = nn.ZeroPad2d((0, 1, 0, 1))
+        self.constant = nn.ConstantPad1d(2, 3.5)
+        self.reflect = nn.ReflectionPad2d(1)
+        self.replicate = nn.ReplicationPad2d((1, 0, 2, 1))
+        self.circular = nn.CircularPad2d(1)
+
+    def forward(self, x):
+        return (self.zero(x), self.constant(x.flatten(2)), self.reflect(x), self.replicate(x),
+                self.circular(x))
+
+
+def test_padding_modules_held_by_a_model(tmp_path):
+    graph = check_op(HeldPaddings(), (1, 3, 5, 6), directory=tmp_path, batch=2)
+    types = {op.type for op in graph.operators}
+    assert {"nn.ZeroPad2d", "nn.ReflectionPad2d"} <= types

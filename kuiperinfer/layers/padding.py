@@ -1,12 +1,14 @@
 """F.pad: constant, reflect, replicate and circular padding; negative amounts crop.
 
-pnnx writes every padding module (nn.ZeroPad2d, nn.ConstantPad1d, nn.ReflectionPad2d,
-nn.ReplicationPad2d, ...) as F.pad, for example
+pnnx writes a padding function, and a padding module called at the top level, as F.pad:
 
     F.pad  F.pad_0  1 1 0 1 mode=constant pad=(1,2,3,4) value=0.0
 
 where ``pad`` lists (before, after) amounts from the last dimension backwards and
-``value`` is None unless the model gave one.
+``value`` is None unless the model gave one. A padding module held by a model keeps
+its own type, its mode in the name and its amounts as ``padding`` (an int pads every side):
+
+    nn.ZeroPad2d  _conv_stem.static_padding  1 1 0 1 padding=(0,1,0,1)
 """
 
 from __future__ import annotations
@@ -22,9 +24,12 @@ from kuiperinfer.layers.registry import register_layer
 from kuiperinfer.runtime.operator import RuntimeOperator
 
 _MODES = ("constant", "reflect", "replicate", "circular")
+_MODULE_MODES = {"Zero": "constant", "Constant": "constant", "Reflection": "reflect",
+                 "Replication": "replicate", "Circular": "circular"}
+_MODULES = [f"nn.{kind}Pad{rank}d" for kind in _MODULE_MODES for rank in (1, 2, 3)]
 
 
-@register_layer("F.pad")
+@register_layer("F.pad", *_MODULES)
 class Pad(NonParamLayer):
     """Pad (or crop) the trailing dimensions of the input."""
 
@@ -34,8 +39,13 @@ class Pad(NonParamLayer):
 
     @classmethod
     def create(cls, op: RuntimeOperator) -> "Pad":
-        amounts = op.param_ints("pad", status=Status.kParameterMissingPadding)
-        mode = op.param_str("mode", Status.kParameterMissingPadding, default="constant")
+        if op.type == "F.pad":
+            amounts = op.param_ints("pad", status=Status.kParameterMissingPadding)
+            mode = op.param_str("mode", Status.kParameterMissingPadding, default="constant")
+        else:
+            kind, rank = op.type[3:].split("Pad")
+            amounts = op.param_ints("padding", 2 * int(rank[0]), Status.kParameterMissingPadding)
+            mode = _MODULE_MODES[kind]
         if mode not in _MODES:
             raise op.error(f"unsupported mode {mode!r}, expected one of {_MODES}", Status.kParameterInvalidValue)
         if len(amounts) % 2:
