@@ -63,6 +63,24 @@ def test_activation_fused_into_convolution(activation, tmp_path):
     assert types(graph) == ["pnnx.Input", "nn.Conv2d", "pnnx.Output"]
 
 
+def test_winograd_selected_for_3x3_stride_1_convolutions(tmp_path):
+    class Convs(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.convs = nn.ModuleList([nn.Conv2d(8, 8, 3, padding=1), nn.Conv2d(8, 8, 3, stride=2),
+                                        nn.Conv2d(8, 8, 3, padding=1, groups=8), nn.Conv2d(8, 8, 1)])
+
+        def forward(self, x):
+            return [conv(x) for conv in self.convs]
+
+    graph, rewrites = compare(Convs(), (1, 8, 24, 24), tmp_path)
+    assert rewrites["select_winograd"] == 1
+    (chosen,) = [op.layer for op in graph.operators if op.type == "nn.Conv2d" and op.layer.winograd]
+    assert chosen.geometry.winograd_applies()
+    plain, _ = built(tmp_path / "model.pnnx.param", False)
+    assert not any(op.layer.winograd for op in plain.operators if op.type == "nn.Conv2d")
+
+
 def test_activation_fused_into_depthwise_and_1d_convolutions(tmp_path):
     compare(ConvAct(nn.ReLU6(), depthwise=True), (1, 8, 9, 9), tmp_path)
     conv1d = nn.Sequential(nn.Conv1d(4, 6, 3), nn.ReLU())

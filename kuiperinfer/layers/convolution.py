@@ -171,6 +171,10 @@ def _check_channels(x: np.ndarray, expected: int) -> None:
 
 # -- convolution -------------------------------------------------------------------------
 
+WINOGRAD = "winograd"
+"""Parameter by which the graph optimiser selects Winograd for an nn.Conv2d."""
+
+
 def conv2d(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None,
            geometry: ConvGeometry, winograd: np.ndarray | None = None) -> np.ndarray:
     """2-D convolution of NCHW ``x`` with ``weight`` (Cout, Cin/groups, kh, kw); a new array.
@@ -212,10 +216,13 @@ class Convolution(ParamLayer):
     batch_independent = True
 
     def __init__(self, layer_name: str, weight: np.ndarray, bias: np.ndarray | None,
-                 geometry: ConvGeometry, rank: int, activation: InplaceActivation | None = None):
+                 geometry: ConvGeometry, rank: int, activation: InplaceActivation | None = None,
+                 winograd: bool = False):
         self.geometry, self.rank = geometry, rank
         self.activation = activation
         """An activation the graph optimiser fused in, applied in place on the output."""
+        self.winograd = winograd and geometry.winograd_applies()
+        """Whether calls with enough tiles run Winograd (the optimiser selects it)."""
         super().__init__(layer_name, weight, bias)
 
     @classmethod
@@ -225,11 +232,12 @@ class Convolution(ParamLayer):
         geometry = ConvGeometry.from_operator(op, kernel)
         c_in, c_out = _read_channels(op, geometry)
         weight = op.weight("weight", (c_out, c_in // geometry.groups, *kernel))
-        return cls(op.name, weight, _read_bias(op, c_out), geometry, rank, read_fused_activation(op))
+        return cls(op.name, weight, _read_bias(op, c_out), geometry, rank, read_fused_activation(op),
+                   op.param_bool(WINOGRAD, default=False))
 
     def prepare(self) -> None:
         self._weight_2d = self._weight.reshape(*self._weight.shape[:2], *self.geometry.kernel)
-        self._winograd = winograd_weight(self._weight_2d) if self.geometry.winograd_applies() else None
+        self._winograd = winograd_weight(self._weight_2d) if self.winograd else None
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         x = as_2d(inputs[0], self.rank)

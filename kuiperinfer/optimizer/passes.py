@@ -5,6 +5,8 @@
 * :func:`fuse_activation`: an activation right after a convolution or an arithmetic
   expression is applied in place on that operator's fresh output (ncnn's
   ``activation_type``), and its operator disappears.
+* :func:`select_winograd`: 3x3 stride-1 convolutions take Winograd F(4x4, 3x3)
+  (:mod:`kuiperinfer.kernels.winograd`) where it pays.
 
 A pass takes the graph and returns how many rewrites it made.
 """
@@ -17,6 +19,8 @@ import numpy as np
 
 from kuiperinfer.errors import GraphError
 from kuiperinfer.layers.activation import InplaceActivationLayer, read_fused_activation, write_fused_activation
+from kuiperinfer.kernels.winograd import MIN_CHANNELS
+from kuiperinfer.layers.convolution import WINOGRAD, ConvGeometry
 from kuiperinfer.layers.normalization import BatchNorm, fold_batch_norm as batch_norm_scale_shift
 from kuiperinfer.layers.registry import LayerRegisterer
 from kuiperinfer.optimizer.rewrite import absorb_consumer, sole_consumer
@@ -85,7 +89,21 @@ def fuse_activation(graph: RuntimeGraph) -> int:
     return fused
 
 
-PASSES: tuple[Pass, ...] = (fold_batch_norm, fuse_activation)
+def select_winograd(graph: RuntimeGraph) -> int:
+    """Mark the convolutions Winograd F(4x4, 3x3) computes: 3x3, stride 1, one group and
+    enough input channels (the layer still takes im2col for calls with too few tiles)."""
+    selected = 0
+    for op in graph.operators:
+        if op.type != "nn.Conv2d":
+            continue
+        geometry = ConvGeometry.from_operator(op, op.param_ints("kernel_size", 2))
+        if geometry.winograd_applies() and op.param_int("in_channels") >= MIN_CHANNELS:
+            op.params[WINOGRAD] = RuntimeParameter(T.kParameterBool, True, "True")
+            selected += 1
+    return selected
+
+
+PASSES: tuple[Pass, ...] = (fold_batch_norm, fuse_activation, select_winograd)
 
 
 def optimize(graph: RuntimeGraph, passes: tuple[Pass, ...] = PASSES) -> dict[str, int]:
