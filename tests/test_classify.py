@@ -8,16 +8,8 @@ import pytest
 import torch
 
 from kuiperinfer.cli import main as kuiper
-from kuiperinfer.layers.registry import LayerRegisterer
-from kuiperinfer.models import efficientnet_lite0_path, sample_images
-from kuiperinfer.pnnx import Graph
+from kuiperinfer.models import sample_images
 from kuiperinfer.vision import EFFICIENTNET_LITE, Classifier, imagenet_labels
-
-MISSING_LAYERS = sorted({op.type for op in Graph.load(efficientnet_lite0_path()).ops}
-                        - set(LayerRegisterer.layer_types()) - {"pnnx.Input", "pnnx.Output"})
-needs_model = pytest.mark.xfail(bool(MISSING_LAYERS), strict=True,
-                                reason=f"no layer yet for the bundled model's {MISSING_LAYERS}")
-"""Marks the tests that run the bundled model: expected to fail while a layer it needs is missing."""
 
 
 @pytest.fixture(scope="module")
@@ -43,14 +35,12 @@ def run(capsys, *argv: str) -> tuple[int, str, str]:
 
 # -- the model ---------------------------------------------------------------------------
 
-@needs_model
 def test_bundled_photos_and_settings(classifier):
     assert [p.name for p in sample_images()] == ["car.jpg", "plane.jpg"]
     assert classifier.preprocess == EFFICIENTNET_LITE
     assert classifier.labels == imagenet_labels()
 
 
-@needs_model
 @pytest.mark.parametrize("batch", [1, 2])
 def test_probabilities_match_pytorch_on_the_bundled_photos(batch, classifier, torch_model):
     images = EFFICIENTNET_LITE.batch(sample_images()[:batch])
@@ -61,7 +51,6 @@ def test_probabilities_match_pytorch_on_the_bundled_photos(batch, classifier, to
     np.testing.assert_allclose(ours, expected, rtol=0, atol=1e-4)
 
 
-@needs_model
 def test_top1_of_the_car_is_a_sports_car_and_the_plane_an_airliner(classifier):
     car, plane = classifier.classify(sample_images(), top_k=3)
     assert car.predictions[0].label.split(",")[0] == "sports car"
@@ -73,7 +62,6 @@ def test_top1_of_the_car_is_a_sports_car_and_the_plane_an_airliner(classifier):
 
 # -- kuiper classify ---------------------------------------------------------------------
 
-@needs_model
 def test_cli_without_arguments_prints_a_table_of_the_bundled_photos(capsys):
     code, out, err = run(capsys)
     assert code == 0 and err == ""
@@ -89,7 +77,6 @@ def test_cli_without_arguments_prints_a_table_of_the_bundled_photos(capsys):
     assert len({len(line) - len(line.split()[-1]) for line in lines[1:]}) == 1
 
 
-@needs_model
 def test_cli_json_matches_the_api(capsys, classifier):
     code, out, _ = run(capsys, "--json", "-k", "3")
     assert code == 0
@@ -104,7 +91,6 @@ def test_cli_json_matches_the_api(capsys, classifier):
                                    [p.probability for p in want.predictions], atol=1e-6)
 
 
-@needs_model
 def test_cli_folder_batches_and_progress(capsys, tmp_path):
     for i, image in enumerate(sample_images() * 2):
         shutil.copy(image, tmp_path / f"{i}_{image.name}")
@@ -118,13 +104,11 @@ def test_cli_folder_batches_and_progress(capsys, tmp_path):
     assert "\rclassifying [" in err and "3/4 images" in err and err.endswith("4/4 images\n")
 
 
-@needs_model
 def test_cli_no_progress_bar_unless_asked_or_a_terminal(capsys):
     code, _, err = run(capsys, "-k", "1")
     assert code == 0 and err == ""
 
 
-@needs_model
 def test_cli_preprocessing_options_change_the_input(capsys):
     car = str(sample_images()[0])
     _, reference, _ = run(capsys, car, "-k", "1", "--json")
@@ -136,7 +120,6 @@ def test_cli_preprocessing_options_change_the_input(capsys):
     assert before != after
 
 
-@needs_model
 def test_cli_other_model_and_labels(capsys, tmp_path, classifier):
     labels = tmp_path / "labels.txt"
     labels.write_text("".join(f"thing {i}\n" for i in range(1000)))
@@ -159,14 +142,12 @@ def test_cli_help_explains_the_command(capsys):
 
 @pytest.mark.parametrize("make, argv, message", [
     (None, ["missing.jpg"], "missing.jpg: no such file or directory"),
-    pytest.param("text", ["bad.jpg"], "bad.jpg: cannot read it as an image", marks=needs_model),
+    ("text", ["bad.jpg"], "bad.jpg: cannot read it as an image"),
     ("empty_dir", ["empty"], "no image files in"),
     (None, ["--model", "none.pnnx.param"], "none.pnnx.param"),
-    pytest.param("labels", ["--labels", "labels.txt"], "2 labels for a model with 1000 classes",
-                 marks=needs_model),
-    pytest.param(None, ["--size", "224", "--resize", "200"],
-                 "resize (200) must be at least the crop size (224)", marks=needs_model),
-    pytest.param(None, ["--size", "256"], "the model expects", marks=needs_model),
+    ("labels", ["--labels", "labels.txt"], "2 labels for a model with 1000 classes"),
+    (None, ["--size", "224", "--resize", "200"], "resize (200) must be at least the crop size (224)"),
+    (None, ["--size", "256"], "the model expects"),
 ])
 def test_cli_errors_are_one_line_and_exit_2(make, argv, message, capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
