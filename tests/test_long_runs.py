@@ -1,0 +1,98 @@
+"""Long runs (issue 6, item 4): memory stays flat over many calls, nothing leaks per load.
+
+RSS is read from /proc/self/statm and open file descriptors from /proc/self/fd, so these
+tests run on Linux only.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import kuiperinfer
+from kuiperinfer.errors import BinArchiveError
+from kuiperinfer.pnnx import StoreZipWriter
+
+pytestmark = pytest.mark.skipif(not Path("/proc/self/statm").exists(), reason="needs Linux /proc")
+
+PARAM = """7767517
+6 5
+pnnx.Input               x                        0 1 0 #0=(1,3,16,16)f32
+nn.Conv2d                conv1                    1 1 0 1 bias=True dilation=(1,1) groups=1 in_channels=3 kernel_size=(3,3) out_channels=8 padding=(1,1) padding_mode=zeros stride=(1,1) @bias=(8)f32 @weight=(8,3,3,3)f32 #0=(1,3,16,16)f32 #1=(1,8,16,16)f32
+F.relu                   relu                     1 1 1 2 #1=(1,8,16,16)f32 #2=(1,8,16,16)f32
+nn.Conv2d                conv2                    1 1 2 3 bias=True dilation=(1,1) groups=2 in_channels=8 kernel_size=(3,3) out_channels=8 padding=(1,1) padding_mode=zeros stride=(2,2) @bias=(8)f32 @weight=(8,4,3,3)f32 #2=(1,8,16,16)f32 #3=(1,8,8,8)f32
+nn.Conv2d                conv3                    1 1 3 4 bias=False dilation=(1,1) groups=1 in_channels=8 kernel_size=(1,1) out_channels=4 padding=(0,0) padding_mode=zeros stride=(1,1) @weight=(4,8,1,1)f32 #3=(1,8,8,8)f32 #4=(1,4,8,8)f32
+pnnx.Output              out                      1 0 4
+"""
+WEIGHTS = {"conv1.bias": (8,), "conv1.weight": (8, 3, 3, 3), "conv2.bias": (8,), "conv2.weight": (8, 4, 3, 3),
+           "conv3.weight": (4, 8, 1, 1)}
+
+
+@pytest.fixture(scope="module")
+def model_path(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("long")
+    (directory / "m.pnnx.param").write_text(PARAM)
+    rng = np.random.default_rng(0)
+    with StoreZipWriter(directory / "m.pnnx.bin") as writer:
+        for name, shape in WEIGHTS.items():
+            writer.write_file(name, rng.standard_normal(shape).astype(np.float32).tobytes())
+    return directory / "m.pnnx.param"
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_two_thousand_calls_do_not_grow_memory(model_path):
+    graph = kuiperinfer.load(model_path)
+    inputs = [np.random.default_rng(i).standard_normal((1 + i % 3, 3, 16, 16)).astype(np.float32)
+              for i in range(8)]
+    for i in range(200):                       # warm-up: caches, allocator pools, thread pools
+        graph(inputs[i % 8])
+    gc.collect()
+    before = rss_bytes()
+    for i in range(2000):
+        graph(inputs[i % 8])
+    gc.collect()
+    after = rss_bytes()
+    # a few percent of the process, and never more than the size of a handful of calls' values
+    assert after - before < max(0.03 * before, 4 * 1024 * 1024), (before, after)
+
+
+def test_loading_and_dropping_graphs_leaks_no_file_handles_or_threads(model_path):
+    x = np.ones((2, 3, 16, 16), np.float32)
+    expected = kuiperinfer.load(model_path)(x)
+    gc.collect()
+    fds, threads = open_fds(), threading.active_count()
+    for _ in range(500):
+        graph = kuiperinfer.load(model_path)
+        if _ % 50 == 0:
+            np.testing.assert_array_equal(graph(x), expected)   # workers start their threads
+        del graph
+    gc.collect()
+    assert open_fds() <= fds
+    assert threading.active_count() <= threads + 1
+
+
+def test_failed_loads_leak_no_file_handles(tmp_path):
+    (tmp_path / "m.pnnx.param").write_text(PARAM)
+    with StoreZipWriter(tmp_path / "m.pnnx.bin") as writer:   # conv3.weight is missing
+        for name in ("conv1.bias", "conv1.weight", "conv2.bias", "conv2.weight"):
+            writer.write_file(name, np.zeros(WEIGHTS[name], np.float32).tobytes())
+    gc.collect()
+    fds = open_fds()
+    for _ in range(200):
+        with pytest.raises(BinArchiveError, match="conv3.weight"):
+            kuiperinfer.load(tmp_path / "m.pnnx.param")
+    gc.collect()
+    assert open_fds() <= fds
