@@ -180,10 +180,11 @@ def mobilenet_v3_small(seed: int = 0) -> MobileNetV3Small:
 class Conv(nn.Module):
     """yolov5's Conv: Conv2d (no bias, "same" padding) + BatchNorm2d + SiLU."""
 
-    def __init__(self, cin: int, cout: int, kernel: int = 1, stride: int = 1, padding: int | None = None):
+    def __init__(self, cin: int, cout: int, kernel: int = 1, stride: int = 1,
+                 padding: int | None = None):
         super().__init__()
-        self.conv = nn.Conv2d(cin, cout, kernel, stride, kernel // 2 if padding is None else padding,
-                              bias=False)
+        padding = kernel // 2 if padding is None else padding
+        self.conv = nn.Conv2d(cin, cout, kernel, stride, padding, bias=False)
         self.bn = nn.BatchNorm2d(cout, eps=0.001, momentum=0.03)
         self.act = nn.SiLU()
 
@@ -254,7 +255,9 @@ class Detect(nn.Module):
         self.no = classes + 5
         self.na = len(YOLO_ANCHORS[0]) // 2
         self.strides = strides
-        self.register_buffer("anchors", torch.tensor(YOLO_ANCHORS, dtype=torch.float32).view(len(strides), self.na, 2))
+        # anchor sizes in pixels (yolov5 keeps them in cells and multiplies by the stride)
+        anchors = torch.tensor(YOLO_ANCHORS, dtype=torch.float32).view(len(strides), self.na, 2)
+        self.register_buffer("anchors", anchors)
         self.m = nn.ModuleList(nn.Conv2d(c, self.no * self.na, 1) for c in channels)
 
     def make_grid(self, nx: int, ny: int, i: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -377,6 +380,7 @@ class UNet(nn.Module):
 
     def __init__(self, channels: int = 3, classes: int = 2, bilinear: bool = False, base: int = 64):
         super().__init__()
+        self.bilinear = bilinear
         factor = 2 if bilinear else 1
         self.inc = DoubleConv(channels, base)
         self.down1 = Down(base, 2 * base)
