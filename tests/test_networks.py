@@ -2,16 +2,39 @@
 exported by pnnx once per module and run by kuiperinfer against PyTorch.
 
 Every output must be within the oracle's tolerances (1e-4 absolute or 1e-3 relative).
+The graphs run as ``kuiperinfer.load`` builds them (optimised); the checks of the layers
+read what pnnx wrote, the .pnnx.param, not the optimised graph.
 """
 
 from collections import Counter
+from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 import torch
 
 import kuiperinfer
+from kuiperinfer.pnnx import Operator, read_param
 from networks import mobilenet_v3_small, unet, yolov5s
 from oracle import assert_matches, check_model, export, torch_outputs
+
+
+class Exported(NamedTuple):
+    model: torch.nn.Module
+    param: Path
+    graph: kuiperinfer.RuntimeGraph
+
+    @classmethod
+    def of(cls, model: torch.nn.Module, size: int, directory: Path) -> "Exported":
+        """Export ``model`` with pnnx on one image of ``size`` and load it."""
+        param = export(model, (images(1, size, 0),), directory)
+        return cls(model, param, kuiperinfer.load(param))
+
+    def check(self, x: torch.Tensor) -> list:
+        """Run ``x`` through kuiperinfer, compare with PyTorch; returns our outputs."""
+        ours = self.graph.run(x.numpy())
+        assert_matches(ours, torch_outputs(self.model, (x,)))
+        return ours
 
 
 def images(batch: int, size: int | tuple[int, int], seed: int) -> torch.Tensor:
@@ -19,8 +42,13 @@ def images(batch: int, size: int | tuple[int, int], seed: int) -> torch.Tensor:
     return torch.randn(batch, 3, height, width, generator=torch.Generator().manual_seed(seed))
 
 
-def operator_types(graph: kuiperinfer.RuntimeGraph) -> Counter:
-    return Counter(op.type for op in graph.operators)
+def pnnx_operators(param: str | Path) -> list[Operator]:
+    """The operators as pnnx wrote them."""
+    return read_param(param).ops
+
+
+def pnnx_types(param: Path) -> Counter:
+    return Counter(op.type for op in pnnx_operators(param))
 
 
 # --------------------------------------------------------------------------- MobileNetV3-Small
@@ -28,25 +56,19 @@ def operator_types(graph: kuiperinfer.RuntimeGraph) -> Counter:
 
 @pytest.fixture(scope="module")
 def mobilenet(tmp_path_factory):
-    model = mobilenet_v3_small()
-    param = export(model, (images(1, 224, 0),), tmp_path_factory.mktemp("mobilenet"), "mobilenet")
-    return model, kuiperinfer.load(param)
+    return Exported.of(mobilenet_v3_small(), 224, tmp_path_factory.mktemp("mobilenet"))
 
 
 @pytest.mark.parametrize("batch", [1, 2])
 def test_mobilenet_v3_small_matches_pytorch(mobilenet, batch):
-    model, graph = mobilenet
-    x = images(batch, 224, batch)
-    ours = graph.run(x.numpy())
-    assert_matches(ours, torch_outputs(model, (x,)))
+    ours = mobilenet.check(images(batch, 224, batch))
     assert ours[0].shape == (batch, 1000)
 
 
 def test_mobilenet_v3_small_layers(mobilenet):
-    _, graph = mobilenet
-    types = operator_types(graph)
-    depthwise = [op for op in graph.operators
-                 if op.type == "nn.Conv2d" and op.param_int("groups") > 1]
+    types = pnnx_types(mobilenet.param)
+    depthwise = [op for op in pnnx_operators(mobilenet.param)
+                 if op.type == "nn.Conv2d" and op.params["groups"].value > 1]
     assert len(depthwise) == 11
     assert types["nn.Hardsigmoid"] == 9 and types["nn.AdaptiveAvgPool2d"] == 10
     assert types["nn.Hardswish"] > 0 and types["nn.Linear"] == 2
@@ -58,24 +80,18 @@ def test_mobilenet_v3_small_layers(mobilenet):
 
 @pytest.fixture(scope="module")
 def yolo(tmp_path_factory):
-    model = yolov5s()
-    param = export(model, (images(1, 640, 0),), tmp_path_factory.mktemp("yolov5s"), "yolov5s")
-    return model, kuiperinfer.load(param)
+    return Exported.of(yolov5s(), 640, tmp_path_factory.mktemp("yolov5s"))
 
 
 def test_yolov5s_matches_pytorch(yolo):
-    model, graph = yolo
-    x = images(1, 640, 1)
-    ours = graph.run(x.numpy())
-    assert_matches(ours, torch_outputs(model, (x,)))
+    ours = yolo.check(images(1, 640, 1))
     assert ours[0].shape == (1, 25200, 85)
 
 
 def test_yolov5s_layers(yolo):
     """SPPF's three max pools, two nearest upsamples, the decode's sigmoid/split and its
     grids, which pnnx folds into constants (pnnx.Attribute) at the exported size."""
-    _, graph = yolo
-    types = operator_types(graph)
+    types = pnnx_types(yolo.param)
     assert types["nn.MaxPool2d"] == 3 and types["nn.Upsample"] == 2
     assert types["F.sigmoid"] == 3 and types["torch.split"] == 3
     assert types["pnnx.Attribute"] == 6
@@ -87,21 +103,16 @@ def test_yolov5s_layers(yolo):
 
 @pytest.fixture(scope="module", params=[False, True], ids=["transposed", "bilinear"])
 def unet256(request, tmp_path_factory):
-    bilinear = request.param
-    model = unet(bilinear)
-    param = export(model, (images(1, 256, 0),), tmp_path_factory.mktemp("unet"), "unet")
-    return bilinear, model, kuiperinfer.load(param)
+    return Exported.of(unet(bilinear=request.param), 256, tmp_path_factory.mktemp("unet"))
 
 
 def test_unet_matches_pytorch(unet256):
     """Batch 1 for both up paths, and batch 2 for the ConvTranspose2d one."""
-    bilinear, model, graph = unet256
+    bilinear = unet256.model.bilinear
     for batch in (1,) if bilinear else (1, 2):
-        x = images(batch, 256, batch)
-        ours = graph.run(x.numpy())
-        assert_matches(ours, torch_outputs(model, (x,)))
+        ours = unet256.check(images(batch, 256, batch))
         assert ours[0].shape == (batch, 2, 256, 256)
-    assert operator_types(graph)["nn.Upsample" if bilinear else "nn.ConvTranspose2d"] == 4
+    assert pnnx_types(unet256.param)["nn.Upsample" if bilinear else "nn.ConvTranspose2d"] == 4
 
 
 @pytest.mark.parametrize("bilinear", [False, True], ids=["transposed", "bilinear"])
@@ -111,5 +122,6 @@ def test_unet_odd_size_pads_the_upsampled_map(bilinear, tmp_path):
     at the bottom/right; pnnx drops the fourth, all-zero pad."""
     model = unet(bilinear=bilinear, base=8)
     graph = check_model(model, (images(1, (57, 75), 0),), tmp_path, [(images(2, (57, 75), 1),)])
-    pads = sorted(op.param_ints("pad") for op in graph.operators if op.type == "F.pad")
-    assert pads == [(0, 1, 0, 0), (0, 1, 0, 1), (0, 1, 0, 1)]
+    pads = sorted(op.params["pad"].value for op in pnnx_operators(graph.param_path)
+                  if op.type == "F.pad")
+    assert pads == [[0, 1, 0, 0], [0, 1, 0, 1], [0, 1, 0, 1]]
