@@ -102,13 +102,26 @@ class Lambda(torch.nn.Module):
         return self.fn(*xs)
 
 
+class Holder(torch.nn.Module):
+    """Hold one module as an attribute, the way models do."""
+
+    def __init__(self, module: torch.nn.Module):
+        super().__init__()
+        self.module = module
+
+    def forward(self, *xs):
+        return self.module(*xs)
+
+
 def check_op(fn_or_module, *shapes: Sequence[int], directory: Path, batch: int | None = None,
              seed: int = 0, atol: float = ATOL, rtol: float = RTOL) -> kuiperinfer.RuntimeGraph:
     """Export one function or module on random inputs of ``shapes`` and compare with torch.
 
-    With ``batch``, the same export is also run with the batch dimension changed.
+    A module is held by a wrapper, as in a real model: pnnx writes a module it
+    exports at the top level in its functional form (nn.ReLU6 as F.hardtanh), but a
+    held one as itself. With ``batch``, the export is also run at that batch size.
     """
-    module = fn_or_module if isinstance(fn_or_module, torch.nn.Module) else Lambda(fn_or_module)
+    module = Holder(fn_or_module) if isinstance(fn_or_module, torch.nn.Module) else Lambda(fn_or_module)
     generator = torch.Generator().manual_seed(seed)
     inputs = [torch.randn(*shape, generator=generator) for shape in shapes]
     more = []
