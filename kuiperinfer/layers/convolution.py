@@ -94,6 +94,9 @@ class ConvGeometry:
             raise op.error(f"kernel {kernel}, stride {stride}, dilation {dilation} and groups {groups} "
                            f"must be positive", Status.kParameterInvalidValue)
         padding = op.param_value("padding", (0,) * rank)
+        if "padding" in op.params and op.param_text("padding") == "()":
+            # pnnx writes nn.Conv1d/2d(padding="same", padding_mode="reflect") as padding=()
+            padding = "same"
         if isinstance(padding, str):
             if padding == "valid":
                 pads = ((0, 0), (0, 0))
