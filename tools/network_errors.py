@@ -147,7 +147,7 @@ def markdown(header: list[str], rows: list[list[str]]) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", nargs="+", metavar="NAME",
                         help="only the networks whose name contains one of these words")
     parser.add_argument("--verbose", action="store_true", help="show pnnx's export log")
