@@ -32,7 +32,7 @@ def export(model: torch.nn.Module, inputs: Sequence[torch.Tensor], directory: Pa
     with torch.no_grad():
         try:
             pnnx.export(model, str(directory / f"{name}.pt"), tuple(inputs),
-                        None if inputs2 is None else tuple(inputs2))
+                        None if inputs2 is None else tuple(inputs2), check_trace=False)
         except SyntaxError:
             if not (directory / f"{name}.pnnx.param").exists():
                 raise
