@@ -32,7 +32,8 @@ from kuiperinfer.errors import ModelFormatError, ParamSyntaxError
 from kuiperinfer.pnnx.ir import (Attribute, Graph, Operand, Operator, Parameter, dtype_from_suffix,
                                  itemsize, suffix_of)
 
-__all__ = ["MAGIC", "MAX_OPERATORS", "MAX_OPERANDS", "MAX_LINE_BYTES", "DEFAULT_MAX_TENSOR_BYTES",
+__all__ = ["MAGIC", "MAX_OPERATORS", "MAX_OPERANDS", "MAX_LINE_BYTES", "MAX_LINE_TOKENS",
+           "DEFAULT_MAX_TENSOR_BYTES",
            "read_param", "parse_param", "format_param", "write_param"]
 
 MAGIC = "7767517"
@@ -42,8 +43,12 @@ MAX_OPERANDS = 10_000_000
 """More operands than this on line 2 is refused as absurd."""
 MAX_LINE_BYTES = 16 * 1024 * 1024
 """A longer line is refused before it is read whole."""
-DEFAULT_MAX_TENSOR_BYTES = 16 * 1024 ** 3
-"""Default limit on the declared byte size of one attribute or operand (16 GiB)."""
+MAX_LINE_TOKENS = 65_536
+"""An operator line with more tokens than this is refused before any is parsed (each costs
+microseconds: a million parameters on one line would take seconds)."""
+DEFAULT_MAX_TENSOR_BYTES = 4 * 1024 ** 3
+"""Default limit on the declared byte size of one attribute or operand (4 GiB); layers that
+create tensors from parameters (``torch.full``) hold their sizes to it too."""
 
 UNKNOWN_DIM = -1
 """``?`` in a shape."""
@@ -182,6 +187,8 @@ class _Reader:
                 continue
             if len(self.graph.ops) == n_ops:
                 raise self.error(f"more operator lines than the {n_ops} declared on line 2")
+            if len(tokens) > MAX_LINE_TOKENS:
+                raise self.error(f"{len(tokens)} fields on one line; at most {MAX_LINE_TOKENS} are accepted")
             self.operator(tokens)
 
         if len(self.graph.ops) != n_ops:
