@@ -14,6 +14,7 @@ float32 and rounds each result back to float16.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Sequence
 
 import numpy as np
@@ -22,6 +23,7 @@ from kuiperinfer.errors import ParseParameterAttrStatus as Status
 from kuiperinfer.layers.base import NonParamLayer
 from kuiperinfer.layers.registry import register_layer
 from kuiperinfer.pnnx.ir import DATA_TYPES, numpy_dtype
+from kuiperinfer.pnnx.param_file import DEFAULT_MAX_TENSOR_BYTES
 from kuiperinfer.runtime.operator import RuntimeOperator
 
 _TORCH_DTYPES: dict[str, np.dtype] = {t.torch: t.numpy for t in DATA_TYPES if t.numpy is not None}
@@ -132,6 +134,10 @@ class Full(NonParamLayer):
             dtype = numpy_dtype(op.output_operands[0].type)
         if dtype is None:
             dtype = np.dtype(np.float32)
+        if size is not None and (min(size, default=0) < 0
+                                 or math.prod(size) * dtype.itemsize > DEFAULT_MAX_TENSOR_BYTES):
+            raise op.error(f"size {size} is negative or over the limit of {DEFAULT_MAX_TENSOR_BYTES} bytes",
+                           Status.kParameterInvalidValue)
         return cls(op.name, _fill_value(op), dtype, size, size_input)
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from kuiperinfer.errors import ExpressionError, ParseParameterAttrStatus as Status
+from kuiperinfer.errors import ExpressionError, InferError, InferStatus, ParseParameterAttrStatus as Status
 from kuiperinfer.expression import Expression, compile_expression
 from kuiperinfer.kernels.elementwise import InplaceActivation
 from kuiperinfer.layers.activation import read_fused_activation
@@ -38,12 +38,16 @@ class ExpressionLayer(NonParamLayer):
             raise op.error(f"expression {text!r} uses {expression.num_inputs} inputs, the operator has "
                            f"{len(op.input_operands_seq)}", Status.kParameterMissingExpr)
         layer = cls(op.name, expression, read_fused_activation(op))
-        # elementwise, so slices of a batch are independent, unless it reads sizes or builds lists
-        layer.batch_independent = "size(" not in text and "[" not in text
+        # elementwise, so slices of a batch are independent, unless it reads sizes, builds lists
+        # or reads no input at all (a constant has no batch dimension to split)
+        layer.batch_independent = "size(" not in text and "[" not in text and expression.num_inputs > 0
         return layer
 
     def forward(self, inputs: Sequence[Any]) -> list[Any]:
-        result = self.expression.evaluate(inputs)
+        try:
+            result = self.expression.evaluate(inputs)
+        except ExpressionError as exc:  # an InferError, so that the graph names the operator
+            raise InferError(str(exc), status=InferStatus.kInferFailedOperationUnknown) from exc
         if self.activation is not None:
             result = self.activation(result)
         return [result]

@@ -110,13 +110,12 @@ class AdaptivePooling(NonParamLayer):
     def read_output_size(cls, op: RuntimeOperator) -> tuple[int | None, int | None]:
         """output_size as (height, width), None where the input's size is kept."""
         rank = spatial_rank(op)
-        size = op.param_value("output_size")
+        size = op.param_ints("output_size", status=Status.kParameterMissingOutHW, default=None)
         if size is None:
             raise op.error("missing parameter 'output_size'", Status.kParameterMissingOutHW)
-        size = (size,) * rank if isinstance(size, int) else tuple(size)
         if len(size) == 1:
             size = size * rank
-        if len(size) != rank or any(s is not None and (not isinstance(s, int) or s < 0) for s in size):
+        if len(size) != rank or any(s < 0 for s in size):
             raise op.error(f"output_size {size} must be {rank} sizes", Status.kParameterMissingOutHW)
         return (1,) * (2 - rank) + tuple(s or None for s in size)
 

@@ -63,12 +63,11 @@ class Reshape(NonParamLayer):
 
     @classmethod
     def create(cls, op: RuntimeOperator) -> "Reshape":
-        shape = op.param_value("shape")
+        shape = op.param_ints("shape", status=Status.kParameterMissingShape, default=None)
         if shape is None:
             if len(op.input_operands_seq) < 2:
                 raise op.error("missing parameter 'shape'", Status.kParameterMissingShape)
             return cls(op.name, None, False)
-        shape = (shape,) if isinstance(shape, int) else tuple(shape)
         batch = exported_batch(op)
         return cls(op.name, shape, batch is not None and len(shape) > 1 and shape[0] == batch)
 

@@ -62,12 +62,15 @@ class Split(DimLayer):
 
     @classmethod
     def create(cls, op: RuntimeOperator) -> "Split":
-        sections = op.param_value("split_size_or_sections")
-        if sections is None:
-            sections = op.param_value("indices")
-        if sections is None:
+        key = "split_size_or_sections" if op.has_param("split_size_or_sections") else "indices"
+        if not op.has_param(key):
             raise op.error("missing parameter 'split_size_or_sections'", Status.kParameterMissingShape)
-        sections = sections if isinstance(sections, int) else tuple(sections)
+        sections = op.param_ints(key, status=Status.kParameterMissingShape)
+        if isinstance(op.param_value(key), int):  # one piece size, not a list of sections
+            sections = sections[0]
+        if sections == 0 or (isinstance(sections, tuple) and min(sections, default=0) < 0):
+            raise op.error(f"{key} {sections} must be a positive size or sizes >= 0",
+                           Status.kParameterInvalidValue)
         return cls(op.name, op.param_int("dim", Status.kParameterMissingDim, default=0), sections)
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
