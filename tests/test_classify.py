@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 
+from cli_runner import run as run_kuiper
 from kuiperinfer.cli import main as kuiper
 from kuiperinfer.models import sample_images
 from kuiperinfer.vision import EFFICIENTNET_LITE, Classifier, imagenet_labels
@@ -28,9 +29,7 @@ def torch_model() -> torch.nn.Module:
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:
-    code = kuiper(["classify", *argv])
-    out, err = capsys.readouterr()
-    return code, out, err
+    return run_kuiper(capsys, "classify", *argv)
 
 
 # -- the model ---------------------------------------------------------------------------

@@ -14,6 +14,7 @@ import torch
 import torch.nn as nn
 
 import kuiperinfer
+from cli_runner import run, usage_error
 from kuiperinfer.cli import main as kuiper
 from kuiperinfer.inspect import check_support, shape_text, summarize
 from kuiperinfer.models import default_model_path
@@ -27,20 +28,6 @@ DEMO_OPERATORS = ["pnnx_input_0", "convbn2d_0", "stem.2", "convbn2d_1", "block.2
 DEMO_WEIGHTS = (16 * 3 * 9 + 16) + (16 * 9 + 16) + (16 * 16 + 16) + (10 * 16 + 10)
 DEMO_MACS = 16 * 32 * 32 * 27 + 16 * 32 * 32 * 9 + 16 * 32 * 32 * 16 + 10 * 16
 DEMO_FLOPS = 2 * DEMO_MACS + 3 * 16 * 32 * 32 + 10          # plus the bias additions
-
-
-def run(capsys, *argv: str) -> tuple[int, str, str]:
-    code = kuiper(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def usage_error(capsys, *argv: str) -> str:
-    """Run a command that argparse refuses; return its stderr."""
-    with pytest.raises(SystemExit) as exit_info:
-        kuiper(list(argv))
-    assert exit_info.value.code == 2
-    return capsys.readouterr().err
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import pytest
 
 import kuiperinfer
 from kuiperinfer.benchmark import BenchmarkResult, PeakMemory, benchmark, blas_description
-from kuiperinfer.cli import main as kuiper
+from cli_runner import run, usage_error
 from kuiperinfer.cli._progress import ProgressBar
 from kuiperinfer.models import default_model_path
 from kuiperinfer.visualize import family_of, output_format, to_dot
@@ -19,19 +19,6 @@ DEMO = default_model_path()
 COMPUTED = ["convbn2d_0", "stem.2", "convbn2d_1", "block.2", "block.3", "pnnx_expr_2", "F.relu_1",
             "pool", "head.0", "torch.flatten_0", "head.2", "F.softmax_2"]
 needs_dot = pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz's dot is not installed")
-
-
-def run(capsys, *argv: str) -> tuple[int, str, str]:
-    code = kuiper(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def usage_error(capsys, *argv: str) -> str:
-    with pytest.raises(SystemExit) as exit_info:
-        kuiper(list(argv))
-    assert exit_info.value.code == 2
-    return capsys.readouterr().err
 
 
 # -- kuiper profile ----------------------------------------------------------------------

@@ -26,6 +26,17 @@ def add_model_argument(parser: argparse.ArgumentParser) -> None:
                              "(default: the bundled model)")
 
 
+def add_timing_arguments(parser: argparse.ArgumentParser, runs: int, warmup: int) -> None:
+    """The options of commands that time a model on random inputs: batch, runs, warm-up, seed."""
+    parser.add_argument("--batch", type=positive_int, metavar="N",
+                        help="batch size of the random inputs (default: the one pnnx recorded)")
+    parser.add_argument("--runs", type=positive_int, default=runs, metavar="R",
+                        help=f"timed runs (default: {runs})")
+    parser.add_argument("--warmup", type=non_negative_int, default=warmup, metavar="W",
+                        help=f"untimed runs before them (default: {warmup})")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default: 0)")
+
+
 def model_path(value: str | None) -> Path:
     """The MODEL argument, or the bundled model; CommandError when the file does not exist."""
     path = Path(value) if value else default_model_path()

@@ -23,22 +23,15 @@ import json
 
 import kuiperinfer
 from kuiperinfer.benchmark import BenchmarkResult, benchmark, blas_description, blas_threads
-from kuiperinfer.cli._common import (add_model_argument, add_progress_argument, model_path,
-                                     non_negative_int, positive_int, progress_bar, random_inputs,
-                                     size_text)
+from kuiperinfer.cli._common import (add_model_argument, add_progress_argument, add_timing_arguments,
+                                     model_path, positive_int, progress_bar, random_inputs, size_text)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_argument(parser)
-    parser.add_argument("--batch", type=positive_int, metavar="N",
-                        help="batch size of the random inputs (default: the one pnnx recorded)")
-    parser.add_argument("--runs", type=positive_int, default=20, metavar="R",
-                        help="timed runs (default: 20)")
-    parser.add_argument("--warmup", type=non_negative_int, default=3, metavar="W",
-                        help="untimed runs before them (default: 3)")
+    add_timing_arguments(parser, runs=20, warmup=3)
     parser.add_argument("--threads", type=positive_int, metavar="T",
                         help="BLAS threads (default: the BLAS library's own choice)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default: 0)")
     parser.add_argument("--json", action="store_true", help="print the measurements as JSON")
     add_progress_argument(parser)
 

@@ -20,26 +20,19 @@ from __future__ import annotations
 import argparse
 import json
 
-from kuiperinfer.cli._common import (add_model_argument, add_progress_argument, model_path,
-                                     non_negative_int, positive_int, progress_bar, random_inputs,
-                                     table)
+from kuiperinfer.cli._common import (add_model_argument, add_progress_argument, add_timing_arguments,
+                                     model_path, non_negative_int, progress_bar, random_inputs, table)
 from kuiperinfer.inspect import shape_text
 from kuiperinfer.profiler import ProfileReport, ProfilingGraph, profile, write_chrome_trace
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_argument(parser)
-    parser.add_argument("--batch", type=positive_int, metavar="N",
-                        help="batch size of the random inputs (default: the one pnnx recorded)")
-    parser.add_argument("--runs", type=positive_int, default=10, metavar="R",
-                        help="timed runs (default: 10)")
-    parser.add_argument("--warmup", type=non_negative_int, default=2, metavar="W",
-                        help="untimed runs before them (default: 2)")
+    add_timing_arguments(parser, runs=10, warmup=2)
     parser.add_argument("--trace", metavar="FILE.json",
                         help="write the last run as a Chrome/Perfetto trace (Trace Event Format)")
     parser.add_argument("--top", type=non_negative_int, default=20, metavar="K",
                         help="operators to list, slowest first; 0 for all (default: 20)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default: 0)")
     parser.add_argument("--json", action="store_true", help="print the times as JSON")
     add_progress_argument(parser)
 
