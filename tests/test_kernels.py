@@ -7,7 +7,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from kuiperinfer.kernels.depthwise import depthwise_conv2d
+from kuiperinfer.kernels.depthwise import DepthwiseWeight, depthwise_conv2d
 from kuiperinfer.kernels.elementwise import InplaceActivation
 from kuiperinfer.kernels.winograd import winograd_conv3x3, winograd_pays, winograd_weight
 from kuiperinfer.layers.convolution import ConvGeometry, conv2d
@@ -89,8 +89,8 @@ def test_unknown_inplace_activation_is_refused():
 
 @pytest.mark.parametrize("n, c, h, w, k, stride, dilation", [
     (1, 16, 7, 7, 5, 1, 1), (2, 8, 14, 9, 3, 2, 1), (1, 4, 40, 60, 3, 1, 1), (3, 5, 31, 29, 3, 2, 2),
-    (1, 6, 11, 64, (3, 5), (1, 2), 1), (2, 3, 9, 9, 1, 1, 1)])
-def test_depthwise_matches_pytorch_on_both_layouts(n, c, h, w, k, stride, dilation):
+    (1, 6, 11, 64, (3, 5), (1, 2), 1), (2, 3, 9, 9, 1, 1, 1), (2, 7, 12, 20, (5, 3), 2, 3)])
+def test_depthwise_matches_pytorch_by_both_methods(n, c, h, w, k, stride, dilation):
     x = RNG.standard_normal((n, c, h, w), dtype=np.float32)
     kh, kw = (k, k) if isinstance(k, int) else k
     taps = RNG.standard_normal((c, kh, kw), dtype=np.float32)
@@ -98,6 +98,16 @@ def test_depthwise_matches_pytorch_on_both_layouts(n, c, h, w, k, stride, dilati
     padded = np.pad(x, ((0, 0), (0, 0), (1, 1), (2, 2)))
     expected = F.conv2d(torch.from_numpy(padded), torch.from_numpy(taps[:, None]), stride=(sh, sw),
                         dilation=dilation, groups=c).numpy()
-    ours = depthwise_conv2d(padded, taps, (sh, sw), (dilation, dilation), expected.shape[2:])
+    ours = depthwise_conv2d(padded, DepthwiseWeight(taps), (sh, sw), (dilation, dilation), expected.shape[2:])
     assert ours.dtype == np.float32 and ours.flags.c_contiguous
     np.testing.assert_allclose(ours, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_depthwise_weight_serves_several_widths():
+    taps = RNG.standard_normal((4, 3, 3), dtype=np.float32)
+    weight = DepthwiseWeight(taps)
+    for width in (9, 12, 9):
+        x = RNG.standard_normal((2, 4, 6, width), dtype=np.float32)
+        expected = F.conv2d(torch.from_numpy(x), torch.from_numpy(taps[:, None]), groups=4).numpy()
+        ours = depthwise_conv2d(x, weight, (1, 1), (1, 1), expected.shape[2:])
+        np.testing.assert_allclose(ours, expected, atol=1e-5, rtol=1e-5)

@@ -21,7 +21,7 @@ import numpy as np
 
 from kuiperinfer.errors import InferError, InferStatus, ParseParameterAttrStatus as Status
 from kuiperinfer.kernels.col2im import col2im
-from kuiperinfer.kernels.depthwise import depthwise_conv2d
+from kuiperinfer.kernels.depthwise import DepthwiseWeight, depthwise_conv2d
 from kuiperinfer.kernels.im2col import im2col, output_size
 from kuiperinfer.kernels.elementwise import InplaceActivation
 from kuiperinfer.kernels.padding import PAD_MODES, pad_last_dims
@@ -178,12 +178,18 @@ WINOGRAD = "winograd"
 """Parameter by which the graph optimiser selects Winograd for an nn.Conv2d."""
 
 
-def conv2d(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None,
-           geometry: ConvGeometry, winograd: np.ndarray | None = None) -> np.ndarray:
+def is_depthwise(weight: np.ndarray, groups: int) -> bool:
+    """Whether a convolution with ``weight`` (Cout, Cin/groups, kh, kw) has one filter per channel."""
+    return weight.shape[0] == groups and weight.shape[1] == 1
+
+
+def conv2d(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None, geometry: ConvGeometry,
+           winograd: np.ndarray | None = None, depthwise: DepthwiseWeight | None = None) -> np.ndarray:
     """2-D convolution of NCHW ``x`` with ``weight`` (Cout, Cin/groups, kh, kw); a new array.
 
-    ``winograd`` is the weight transformed by :func:`winograd_weight` for a convolution
-    that :meth:`ConvGeometry.winograd_applies` to; it is used where Winograd pays.
+    Prepared forms of the weight may be given: ``winograd``, transformed by
+    :func:`winograd_weight` for a convolution that :meth:`ConvGeometry.winograd_applies`
+    to (used where Winograd pays), and ``depthwise`` for a depthwise one.
     """
     _check_channels(x, weight.shape[1] * geometry.groups)
     if winograd is not None:
@@ -197,8 +203,9 @@ def conv2d(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None,
         raise InferError(f"input {x.shape} is too small for kernel {geometry.kernel} "
                          f"with padding {geometry.padding}", status=InferStatus.kInferFailedOutputSizeError)
     n, groups, c_out = x.shape[0], geometry.groups, weight.shape[0]
-    if c_out == groups and weight.shape[1] == 1 and x.shape[1] == groups:
-        out = depthwise_conv2d(padded, weight[:, 0], geometry.stride, geometry.dilation, (oh, ow))
+    if is_depthwise(weight, groups):
+        depthwise = depthwise or DepthwiseWeight(weight[:, 0])
+        out = depthwise_conv2d(padded, depthwise, geometry.stride, geometry.dilation, (oh, ow))
     else:
         cols = im2col(padded, geometry.kernel, geometry.stride, geometry.dilation, (oh, ow))
         if groups == 1:
@@ -241,10 +248,12 @@ class Convolution(ParamLayer):
     def prepare(self) -> None:
         self._weight_2d = self._weight.reshape(*self._weight.shape[:2], *self.geometry.kernel)
         self._winograd = winograd_weight(self._weight_2d) if self.winograd else None
+        depthwise = is_depthwise(self._weight_2d, self.geometry.groups)
+        self._depthwise = DepthwiseWeight(self._weight_2d[:, 0]) if depthwise else None
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         x = as_2d(inputs[0], self.rank)
-        out = conv2d(x, self._weight_2d, self._bias, self.geometry, self._winograd)
+        out = conv2d(x, self._weight_2d, self._bias, self.geometry, self._winograd, self._depthwise)
         if self.activation is not None:
             out = self.activation(out)
         return [from_2d(out, self.rank)]
