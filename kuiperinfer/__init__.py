@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 
 from kuiperinfer import layers  # noqa: F401  (registers every layer)
+from kuiperinfer import optimizer
 from kuiperinfer.errors import KuiperError
 from kuiperinfer.runtime.graph import GraphState, RuntimeGraph
 from kuiperinfer.tensor import Tensor
@@ -33,5 +34,7 @@ def load(param_path: str | os.PathLike, bin_path: str | os.PathLike | None = Non
         workers = (os.cpu_count() or 1) if optimize else 1
     graph = RuntimeGraph(param_path, bin_path, workers=workers)
     graph.init()
+    if optimize:
+        optimizer.optimize(graph)
     graph.build()
     return graph

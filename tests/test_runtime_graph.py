@@ -61,7 +61,7 @@ def test_states_follow_the_seeds(model_path):
 
 
 def test_runtime_operators_carry_the_seeds_fields(model_path):
-    graph = kuiperinfer.load(model_path)
+    graph = kuiperinfer.load(model_path, optimize=False)
     ops = {op.name: op for op in graph.operators}
     add = ops["add"]
     assert [o.name for o in add.input_operands_seq] == ["a", "b"]
