@@ -206,3 +206,16 @@ def test_layer_failure_at_run_time_names_the_operator(tmp_path):
     graph = kuiperinfer.load(write_model(tmp_path, bad))
     with pytest.raises(InferError, match="'split' \\(torch.split\\)"):
         graph.run(np.ones((1, 4)), np.ones((1, 4)))
+
+
+def test_tensor_size_limit_is_configurable_from_load(model_path):
+    with pytest.raises(KuiperError, match="fc"):
+        kuiperinfer.load(model_path, max_tensor_bytes=64)
+    assert kuiperinfer.load(model_path, max_tensor_bytes=1024).graph_state == GraphState.Complete
+
+
+def test_expression_failure_at_run_time_names_the_operator(tmp_path):
+    bad = PARAM.replace("expr=add(@0,@1)", "expr=lshift(@0,@1)")
+    graph = kuiperinfer.load(write_model(tmp_path, bad))
+    with pytest.raises(InferError, match="'add' \\(pnnx.Expression\\)"):
+        graph.run(np.ones((1, 4)), np.ones((1, 4)))

@@ -34,7 +34,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from kuiperinfer.errors import GraphError, InferError, InputError, KuiperError
+from kuiperinfer.errors import GraphError, InferError, InputError, KuiperError, OperatorError
 from kuiperinfer.layers.registry import LayerRegisterer
 from kuiperinfer.pnnx.ir import Graph, numpy_dtype
 from kuiperinfer.runtime.attribute import RuntimeAttribute
@@ -59,10 +59,13 @@ class RuntimeGraph:
     """A PNNX model ready to run. Usually made by :func:`kuiperinfer.load`."""
 
     def __init__(self, param_path: str | os.PathLike | None = None,
-                 bin_path: str | os.PathLike | None = None, *, workers: int = 1):
+                 bin_path: str | os.PathLike | None = None, *, workers: int = 1,
+                 max_tensor_bytes: int | None = None):
         if workers < 1:
             raise GraphError(f"workers must be at least 1, got {workers}")
         self.workers = workers
+        self.max_tensor_bytes = max_tensor_bytes
+        """Largest weight or operand the model may declare (None: the reader's default)."""
         """Threads a batch is split over (1: every run whole in the calling thread)."""
         self.param_path = None if param_path is None else os.fspath(param_path)
         self.bin_path = None if bin_path is None else os.fspath(bin_path)
@@ -88,7 +91,7 @@ class RuntimeGraph:
         if graph is None:
             if self.param_path is None:
                 raise GraphError("RuntimeGraph.init() needs a param path or a pnnx Graph")
-            graph = Graph.load(self.param_path, self.bin_path)
+            graph = Graph.load(self.param_path, self.bin_path, max_tensor_bytes=self.max_tensor_bytes)
         self.pnnx_graph = graph
         self.operators, self.operands = [], {}
         for pnnx_op in graph.ops:
@@ -331,7 +334,13 @@ class RuntimeGraph:
             finally:
                 wait(futures)   # no slice outlives the run, even when one fails
         pieces = [first] + [future.result() for future in futures]
-        return [np.concatenate(outputs, axis=0) for outputs in zip(*pieces)]
+        joined = []
+        for name, outputs in zip(self.output_names, zip(*pieces)):
+            if any(np.ndim(o) == 0 for o in outputs):
+                raise InferError(f"output {name!r} has no batch dimension to join the workers' "
+                                 f"slices on; load the model with workers=1")
+            joined.append(np.concatenate(outputs, axis=0))
+        return joined
 
     def _worker_pool(self) -> ThreadPoolExecutor:
         """The graph's persistent threads for the slices after the first (made on first use)."""
@@ -347,10 +356,12 @@ class RuntimeGraph:
         """Run one operator. Override to trace, profile or check; call super() to compute."""
         try:
             op.layer.forward_operator()
-        except KuiperError as exc:
-            if isinstance(exc, InferError) and exc.op_name is None:
+        except OperatorError as exc:
+            if exc.op_name is None:
                 raise InferError(exc.reason, op.name, op.type, exc.status) from exc
             raise
+        except KuiperError as exc:  # e.g. an ExpressionError: say which operator it came from
+            raise InferError(str(exc), op.name, op.type) from exc
         except Exception as exc:
             shapes = ", ".join(_shape_text(np.shape(o.data)) for o in op.input_operands_seq)
             raise InferError(f"{type(exc).__name__}: {exc} (input shapes: {shapes})",
