@@ -6,8 +6,9 @@ latency of one forward pass (min, median, 90th percentile, mean), the throughput
 items (batch elements) per second, and the peak memory: how far the resident set
 size grew during the runs, warm-up included, above its size after loading the model
 (the output says how it was measured).
---threads limits NumPy's BLAS threads (through threadpoolctl); compare --threads 1
-with the default to see what the BLAS threads bring.
+--threads T runs with T threads in all: a batch is split over T worker threads (each
+with one BLAS thread), a single image uses T BLAS threads (through threadpoolctl).
+Compare --threads 1 with the default to see what the threads bring.
 
 Examples:
   kuiper bench                                    (the bundled model)
@@ -31,14 +32,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_argument(parser)
     add_timing_arguments(parser, runs=20, warmup=3)
     parser.add_argument("--threads", type=positive_int, metavar="T",
-                        help="BLAS threads (default: the BLAS library's own choice)")
+                        help="threads: batch workers and BLAS threads (default: one per CPU)")
     parser.add_argument("--json", action="store_true", help="print the measurements as JSON")
     add_progress_argument(parser)
 
 
 def main(args: argparse.Namespace) -> int:
     path = model_path(args.model)
-    graph = kuiperinfer.load(path)
+    graph = kuiperinfer.load(path, workers=args.threads)
     inputs = list(random_inputs(graph, args.batch, args.seed).values())
     threads = blas_threads(args.threads) if args.threads else contextlib.nullcontext()
     with threads, progress_bar(args, "benchmarking", "runs") as bar:
