@@ -1,31 +1,33 @@
-"""Depthwise convolution (one filter per channel), by two methods.
+"""Depthwise convolution (one filter per channel) as batched products with banded matrices.
 
 GEMM as in im2col serves depthwise convolution badly (a 1 x 9 by 9 x P product per
-channel). Instead:
+channel), and a sum over the kernel's taps (multiply a strided view by a per-channel
+weight, accumulate) makes 2 * kh * kw passes over the output in NumPy calls whose
+inner loops are a row of 7 to 112 pixels.
 
-* wide outputs: each of the kh*kw taps multiplies a strided view of the input by a
-  per-channel weight and accumulates into the output (two NumPy calls per tap, whose
-  inner loops run along an output row);
-* narrow outputs (the late stages of mobile networks, rows of 7 to 28 pixels, where
-  those calls spend their time in loop overhead): each kernel row ``i`` becomes a banded
-  (Toeplitz) matrix per channel, ``B[i, c, j * dilation + x * stride, x] = w[c, i, j]``,
-  so that ``out[c, y, :] = sum_i x[c, y * stride + i * dilation, :] @ B[i, c]``: kh
-  batched matrix products over all channels at once. It spends more multiplications
-  (padded width times output width per row instead of kw times output width) but in
-  a few large BLAS calls.
+Here each kernel row ``i`` becomes one banded (Toeplitz) matrix per channel,
+``B[i, c, x * stride + j * dilation, x] = w[c, i, j]``, and the output rows are
+``out[c, y, :] = sum_i x[c, y * stride + i * dilation, :] @ B[i, c]``: kh batched
+matrix products over all channels, rows and images at once. The band spends more
+multiplications than the taps (its input width instead of kw per output), so wide
+outputs are cut into blocks of a few columns that share one small band, each block
+reading only the input columns under it.
 """
 
 from __future__ import annotations
 
 import numpy as np
+from numpy.lib.stride_tricks import as_strided
 
 BANDED_MAX_WIDTH = 28
-"""Output widths up to this take the banded products (measured on 7 to 112 wide outputs)."""
+"""Output rows up to this wide are one block; wider ones are cut into blocks of WIDE_BLOCK."""
+WIDE_BLOCK = 8
+"""Output columns per block of a wide output (measured on 56 and 112 wide outputs)."""
 _MEMO_LIMIT = 8
 
 
 class DepthwiseWeight:
-    """Depthwise taps (C, kh, kw) with their banded matrices, made once per input width."""
+    """Depthwise taps (C, kh, kw) with their banded matrices, made once per block shape."""
 
     def __init__(self, taps: np.ndarray):
         self.taps = np.ascontiguousarray(taps, dtype=np.float32)
@@ -57,38 +59,23 @@ def banded_matrices(taps: np.ndarray, in_width: int, out_width: int, stride: int
 def depthwise_conv2d(x: np.ndarray, weight: DepthwiseWeight, stride: tuple[int, int],
                      dilation: tuple[int, int], out_hw: tuple[int, int]) -> np.ndarray:
     """Depthwise convolution of padded NCHW ``x``; a new contiguous NCHW array."""
-    if out_hw[1] <= BANDED_MAX_WIDTH:
-        bands = weight.bands(x.shape[3], out_hw[1], stride[1], dilation[1])
-        return _banded(x, bands, stride[0], dilation[0], out_hw[0])
-    return _taps(x, weight.taps, stride, dilation, out_hw)
-
-
-def _banded(x: np.ndarray, bands: np.ndarray, stride: int, dilation: int, out_height: int) -> np.ndarray:
-    """Sum over kernel rows of (C, N * OH, W) row blocks times the (C, W, OW) bands."""
-    n, c, _, width = x.shape
-    by_channel = x.transpose(1, 0, 2, 3)                      # (C, N, H, W), a view
+    n, c, height, width = x.shape
+    (sh, sw), (dh, dw), (oh, ow) = stride, dilation, out_hw
+    kh, kw = weight.taps.shape[1:]
+    block = ow if ow <= BANDED_MAX_WIDTH else WIDE_BLOCK
+    blocks = -(-ow // block)
+    block_width = (block - 1) * sw + (kw - 1) * dw + 1
+    need = (blocks - 1) * block * sw + block_width
+    if need > width:  # the last block runs past the input: zeros there feed only cropped outputs
+        x = np.concatenate([x, np.zeros((n, c, height, need - width), x.dtype)], axis=3)
+    bands = weight.bands(block_width, block, sw, dw)
+    s_n, s_c, s_h, s_w = x.strides
     out = None
     for i, band in enumerate(bands):
-        rows = by_channel[:, :, i * dilation: i * dilation + stride * (out_height - 1) + 1: stride]
-        product = np.matmul(rows.reshape(c, n * out_height, width), band)
+        # (C, N, OH, blocks, block_width): the input columns of each output block, kernel row i
+        rows = as_strided(x[:, :, i * dh:], (c, n, oh, blocks, block_width),
+                          (s_c, s_n, s_h * sh, s_w * sw * block, s_w), writeable=False)
+        product = np.matmul(rows.reshape(c, n * oh * blocks, block_width), band)
         out = product if out is None else np.add(out, product, out=out)
-    return np.ascontiguousarray(out.reshape(c, n, out_height, -1).transpose(1, 0, 2, 3))
-
-
-def _taps(x: np.ndarray, taps: np.ndarray, stride: tuple[int, int], dilation: tuple[int, int],
-          out_hw: tuple[int, int]) -> np.ndarray:
-    """Sum over taps (i, j) of the strided window of ``x`` times the per-channel ``taps[:, i, j]``."""
-    (sh, sw), (dh, dw), (oh, ow) = stride, dilation, out_hw
-    kh, kw = taps.shape[1:]
-    out = scratch = None
-    for i in range(kh):
-        for j in range(kw):
-            window = x[:, :, i * dh: i * dh + sh * (oh - 1) + 1: sh, j * dw: j * dw + sw * (ow - 1) + 1: sw]
-            weight = taps[:, i, j, None, None]
-            if out is None:
-                out = np.multiply(window, weight)
-                scratch = np.empty_like(out)
-            else:
-                np.multiply(window, weight, out=scratch)
-                out += scratch
-    return out
+    out = out.reshape(c, n, oh, blocks * block)[..., :ow].transpose(1, 0, 2, 3)
+    return np.ascontiguousarray(out)
