@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import pytest
+from pathlib import Path
 
 from kuiperinfer.cli import main as kuiper
+
+DEMO = Path(__file__).resolve().parent / "data" / "demo_cnn" / "demo_cnn.pnnx.param"
+"""A tiny random-weight CNN (1x3x64x64 -> 10 probabilities), made by tools/export_demo_cnn.py."""
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:

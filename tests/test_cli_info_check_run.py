@@ -14,13 +14,12 @@ import torch
 import torch.nn as nn
 
 import kuiperinfer
-from cli_runner import run, usage_error
+from cli_runner import DEMO, run, usage_error
+from kuiperinfer.models import default_model_path
 from kuiperinfer.cli import main as kuiper
 from kuiperinfer.inspect import check_support, shape_text, summarize
-from kuiperinfer.models import default_model_path
 from oracle import export
 
-DEMO = default_model_path()
 DEMO_OPERATORS = ["pnnx_input_0", "convbn2d_0", "stem.2", "convbn2d_1", "block.2", "block.3",
                   "pnnx_expr_2", "F.relu_1", "pool", "head.0", "torch.flatten_0", "head.2",
                   "F.softmax_2", "pnnx_output_0"]
@@ -115,7 +114,7 @@ def test_shape_text():
 # -- kuiper info -------------------------------------------------------------------------
 
 def test_info_prints_every_operator_with_shapes_and_the_totals(capsys):
-    code, out, err = run(capsys, "info")
+    code, out, err = run(capsys, "info", str(DEMO))
     assert code == 0 and err == ""
     lines = out.splitlines()
     assert lines[0].split() == ["operator", "type", "inputs", "outputs", "params", "MACs"]
@@ -152,7 +151,7 @@ def test_info_needs_neither_the_layers_nor_the_weights(capsys, broken):
 # -- kuiper check ------------------------------------------------------------------------
 
 def test_check_passes_the_demo_model(capsys):
-    code, out, err = run(capsys, "check")
+    code, out, err = run(capsys, "check", str(DEMO))
     assert code == 0 and err == ""
     assert out == f"{DEMO}: all 12 operators are supported; the model will run.\n"
 
@@ -207,8 +206,8 @@ def test_check_without_the_weights_archive_exits_2(capsys, broken):
 
 # -- kuiper run --------------------------------------------------------------------------
 
-def test_run_without_arguments_runs_the_bundled_model(capsys):
-    code, out, err = run(capsys, "run")
+def test_run_prints_a_summary_of_each_output(capsys):
+    code, out, err = run(capsys, "run", str(DEMO))
     assert code == 0 and err == ""
     head, values = out.splitlines()
     assert re.fullmatch(r"output 12: shape \(1, 10\) dtype float32  min \S+  max \S+  mean 0\.1  std \S+",
@@ -216,8 +215,16 @@ def test_run_without_arguments_runs_the_bundled_model(capsys):
     assert values.startswith("  values: [") and values.endswith("... (2 more)")
 
 
+def test_commands_without_a_model_use_the_bundled_efficientnet(capsys):
+    code, out, err = run(capsys, "run")
+    assert code == 0 and err == ""
+    assert out.startswith("output ") and "shape (1, 1000) dtype float32" in out
+    code, out, _ = run(capsys, "check")
+    assert code == 0 and out.startswith(str(default_model_path())) and "the model will run" in out
+
+
 def test_run_writes_the_outputs_by_name(capsys, tmp_path):
-    code, out, _ = run(capsys, "run", "--batch", "3", "--seed", "7", "--output", str(tmp_path / "out.npz"))
+    code, out, _ = run(capsys, "run", str(DEMO), "--batch", "3", "--seed", "7", "--output", str(tmp_path / "out.npz"))
     assert code == 0 and out == f"wrote 1 output(s) to {tmp_path / 'out.npz'}: 12\n"
     saved = np.load(tmp_path / "out.npz")
     assert saved.files == ["12"]
@@ -230,7 +237,7 @@ def test_run_on_npy_inputs(capsys, tmp_path):
     np.save(tmp_path / "x.npy", x)
     expected = kuiperinfer.load(DEMO)(x)
     for spec in ("pnnx_input_0=", "0=", ""):
-        code, _, _ = run(capsys, "run", "-i", f"{spec}{tmp_path / 'x.npy'}", "-o", str(tmp_path / "o.npz"))
+        code, _, _ = run(capsys, "run", str(DEMO), "-i", f"{spec}{tmp_path / 'x.npy'}", "-o", str(tmp_path / "o.npz"))
         assert code == 0
         np.testing.assert_array_equal(np.load(tmp_path / "o.npz")["12"], expected)
 
@@ -258,7 +265,7 @@ def test_run_errors_are_one_line_and_exit_2(capsys, tmp_path, argv, message):
     np.save(tmp_path / "small.npy", np.zeros((1, 3, 8, 8), np.float32))
     (tmp_path / "x.txt").write_text("not an array")
     files = dict(npy=tmp_path / "x.npy", small=tmp_path / "small.npy", text=tmp_path / "x.txt")
-    code, out, err = run(capsys, "run", *[a.format(**files) for a in argv])
+    code, out, err = run(capsys, "run", str(DEMO), *[a.format(**files) for a in argv])
     assert code == 2 and out == ""
     assert err.startswith("kuiper run: error: ") and message in err and len(err.splitlines()) == 1
 

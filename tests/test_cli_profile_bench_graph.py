@@ -10,12 +10,10 @@ import pytest
 
 import kuiperinfer
 from kuiperinfer.benchmark import BenchmarkResult, PeakMemory, benchmark, blas_description
-from cli_runner import run, usage_error
+from cli_runner import DEMO, run, usage_error
 from kuiperinfer.cli._progress import ProgressBar
-from kuiperinfer.models import default_model_path
 from kuiperinfer.visualize import family_of, output_format, to_dot
 
-DEMO = default_model_path()
 COMPUTED = ["convbn2d_0", "stem.2", "convbn2d_1", "block.2", "block.3", "pnnx_expr_2", "F.relu_1",
             "pool", "head.0", "torch.flatten_0", "head.2", "F.softmax_2"]
 needs_dot = pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz's dot is not installed")
@@ -24,7 +22,7 @@ needs_dot = pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz's d
 # -- kuiper profile ----------------------------------------------------------------------
 
 def test_profile_table_lists_every_operator_by_time(capsys):
-    code, out, err = run(capsys, "profile", "--runs", "3", "--warmup", "1", "--top", "0")
+    code, out, err = run(capsys, "profile", str(DEMO), "--runs", "3", "--warmup", "1", "--top", "0")
     assert code == 0 and err == ""
     lines = out.splitlines()
     assert lines[0] == "demo_cnn.pnnx.param: batch 1, 3 timed runs after 1 warm-up runs"
@@ -44,7 +42,7 @@ def test_profile_table_lists_every_operator_by_time(capsys):
 
 
 def test_profile_top_and_batch(capsys):
-    code, out, _ = run(capsys, "profile", "--runs", "2", "--top", "3", "--batch", "2")
+    code, out, _ = run(capsys, "profile", str(DEMO), "--runs", "2", "--top", "3", "--batch", "2")
     assert code == 0
     assert "batch 2, 2 timed runs after 2 warm-up runs" in out
     assert re.search(r"^\.\.\. 9 more operators, \d+\.\d% of the time \(--top 0 lists all\)$", out, re.M)
@@ -53,7 +51,7 @@ def test_profile_top_and_batch(capsys):
 
 def test_profile_trace_is_one_run_in_trace_event_format(capsys, tmp_path):
     trace = tmp_path / "trace.json"
-    code, out, _ = run(capsys, "profile", "--runs", "2", "--trace", str(trace))
+    code, out, _ = run(capsys, "profile", str(DEMO), "--runs", "2", "--trace", str(trace))
     assert code == 0 and f"wrote one run as a trace to {trace}" in out
     events = json.loads(trace.read_text())["traceEvents"]
     complete = [e for e in events if e["ph"] == "X"]
@@ -69,7 +67,7 @@ def test_profile_trace_is_one_run_in_trace_event_format(capsys, tmp_path):
 
 
 def test_profile_json(capsys, tmp_path):
-    code, out, _ = run(capsys, "profile", "--runs", "2", "--json", "--trace", str(tmp_path / "t.json"))
+    code, out, _ = run(capsys, "profile", str(DEMO), "--runs", "2", "--json", "--trace", str(tmp_path / "t.json"))
     assert code == 0 and (tmp_path / "t.json").exists()
     data = json.loads(out)                                 # nothing but the JSON on stdout
     assert data["runs"] == 2 and data["batch"] == 1 and data["warmup"] == 2
@@ -79,7 +77,7 @@ def test_profile_json(capsys, tmp_path):
 
 
 def test_profile_progress_bar_over_runs(capsys):
-    code, _, err = run(capsys, "profile", "--runs", "3", "--progress")
+    code, _, err = run(capsys, "profile", str(DEMO), "--runs", "3", "--progress")
     assert code == 0
     assert err == "".join(f"\rprofiling [{'#' * (10 * i) + '.' * (30 - 10 * i)}] {i}/3 runs"
                           for i in (1, 2, 3)) + "\n"
@@ -97,7 +95,7 @@ def test_profile_refuses_bad_options(capsys, argv, message):
 # -- kuiper bench ------------------------------------------------------------------------
 
 def test_bench_reports_latency_throughput_and_memory(capsys):
-    code, out, err = run(capsys, "bench", "--runs", "4", "--warmup", "1", "--batch", "2")
+    code, out, err = run(capsys, "bench", str(DEMO), "--runs", "4", "--warmup", "1", "--batch", "2")
     assert code == 0 and err == ""
     lines = out.splitlines()
     assert lines[0] == "demo_cnn.pnnx.param: batch 2, 4 timed runs after 1 warm-up runs"
@@ -111,7 +109,7 @@ def test_bench_reports_latency_throughput_and_memory(capsys):
 
 
 def test_bench_json(capsys):
-    code, out, _ = run(capsys, "bench", "--runs", "3", "--json")
+    code, out, _ = run(capsys, "bench", str(DEMO), "--runs", "3", "--json")
     assert code == 0
     data = json.loads(out)
     assert (data["batch"], data["runs"], data["warmup"]) == (1, 3, 3)
@@ -123,12 +121,12 @@ def test_bench_json(capsys):
 
 def test_bench_threads_limits_the_blas(capsys):
     pytest.importorskip("threadpoolctl")
-    code, out, _ = run(capsys, "bench", "--runs", "1", "--threads", "1")
+    code, out, _ = run(capsys, "bench", str(DEMO), "--runs", "1", "--threads", "1")
     assert code == 0 and re.search(r"^BLAS: .*, 1 thread$", out, re.M)
 
 
 def test_bench_progress_bar(capsys):
-    code, _, err = run(capsys, "bench", "--runs", "2", "--warmup", "0", "--progress")
+    code, _, err = run(capsys, "bench", str(DEMO), "--runs", "2", "--warmup", "0", "--progress")
     assert code == 0 and err.startswith("\rbenchmarking [") and err.endswith("] 2/2 runs\n")
 
 
@@ -169,7 +167,7 @@ def test_blas_description_names_the_library_and_threads():
 # -- kuiper graph ------------------------------------------------------------------------
 
 def test_graph_dot_has_every_operator_and_operand(capsys, tmp_path):
-    code, out, _ = run(capsys, "graph", "-o", str(tmp_path / "demo.dot"))
+    code, out, _ = run(capsys, "graph", str(DEMO), "-o", str(tmp_path / "demo.dot"))
     assert code == 0 and out == f"wrote {tmp_path / 'demo.dot'}\n"
     dot = (tmp_path / "demo.dot").read_text()
     assert dot == to_dot(DEMO)
@@ -218,23 +216,23 @@ def test_graph_escapes_names():
 @pytest.mark.parametrize("suffix, magic", [(".svg", b"<?xml"), (".png", b"\x89PNG"), (".pdf", b"%PDF")])
 def test_graph_renders_with_graphviz(capsys, tmp_path, suffix, magic):
     out_path = tmp_path / f"demo{suffix}"
-    code, _, err = run(capsys, "graph", "-o", str(out_path))
+    code, _, err = run(capsys, "graph", str(DEMO), "-o", str(out_path))
     assert code == 0 and err == ""
     assert out_path.read_bytes().startswith(magic)
 
 
 def test_graph_without_graphviz_says_how_to_install_it(capsys, tmp_path, monkeypatch):
     monkeypatch.setattr(shutil, "which", lambda name, *args, **kwargs: None)
-    code, out, err = run(capsys, "graph", "-o", str(tmp_path / "demo.svg"))
+    code, out, err = run(capsys, "graph", str(DEMO), "-o", str(tmp_path / "demo.svg"))
     assert code == 2 and out == ""
     assert "apt-get install graphviz" in err and len(err.splitlines()) == 1
     assert not (tmp_path / "demo.svg").exists()
-    code, _, _ = run(capsys, "graph", "-o", str(tmp_path / "demo.dot"))     # DOT needs no Graphviz
+    code, _, _ = run(capsys, "graph", str(DEMO), "-o", str(tmp_path / "demo.dot"))     # DOT needs no Graphviz
     assert code == 0 and (tmp_path / "demo.dot").exists()
 
 
 def test_graph_refuses_an_unknown_format(capsys, tmp_path):
-    code, _, err = run(capsys, "graph", "-o", str(tmp_path / "demo.jpg"))
+    code, _, err = run(capsys, "graph", str(DEMO), "-o", str(tmp_path / "demo.jpg"))
     assert code == 2 and "use one of .dot, .gv, .svg, .png, .pdf" in err
     assert output_format("x.GV") == "dot" and output_format("x.Svg") == "svg"
 

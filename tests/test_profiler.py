@@ -7,13 +7,12 @@ import numpy as np
 import pytest
 
 import kuiperinfer
+from cli_runner import DEMO
 from kuiperinfer.errors import InferError
-from kuiperinfer.models import default_model_path
 from kuiperinfer.profiler import (NodeEvent, ProfilingGraph, RunRecord, chrome_trace, profile,
                                   summarize_runs, write_chrome_trace)
 from kuiperinfer.runtime.graph import INPUT_TYPE, OUTPUT_TYPE
 
-DEMO = default_model_path()
 
 
 @pytest.fixture(scope="module")

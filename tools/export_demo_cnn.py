@@ -1,4 +1,4 @@
-"""Export the small demo CNN bundled under kuiperinfer/models/demo_cnn (reproducible).
+"""Export the small demo CNN the CLI tests use, into tests/data/demo_cnn (reproducible).
 
     python tools/export_demo_cnn.py
 
@@ -17,7 +17,7 @@ import pnnx
 import torch
 import torch.nn as nn
 
-OUT = Path(__file__).resolve().parent.parent / "kuiperinfer" / "models" / "demo_cnn"
+OUT = Path(__file__).resolve().parent.parent / "tests" / "data" / "demo_cnn"
 
 
 class DemoCNN(nn.Module):

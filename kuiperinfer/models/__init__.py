@@ -2,7 +2,7 @@
 
 ``efficientnet_lite0/`` holds the pretrained EfficientNet-Lite0 ImageNet classifier (made by
 ``tools/export_efficientnet_lite0.py``; licence in its ``LICENSE.md``) and the ImageNet
-class names; ``images/`` a few sample photos; ``demo_cnn/`` a tiny random-weight CNN.
+class names; ``images/`` a few sample photos.
 """
 
 from __future__ import annotations
@@ -15,13 +15,8 @@ SAMPLE_IMAGES_DIR = MODELS_DIR / "images"
 
 
 def default_model_path() -> Path:
-    """The .pnnx.param of the bundled default model of ``kuiper run``, ``info``, ...: the demo CNN."""
-    return demo_cnn_path()
-
-
-def demo_cnn_path() -> Path:
-    """The .pnnx.param of the tiny demo CNN (random weights, 1x3x64x64 -> 10 probabilities)."""
-    return MODELS_DIR / "demo_cnn" / "demo_cnn.pnnx.param"
+    """The model ``kuiper run``, ``info``, ``profile``... use when given none: EfficientNet-Lite0."""
+    return efficientnet_lite0_path()
 
 
 def efficientnet_lite0_path() -> Path:
