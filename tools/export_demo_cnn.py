@@ -2,8 +2,7 @@
 
     python tools/export_demo_cnn.py
 
-Needs torch==2.13.0 and pnnx (the test dependencies). Writes only the .pnnx.param and
-.pnnx.bin that kuiperinfer reads, plus the torch reference output for a fixed input.
+Needs torch==2.13.0 and pnnx (the test dependencies). Writes the .pnnx.param and .pnnx.bin.
 """
 
 from __future__ import annotations
@@ -50,7 +49,6 @@ def main() -> None:
         pnnx.export(model, str(Path(tmp) / "demo_cnn.pt"), (x,))
         for suffix in (".pnnx.param", ".pnnx.bin"):
             shutil.copy(Path(tmp) / f"demo_cnn{suffix}", OUT / f"demo_cnn{suffix}")
-        np.savez(OUT / "reference.npz", input=x.numpy(), output=model(x).numpy())
     print(f"wrote {OUT}")
 
 
