@@ -11,7 +11,6 @@ import shutil
 import tempfile
 from pathlib import Path
 
-import numpy as np
 import pnnx
 import torch
 import torch.nn as nn
