@@ -182,3 +182,20 @@ def test_optimize_runs_only_between_init_and_build(tmp_path):
     graph.build()
     with pytest.raises(GraphError, match="between init"):
         optimize(graph)
+
+
+@pytest.mark.parametrize("pad", [nn.ZeroPad2d((0, 1, 0, 1)), nn.ZeroPad2d((2, 0, 1, 3)),
+                                 Lambda(lambda x: F.pad(x, (1, 2))), Lambda(lambda x: F.pad(x, (1, 1, 2, 0)))],
+                         ids=["zeropad", "zeropad_uneven", "fpad_width", "fpad_both"])
+@pytest.mark.parametrize("depthwise", [False, True])
+def test_zero_padding_folded_into_convolution(pad, depthwise, tmp_path):
+    model = nn.Sequential(pad, nn.Conv2d(8, 8, 3, stride=2, padding=1, groups=8 if depthwise else 1), nn.ReLU())
+    graph, rewrites = compare(model, (1, 8, 13, 10), tmp_path)
+    assert rewrites["fold_zero_padding"] == 1
+    assert types(graph) == ["pnnx.Input", "nn.Conv2d", "pnnx.Output"]
+
+
+def test_padding_that_is_not_zero_stays(tmp_path):
+    model = nn.Sequential(Lambda(lambda x: F.pad(x, (1, 1, 1, 1), value=0.5)), nn.Conv2d(3, 4, 3))
+    graph, rewrites = compare(model, (1, 3, 8, 8), tmp_path)
+    assert rewrites["fold_zero_padding"] == 0 and len(graph.operators) == 4

@@ -66,6 +66,13 @@ def from_2d(y: np.ndarray, rank: int) -> np.ndarray:
     return y[:, :, 0, :] if rank == 1 else y
 
 
+WINOGRAD = "winograd"
+"""Parameter by which the graph optimiser selects Winograd for an nn.Conv2d."""
+PADS = "pads"
+"""Parameter (top, bottom, left, right) by which the graph optimiser gives an nn.Conv2d
+padding that differs per side (a zero padding operator folded in); it replaces ``padding``."""
+
+
 # -- geometry ----------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -110,6 +117,9 @@ class ConvGeometry:
             if min(ph, pw) < 0:
                 raise op.error(f"padding {padding} must not be negative", Status.kParameterMissingPadding)
             pads = ((ph, ph), (pw, pw))
+        if op.has_param(PADS):
+            top, bottom, left, right = op.param_ints(PADS, 4, Status.kParameterMissingPadding)
+            pads = ((top, bottom), (left, right))
         return cls(kernel, stride, dilation, pads, mode, groups)
 
     def winograd_applies(self) -> bool:
@@ -173,10 +183,6 @@ def _check_channels(x: np.ndarray, expected: int) -> None:
 
 
 # -- convolution -------------------------------------------------------------------------
-
-WINOGRAD = "winograd"
-"""Parameter by which the graph optimiser selects Winograd for an nn.Conv2d."""
-
 
 def is_depthwise(weight: np.ndarray, groups: int) -> bool:
     """Whether a convolution with ``weight`` (Cout, Cin/groups, kh, kw) has one filter per channel."""

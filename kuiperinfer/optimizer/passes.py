@@ -2,6 +2,8 @@
 
 * :func:`fold_batch_norm`: a BatchNorm right after a convolution (pnnx folds most; it
   leaves those it cannot prove safe) becomes part of the convolution's weight and bias.
+* :func:`fold_zero_padding`: zero padding right before a convolution becomes the
+  convolution's own (per-side) padding.
 * :func:`fuse_activation`: an activation right after a convolution or an arithmetic
   expression is applied in place on that operator's fresh output (ncnn's
   ``activation_type``), and its operator disappears.
@@ -18,12 +20,13 @@ from typing import Callable
 import numpy as np
 
 from kuiperinfer.errors import GraphError
-from kuiperinfer.layers.activation import InplaceActivationLayer, read_fused_activation, write_fused_activation
 from kuiperinfer.kernels.winograd import MIN_CHANNELS
-from kuiperinfer.layers.convolution import WINOGRAD, ConvGeometry
+from kuiperinfer.layers.activation import InplaceActivationLayer, read_fused_activation, write_fused_activation
+from kuiperinfer.layers.convolution import PADS, WINOGRAD, ConvGeometry
 from kuiperinfer.layers.normalization import BatchNorm, fold_batch_norm as batch_norm_scale_shift
+from kuiperinfer.layers.padding import Pad
 from kuiperinfer.layers.registry import LayerRegisterer
-from kuiperinfer.optimizer.rewrite import absorb_consumer, sole_consumer
+from kuiperinfer.optimizer.rewrite import absorb_consumer, absorb_producer, sole_consumer
 from kuiperinfer.pnnx.ir import Attribute, numpy_dtype
 from kuiperinfer.runtime.attribute import RuntimeAttribute
 from kuiperinfer.runtime.graph import GraphState, RuntimeGraph
@@ -33,6 +36,7 @@ Pass = Callable[[RuntimeGraph], int]
 
 CONVOLUTIONS = ("nn.Conv1d", "nn.Conv2d")
 BATCH_NORMS = ("nn.BatchNorm1d", "nn.BatchNorm2d")
+PADDINGS = ("F.pad", "nn.ZeroPad2d", "nn.ConstantPad2d")
 # Expressions whose outermost operation makes a new array from array operands; sizes
 # (``size(@0,1)``) and lists (``[...]``) are Python values, not arrays.
 ARITHMETIC = ("add(", "sub(", "mul(", "div(")
@@ -58,6 +62,27 @@ def fold_batch_norm(graph: RuntimeGraph) -> int:
             (bias * scale + shift).astype(np.float32)))
         conv.params["bias"] = RuntimeParameter(T.kParameterBool, True, "True")
         absorb_consumer(graph, conv, bn)
+        folded += 1
+    return folded
+
+
+def fold_zero_padding(graph: RuntimeGraph) -> int:
+    """Zero padding (F.pad, nn.ZeroPad2d, ...) of H and W right before a zero-padded
+    nn.Conv2d becomes part of the convolution's padding, which may then differ per side."""
+    folded = 0
+    for pad in list(graph.operators):
+        conv = sole_consumer(graph, pad) if pad.type in PADDINGS else None
+        if conv is None or conv.type != "nn.Conv2d" or conv.param_value("padding_mode", "zeros") != "zeros":
+            continue
+        layer = Pad.create(pad)
+        amounts = ((0, 0),) * (2 - len(layer.pads)) + layer.pads[-2:]
+        if (layer.mode != "constant" or layer.value != 0 or len(layer.pads) > 2
+                or min(min(pair) for pair in amounts) < 0):
+            continue
+        (top, bottom), (left, right) = ConvGeometry.from_operator(conv, conv.param_ints("kernel_size", 2)).padding
+        pads = (top + amounts[0][0], bottom + amounts[0][1], left + amounts[1][0], right + amounts[1][1])
+        conv.params[PADS] = RuntimeParameter(T.kParameterIntArray, pads, "(" + ",".join(map(str, pads)) + ")")
+        absorb_producer(graph, conv, pad)
         folded += 1
     return folded
 
@@ -103,7 +128,7 @@ def select_winograd(graph: RuntimeGraph) -> int:
     return selected
 
 
-PASSES: tuple[Pass, ...] = (fold_batch_norm, fuse_activation, select_winograd)
+PASSES: tuple[Pass, ...] = (fold_batch_norm, fold_zero_padding, fuse_activation, select_winograd)
 
 
 def optimize(graph: RuntimeGraph, passes: tuple[Pass, ...] = PASSES) -> dict[str, int]:

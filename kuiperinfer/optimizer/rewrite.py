@@ -34,3 +34,17 @@ def absorb_consumer(graph: RuntimeGraph, op: RuntimeOperator, consumer: RuntimeO
         moved = reader.input_operands.pop(consumer.name)
         reader.input_operands.setdefault(op.name, []).extend(moved)
     graph.operators.remove(consumer)
+
+
+def absorb_producer(graph: RuntimeGraph, op: RuntimeOperator, producer: RuntimeOperator) -> None:
+    """Remove ``producer`` (one input, one output read by ``op`` alone): ``op`` reads the
+    producer's input instead."""
+    (source,) = producer.input_operands_seq
+    (between,) = producer.output_operands
+    index = op.input_operands_seq.index(between)
+    op.input_operands_seq[index] = source
+    del op.input_operands[producer.name]
+    op.input_operands.setdefault(source.producer, []).append(source)
+    source.consumers[source.consumers.index(producer.name)] = op.name
+    del graph.operands[between.name]
+    graph.operators.remove(producer)
