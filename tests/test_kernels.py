@@ -9,6 +9,7 @@ import torch.nn.functional as F
 
 from kuiperinfer.kernels.depthwise import DepthwiseWeight, depthwise_conv2d
 from kuiperinfer.kernels.elementwise import InplaceActivation
+from kuiperinfer.kernels.pooling import BLOCK_BYTES, avg_pool2d, max_pool2d
 from kuiperinfer.kernels.winograd import winograd_conv3x3, winograd_pays, winograd_weight
 from kuiperinfer.layers.convolution import ConvGeometry, conv2d
 from oracle import check_op
@@ -111,3 +112,14 @@ def test_depthwise_weight_serves_several_widths():
         expected = F.conv2d(torch.from_numpy(x), torch.from_numpy(taps[:, None]), groups=4).numpy()
         ours = depthwise_conv2d(x, weight, (1, 1), (1, 1), expected.shape[2:])
         np.testing.assert_allclose(ours, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_pooling_in_channel_blocks_matches_pytorch():
+    x = RNG.standard_normal((2, 40, 120, 118), dtype=np.float32)  # several blocks of channels
+    assert BLOCK_BYTES < x.nbytes // 4
+    t = torch.from_numpy(x)
+    np.testing.assert_array_equal(max_pool2d(x, (3, 3), (2, 2), (1, 1), (1, 1), True),
+                                  F.max_pool2d(t, 3, 2, 1, ceil_mode=True).numpy())
+    np.testing.assert_allclose(avg_pool2d(x, (2, 3), (2, 1), (1, 1), False, False, None),
+                               F.avg_pool2d(t, (2, 3), (2, 1), 1, count_include_pad=False).numpy(),
+                               atol=1e-6, rtol=1e-5)

@@ -5,7 +5,6 @@ and adaptive max pooling as a gather of each axis's windows."""
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Iterator
 
 import numpy as np
 
@@ -49,14 +48,31 @@ def pad_for_pooling(x: np.ndarray, kernel: tuple[int, int], stride: tuple[int, i
     return out
 
 
-def _taps(padded: np.ndarray, kernel: tuple[int, int], stride: tuple[int, int],
-          dilation: tuple[int, int], out_hw: tuple[int, int]) -> Iterator[np.ndarray]:
-    """For each kernel tap, the strided view of ``padded`` it reads for every output pixel."""
+BLOCK_BYTES = 1 << 20
+"""Input bytes pooled at a time: a block of channels small enough to stay in cache while
+every tap passes over it (one pass over a whole batch would stream it from memory
+kh * kw times)."""
+
+
+def _reduce_taps(padded: np.ndarray, kernel: tuple[int, int], stride: tuple[int, int],
+                 dilation: tuple[int, int], out_hw: tuple[int, int], combine: np.ufunc) -> np.ndarray:
+    """``combine`` (np.maximum, np.add) over the strided views of ``padded`` that each kernel
+    tap reads for every output pixel, a block of channels at a time."""
     (sh, sw), (oh, ow) = stride, out_hw
-    for i in range(kernel[0]):
-        for j in range(kernel[1]):
-            y0, x0 = i * dilation[0], j * dilation[1]
-            yield padded[:, :, y0: y0 + sh * (oh - 1) + 1: sh, x0: x0 + sw * (ow - 1) + 1: sw]
+    n, c = padded.shape[:2]
+    out = np.empty((n, c, oh, ow), dtype=padded.dtype)
+    step = max(1, BLOCK_BYTES // max(1, n * padded[0, 0].nbytes))
+    for start in range(0, c, step):
+        block, target = padded[:, start:start + step], out[:, start:start + step]
+        for i in range(kernel[0]):
+            for j in range(kernel[1]):
+                y0, x0 = i * dilation[0], j * dilation[1]
+                window = block[:, :, y0: y0 + sh * (oh - 1) + 1: sh, x0: x0 + sw * (ow - 1) + 1: sw]
+                if i == j == 0:
+                    np.copyto(target, window)
+                else:
+                    combine(target, window, out=target)
+    return out
 
 
 def max_pool2d(x: np.ndarray, kernel: tuple[int, int], stride: tuple[int, int],
@@ -64,11 +80,7 @@ def max_pool2d(x: np.ndarray, kernel: tuple[int, int], stride: tuple[int, int],
     """Max pooling of NCHW ``x``; padding counts as -inf, NaN propagates as in PyTorch."""
     out_hw = pool_output_hw(x, kernel, stride, padding, dilation, ceil_mode)
     padded = pad_for_pooling(x, kernel, stride, padding, dilation, out_hw, -np.inf)
-    taps = _taps(padded, kernel, stride, dilation, out_hw)
-    out = next(taps).copy()
-    for window in taps:
-        np.maximum(out, window, out=out)
-    return out
+    return _reduce_taps(padded, kernel, stride, dilation, out_hw, np.maximum)
 
 
 def _window_counts(size: int, kernel: int, stride: int, padding: int, out: int
@@ -93,10 +105,7 @@ def avg_pool2d(x: np.ndarray, kernel: tuple[int, int], stride: tuple[int, int],
     dilation = (1, 1)
     out_hw = pool_output_hw(x, kernel, stride, padding, dilation, ceil_mode)
     padded = pad_for_pooling(x, kernel, stride, padding, dilation, out_hw, 0.0)
-    taps = _taps(padded, kernel, stride, dilation, out_hw)
-    out = next(taps).copy()
-    for window in taps:
-        out += window
+    out = _reduce_taps(padded, kernel, stride, dilation, out_hw, np.add)
     if divisor_override:
         out /= np.float32(divisor_override)
         return out
