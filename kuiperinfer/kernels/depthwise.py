@@ -11,7 +11,8 @@ Here each kernel row ``i`` becomes one banded (Toeplitz) matrix per channel,
 matrix products over all channels, rows and images at once. The band spends more
 multiplications than the taps (its input width instead of kw per output), so wide
 outputs are cut into blocks of a few columns that share one small band, each block
-reading only the input columns under it.
+reading only the input columns under it. Channels go a block at a time, so that the
+input and the partial sums of a block stay in cache over the kernel rows.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ BANDED_MAX_WIDTH = 28
 """Output rows up to this wide are one block; wider ones are cut into blocks of WIDE_BLOCK."""
 WIDE_BLOCK = 8
 """Output columns per block of a wide output (measured on 56 and 112 wide outputs)."""
+CHANNEL_BLOCK_BYTES = 1 << 20
+"""Input bytes convolved at a time (a block of channels that stays in cache over the kernel rows)."""
 _MEMO_LIMIT = 8
 
 
@@ -70,12 +73,19 @@ def depthwise_conv2d(x: np.ndarray, weight: DepthwiseWeight, stride: tuple[int, 
         x = np.concatenate([x, np.zeros((n, c, height, need - width), x.dtype)], axis=3)
     bands = weight.bands(block_width, block, sw, dw)
     s_n, s_c, s_h, s_w = x.strides
-    out = None
-    for i, band in enumerate(bands):
-        # (C, N, OH, blocks, block_width): the input columns of each output block, kernel row i
-        rows = as_strided(x[:, :, i * dh:], (c, n, oh, blocks, block_width),
-                          (s_c, s_n, s_h * sh, s_w * sw * block, s_w), writeable=False)
-        product = np.matmul(rows.reshape(c, n * oh * blocks, block_width), band)
-        out = product if out is None else np.add(out, product, out=out)
+    out = np.empty((c, n * oh * blocks, block), dtype=np.float32)
+    product = np.empty_like(out)
+    step = max(1, CHANNEL_BLOCK_BYTES // (n * height * x.shape[3] * x.itemsize))
+    for start in range(0, c, step):  # a block of channels at a time, to stay in cache
+        stop = min(start + step, c)
+        for i, band in enumerate(bands):
+            # (channels, N, OH, blocks, block_width): the input columns of each output block
+            rows = as_strided(x[:, start:stop, i * dh:], (stop - start, n, oh, blocks, block_width),
+                              (s_c, s_n, s_h * sh, s_w * sw * block, s_w), writeable=False)
+            rows = rows.reshape(stop - start, n * oh * blocks, block_width)
+            target = out[start:stop] if i == 0 else product[start:stop]
+            np.matmul(rows, band[start:stop], out=target)
+            if i:
+                out[start:stop] += target
     out = out.reshape(c, n, oh, blocks * block)[..., :ow].transpose(1, 0, 2, 3)
     return np.ascontiguousarray(out)
