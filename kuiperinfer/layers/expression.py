@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+import numpy as np
+
 from kuiperinfer.errors import ExpressionError, InferError, InferStatus, ParseParameterAttrStatus as Status
 from kuiperinfer.expression import Expression, compile_expression
 from kuiperinfer.kernels.elementwise import InplaceActivation
@@ -49,5 +51,6 @@ class ExpressionLayer(NonParamLayer):
         except ExpressionError as exc:  # an InferError, so that the graph names the operator
             raise InferError(str(exc), status=InferStatus.kInferFailedOperationUnknown) from exc
         if self.activation is not None:
-            result = self.activation(result)
+            # the formula's outermost operation made ``result``; a number becomes an array
+            result = self.activation(result if isinstance(result, np.ndarray) else np.array(result))
         return [result]
