@@ -30,6 +30,7 @@ from kuiperinfer.optimizer.rewrite import absorb_consumer, absorb_producer, sole
 from kuiperinfer.pnnx.ir import Attribute, numpy_dtype
 from kuiperinfer.runtime.attribute import RuntimeAttribute
 from kuiperinfer.runtime.graph import GraphState, RuntimeGraph
+from kuiperinfer.runtime.operator import RuntimeOperator
 from kuiperinfer.runtime.parameter import RuntimeParameter, RuntimeParameterType as T
 
 Pass = Callable[[RuntimeGraph], int]
@@ -54,7 +55,7 @@ def fold_batch_norm(graph: RuntimeGraph) -> int:
         if norm.running_mean.size != weight.shape[0]:
             continue  # mismatched channels: leave the error to the layers
         scale, shift = batch_norm_scale_shift(norm.running_mean, norm.running_var, norm.weights(),
-                                       norm.bias(), norm.eps)
+                                              norm.bias(), norm.eps)
         bias = conv.weight("bias") if conv.param_bool("bias", default="bias" in conv.attribute) else 0
         weight *= scale.reshape((-1,) + (1,) * (weight.ndim - 1))
         conv.attribute["weight"] = RuntimeAttribute(Attribute.from_numpy(weight))
@@ -87,7 +88,7 @@ def fold_zero_padding(graph: RuntimeGraph) -> int:
     return folded
 
 
-def _makes_fresh_array(op) -> bool:
+def _makes_fresh_array(op: RuntimeOperator) -> bool:
     """Whether ``op``'s layer returns a new float array it holds no other reference to."""
     if op.type in CONVOLUTIONS:
         return True
