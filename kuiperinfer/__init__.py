@@ -21,7 +21,8 @@ __version__ = "0.1.0"
 
 def load(param_path: str | os.PathLike, bin_path: str | os.PathLike | None = None, *,
          optimize: bool = True, workers: int | None = None,
-         max_tensor_bytes: int | None = None) -> RuntimeGraph:
+         max_tensor_bytes: int | None = None,
+         graph_class: type[RuntimeGraph] = RuntimeGraph) -> RuntimeGraph:
     """Load a pnnx export and build it, ready to run.
 
     ``bin_path`` defaults to the ``.bin`` beside the ``.param`` (``m.pnnx.param`` ->
@@ -30,12 +31,13 @@ def load(param_path: str | os.PathLike, bin_path: str | os.PathLike | None = Non
     every optimisation off: the graph runs exactly as pnnx wrote it, whole, in the calling
     thread (``workers`` then defaults to 1). ``max_tensor_bytes`` bounds what the model
     may declare for one weight or operand (default 4 GiB): larger ones are refused before
-    anything is allocated. Raises a :class:`KuiperError` subclass for
+    anything is allocated. ``graph_class`` may be a subclass of RuntimeGraph that overrides
+    ``run_node`` to trace or profile (as :class:`kuiperinfer.profiler.ProfilingGraph` does). Raises a :class:`KuiperError` subclass for
     anything wrong with the files or an unsupported operator.
     """
     if workers is None:
         workers = (os.cpu_count() or 1) if optimize else 1
-    graph = RuntimeGraph(param_path, bin_path, workers=workers, max_tensor_bytes=max_tensor_bytes)
+    graph = graph_class(param_path, bin_path, workers=workers, max_tensor_bytes=max_tensor_bytes)
     graph.init()
     if optimize:
         optimizer.optimize(graph)

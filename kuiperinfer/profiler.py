@@ -4,18 +4,20 @@
 wall time of each operator around the normal computation, so the execution loop
 itself is the one every graph uses::
 
-    graph = ProfilingGraph("resnet18.pnnx.param")
-    graph.build()
+    graph = kuiperinfer.load("resnet18.pnnx.param", graph_class=ProfilingGraph)
     report = profile(graph, [images], runs=20, warmup=3)
     report.operators[0]                  # the slowest operator, averaged over 20 runs
     write_chrome_trace(graph.runs[-1], "trace.json")   # open in ui.perfetto.dev
 
 An operator's time is its own: from the call of its layer to the return, with the
-engine's bookkeeping between operators counted only in the run's wall time.
+engine's bookkeeping between operators counted only in the run's wall time. When a batch
+is split over worker threads, each thread's operators are recorded (with the thread), so
+the time inside operators adds up the threads and can exceed the wall time.
 """
 
 from __future__ import annotations
 
+import contextvars
 import json
 import os
 import statistics
@@ -41,6 +43,8 @@ class NodeEvent:
     end_ns: int
     input_shapes: tuple[Any, ...]
     output_shapes: tuple[Any, ...]
+    thread: int = 0
+    """The thread that ran it (``threading.get_ident()``)."""
 
     @property
     def duration_ns(self) -> int:
@@ -68,26 +72,27 @@ class ProfilingGraph(RuntimeGraph):
     """
 
     def __init__(self, param_path: str | os.PathLike | None = None,
-                 bin_path: str | os.PathLike | None = None):
-        super().__init__(param_path, bin_path)
+                 bin_path: str | os.PathLike | None = None, **options: Any):
+        super().__init__(param_path, bin_path, **options)
         self.recording = True
         self.runs: list[RunRecord] = []
-        self._local = threading.local()
+        self._record: contextvars.ContextVar[RunRecord | None] = contextvars.ContextVar(
+            f"profiled-run-{id(self)}", default=None)
 
     def run(self, *args: Any, **kwargs: Any) -> list[Any]:
         if not self.recording:
             return super().run(*args, **kwargs)
         record = RunRecord(time.perf_counter_ns())
-        self._local.record = record
+        token = self._record.set(record)
         try:
             return super().run(*args, **kwargs)
         finally:
             record.end_ns = time.perf_counter_ns()
-            self._local.record = None
+            self._record.reset(token)
             self.runs.append(record)
 
     def run_node(self, op: RuntimeOperator) -> None:
-        record = getattr(self._local, "record", None)
+        record = self._record.get()
         if record is None:
             super().run_node(op)
             return
@@ -96,7 +101,7 @@ class ProfilingGraph(RuntimeGraph):
         super().run_node(op)
         end = time.perf_counter_ns()
         outputs = tuple(_shape_of(operand.data) for operand in op.output_operands)
-        record.events.append(NodeEvent(op.name, op.type, start, end, inputs, outputs))
+        record.events.append(NodeEvent(op.name, op.type, start, end, inputs, outputs, threading.get_ident()))
 
     def clear(self) -> None:
         """Forget the recorded runs."""
@@ -150,6 +155,8 @@ class ProfileReport:
     """Wall time of all runs, operators and the engine's work between them."""
     operators: tuple[OperatorTime, ...]
     types: tuple[TypeTime, ...]
+    threads: int = 1
+    """Threads the operators of one run ran on (worker threads splitting a batch)."""
 
     @property
     def operator_s(self) -> float:
@@ -159,7 +166,7 @@ class ProfileReport:
     def to_dict(self) -> dict[str, Any]:
         """Plain data for JSON, times in milliseconds per run."""
         per_run = 1e3 / self.runs
-        return {"runs": self.runs, "wall_ms_per_run": self.wall_s * per_run,
+        return {"runs": self.runs, "threads": self.threads, "wall_ms_per_run": self.wall_s * per_run,
                 "operator_ms_per_run": self.operator_s * per_run,
                 "operators": [{"name": op.name, "type": op.type, "calls": op.calls,
                                "ms_per_run": op.total_s * per_run, "median_ms": op.median_s * 1e3,
@@ -188,7 +195,8 @@ def summarize_runs(runs: Sequence[RunRecord]) -> ProfileReport:
     types = sorted((TypeTime(t, len(ops), sum(op.total_s for op in ops)) for t, ops in by_type.items()),
                    key=lambda t: (-t.total_s, t.type))
     wall = sum(run.duration_ns for run in runs) / 1e9
-    return ProfileReport(len(runs), wall, tuple(operators), tuple(types))
+    threads = max(len({event.thread for event in run.events}) for run in runs) or 1
+    return ProfileReport(len(runs), wall, tuple(operators), tuple(types), threads)
 
 
 def profile(graph: ProfilingGraph, inputs: Sequence[Any], runs: int = 10, warmup: int = 2,
@@ -223,14 +231,18 @@ def chrome_trace(run: RunRecord, process_name: str = "kuiperinfer") -> dict[str,
     def micros(ns: int) -> float:
         return (ns - run.start_ns) / 1e3
 
+    threads = {thread: tid for tid, thread in enumerate(dict.fromkeys(e.thread for e in run.events), 2)}
     events: list[dict[str, Any]] = [
         {"name": "process_name", "ph": "M", "pid": 1, "tid": 1, "args": {"name": process_name}},
         {"name": "thread_name", "ph": "M", "pid": 1, "tid": 1, "args": {"name": "forward"}},
         {"name": "forward", "cat": "graph", "ph": "X", "pid": 1, "tid": 1,
          "ts": 0.0, "dur": run.duration_ns / 1e3, "args": {"operators": len(run.events)}},
     ]
+    for thread, tid in threads.items():
+        events.append({"name": "thread_name", "ph": "M", "pid": 1, "tid": tid,
+                       "args": {"name": f"operators, thread {tid - 1}"}})
     for event in run.events:
-        events.append({"name": event.name, "cat": event.type, "ph": "X", "pid": 1, "tid": 1,
+        events.append({"name": event.name, "cat": event.type, "ph": "X", "pid": 1, "tid": threads[event.thread],
                        "ts": micros(event.start_ns), "dur": event.duration_ns / 1e3,
                        "args": {"inputs": event.input_shapes, "outputs": event.output_shapes}})
     return {"traceEvents": events, "displayTimeUnit": "ms"}

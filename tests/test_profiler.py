@@ -159,7 +159,8 @@ def test_chrome_trace_of_one_run(tmp_path):
     assert complete[1]["args"] == {"inputs": ((1, 3, 8, 8),), "outputs": ((1, 4, 8, 8),)}
     write_chrome_trace(run, tmp_path / "trace.json")
     loaded = json.loads((tmp_path / "trace.json").read_text())
-    assert loaded["traceEvents"][3]["args"] == {"inputs": [[1, 3, 8, 8]], "outputs": [[1, 4, 8, 8]]}
+    conv = next(e for e in loaded["traceEvents"] if e["name"] == "conv")
+    assert conv["args"] == {"inputs": [[1, 3, 8, 8]], "outputs": [[1, 4, 8, 8]]}
     assert loaded["displayTimeUnit"] == "ms"
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 
+import kuiperinfer
 from kuiperinfer.cli._common import (add_model_argument, add_progress_argument, add_timing_arguments,
                                      model_path, non_negative_int, progress_bar, random_inputs, table)
 from kuiperinfer.inspect import shape_text
@@ -39,8 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     path = model_path(args.model)
-    graph = ProfilingGraph(path)
-    graph.build()
+    graph = kuiperinfer.load(path, graph_class=ProfilingGraph)
     inputs = list(random_inputs(graph, args.batch, args.seed).values())
     with progress_bar(args, "profiling", "runs") as bar:
         result = profile(graph, inputs, args.runs, args.warmup, bar)
@@ -63,8 +63,9 @@ def report(result: ProfileReport, top: int) -> str:
     per_run = 1e3 / result.runs
     inside = result.operator_s
     wall = result.wall_s * per_run
+    threads = f", added up over {result.threads} worker threads" if result.threads > 1 else ""
     lines = [f"{wall:.3f} ms per run, {inside * per_run:.3f} ms "
-             f"({100 * inside / result.wall_s:.1f}%) inside operators", ""]
+             f"({100 * inside / result.wall_s:.1f}%) inside operators{threads}", ""]
     shown = result.operators if top == 0 else result.operators[:top]
     rows = [(str(rank), op.name, op.type, " ".join(_shape(s) for s in op.output_shapes),
              f"{op.total_s * per_run:.3f}", f"{op.median_s * 1e3:.3f}", _share(op.total_s, inside))

@@ -26,6 +26,7 @@ of its inputs). Other graphs, and batches of one, run whole in the calling threa
 
 from __future__ import annotations
 
+import contextvars
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor, wait
@@ -328,7 +329,10 @@ class RuntimeGraph:
         """Run the slices concurrently (the first in this thread) and join the outputs."""
         pool = self._worker_pool()
         with _ONE_BLAS_THREAD:
-            futures = [pool.submit(self._run_pass, [v[part] for v in values]) for part in slices[1:]]
+            # each slice runs in a copy of the caller's context, so context variables (a
+            # profiler's current run, say) follow the work into the worker threads
+            futures = [pool.submit(contextvars.copy_context().run, self._run_pass, [v[part] for v in values])
+                       for part in slices[1:]]
             try:
                 first = self._run_pass([v[slices[0]] for v in values])
             finally:
