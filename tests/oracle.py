@@ -128,3 +128,36 @@ def check_op(fn_or_module, *shapes: Sequence[int], directory: Path, batch: int |
     if batch is not None:
         more.append([torch.randn(batch, *shape[1:], generator=generator) for shape in shapes])
     return check_model(module, inputs, directory, more, atol, rtol)
+
+
+class Branches(torch.nn.Module):
+    """Returns ``tuple(f(*inputs) for f in fns)``."""
+
+    def __init__(self, *fns):
+        super().__init__()
+        self.fns = list(fns)
+        for i, fn in enumerate(fns):
+            if isinstance(fn, torch.nn.Module):
+                setattr(self, f"m{i}", fn)
+
+    def forward(self, *xs):
+        return tuple(fn(*xs) for fn in self.fns)
+
+
+def check_branches(fns, types, *inputs, directory, scale=3.0, batch=3):
+    """Export :class:`Branches` of ``fns`` and compare with PyTorch; check that pnnx wrote
+    every operator type in ``types``. Each of ``inputs`` is a tensor or a shape (random
+    normal values times ``scale``). With ``batch``, the comparison is repeated with the
+    first input's batch dimension changed."""
+    generator = torch.Generator().manual_seed(0)
+    tensors = [x if isinstance(x, torch.Tensor) else torch.randn(*x, generator=generator) * scale
+               for x in inputs]
+    more = []
+    if batch is not None:
+        first = tensors[0]
+        other = torch.randn(batch, *first.shape[1:], generator=generator) * first.std() + first.mean()
+        more.append([other, *tensors[1:]])
+    graph = check_model(Branches(*fns), tensors, directory, more)
+    written = {op.type for op in graph.operators}
+    assert set(types) <= written, f"pnnx wrote {sorted(written)}"
+    return graph

@@ -7,7 +7,6 @@ written as its ``F.x`` form).
 """
 
 import warnings
-import zipfile
 
 import numpy as np
 import pytest
@@ -17,40 +16,8 @@ import torch.nn.functional as F
 
 import kuiperinfer
 from kuiperinfer.errors import InferError, LayerCreateError
-from oracle import assert_matches, check_model, export, torch_outputs
-
-
-class Branches(nn.Module):
-    """Returns ``tuple(f(*inputs) for f in fns)``."""
-
-    def __init__(self, *fns):
-        super().__init__()
-        self.fns = list(fns)
-        for i, fn in enumerate(fns):
-            if isinstance(fn, nn.Module):
-                setattr(self, f"m{i}", fn)
-
-    def forward(self, *xs):
-        return tuple(fn(*xs) for fn in self.fns)
-
-
-def check_branches(fns, types, *inputs, directory, scale=3.0, batch=3):
-    """Export :class:`Branches` of ``fns`` and compare with PyTorch; check that pnnx wrote
-    every operator type in ``types``. Each of ``inputs`` is a tensor or a shape (random
-    normal values times ``scale``). With ``batch``, the comparison is repeated with the
-    first input's batch dimension changed."""
-    generator = torch.Generator().manual_seed(0)
-    tensors = [x if isinstance(x, torch.Tensor) else torch.randn(*x, generator=generator) * scale
-               for x in inputs]
-    more = []
-    if batch is not None:
-        first = tensors[0]
-        other = torch.randn(batch, *first.shape[1:], generator=generator) * first.std() + first.mean()
-        more.append([other, *tensors[1:]])
-    graph = check_model(Branches(*fns), tensors, directory, more)
-    written = {op.type for op in graph.operators}
-    assert set(types) <= written, f"pnnx wrote {sorted(written)}"
-    return graph
+from handmade import one_operator_model
+from oracle import Branches, assert_matches, check_branches, export, torch_outputs
 
 
 def with_weight(module, values):
@@ -166,19 +133,6 @@ INVALID = [
     ("F.log_softmax", "dim=-5", "dim"),
     ("nn.PReLU", "num_parameters=4 @weight=(3)f32", "weight"),
 ]
-
-
-def one_operator_model(directory, op_type, params, entries=None, shape="1,3,4,5"):
-    """A .param/.bin pair with one operator ``op`` on an input of ``shape``."""
-    param = ("7767517\n3 2\n"
-             f"pnnx.Input in 0 1 x #x=({shape})f32\n"
-             f"{op_type} op 1 1 x y {params} #x=({shape})f32 #y=({shape})f32\n"
-             f"pnnx.Output out 1 0 y #y=({shape})f32\n")
-    (directory / "m.pnnx.param").write_text(param)
-    with zipfile.ZipFile(directory / "m.pnnx.bin", "w", zipfile.ZIP_STORED) as archive:
-        for name, array in (entries or {}).items():
-            archive.writestr(name, np.ascontiguousarray(array, np.float32).tobytes())
-    return directory / "m.pnnx.param"
 
 
 @pytest.mark.parametrize("op_type,params,word", INVALID, ids=[f"{t} {p}" for t, p, _ in INVALID])

@@ -11,9 +11,7 @@ import torch.nn.functional as F
 
 from kuiperinfer.errors import LayerCreateError
 from kuiperinfer.layers import LayerRegisterer
-from kuiperinfer.runtime.operand import RuntimeOperand
-from kuiperinfer.runtime.operator import RuntimeOperator
-from kuiperinfer.runtime.parameter import RuntimeParameter, RuntimeParameterType as T
+from handmade import make_operator
 from oracle import check_op
 
 
@@ -141,17 +139,6 @@ def test_conv_chain_keeps_float32(tmp_path):
 
 
 # -- build-time validation (operators made by hand: PyTorch itself refuses these models) --
-
-def make_operator(type_name: str, input_shapes: list[list[int]], **params) -> RuntimeOperator:
-    op = RuntimeOperator("conv", type_name)
-    for i, shape in enumerate(input_shapes):
-        operand = RuntimeOperand(f"in{i}", shape, 1, "producer")
-        op.input_operands_seq.append(operand)
-    kinds = {bool: T.kParameterBool, int: T.kParameterInt, str: T.kParameterString, tuple: T.kParameterIntArray}
-    for key, value in params.items():
-        op.params[key] = RuntimeParameter(kinds[type(value)], value, str(value))
-    return op
-
 
 @pytest.mark.parametrize("type_name,shapes,params,message", [
     ("F.conv_transpose2d", [[1, 4, 5, 5], [4, 2, 3, 3]], dict(stride=(1, 1), output_padding=(1, 1)),

@@ -14,7 +14,8 @@ import torch.nn.functional as F
 
 import kuiperinfer
 from kuiperinfer.errors import LayerCreateError
-from test_ops_activation import check_branches, one_operator_model
+from handmade import one_operator_model
+from oracle import check_branches
 
 
 def randomized(module, seed=0):

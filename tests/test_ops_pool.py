@@ -11,7 +11,7 @@ import kuiperinfer
 from kuiperinfer.errors import InferError, LayerCreateError
 from kuiperinfer.layers import LayerRegisterer
 from oracle import check_op, export
-from test_ops_conv import make_operator
+from handmade import make_operator
 
 
 def case_id(case: dict) -> str:

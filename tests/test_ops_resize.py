@@ -5,7 +5,6 @@ import math
 
 import numpy as np
 import pytest
-import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from hypothesis import assume, given, settings, strategies as st
@@ -13,7 +12,7 @@ from hypothesis import assume, given, settings, strategies as st
 from kuiperinfer.errors import InferError, LayerCreateError
 from kuiperinfer.layers import LayerRegisterer
 from oracle import check_op
-from test_ops_conv import make_operator
+from handmade import make_operator
 
 
 def case_id(case: dict) -> str:
