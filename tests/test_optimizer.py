@@ -89,6 +89,12 @@ def test_activation_fused_into_depthwise_and_1d_convolutions(tmp_path):
     assert rewrites["fuse_activation"] == 1 and "nn.ReLU" not in types(graph)
 
 
+def test_activation_fused_into_linear(tmp_path):
+    graph, rewrites = compare(nn.Sequential(nn.Linear(6, 5), nn.Hardswish()), (2, 3, 6), tmp_path)
+    assert rewrites["fuse_activation"] == 1
+    assert types(graph) == ["pnnx.Input", "nn.Linear", "pnnx.Output"]
+
+
 def test_activation_fused_into_residual_addition(tmp_path):
     class Residual(nn.Module):
         def __init__(self):

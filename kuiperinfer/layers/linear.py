@@ -7,6 +7,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from kuiperinfer.errors import InferError, InferStatus, ParseParameterAttrStatus as Status
+from kuiperinfer.kernels.elementwise import InplaceActivation
+from kuiperinfer.layers.activation import read_fused_activation
 from kuiperinfer.layers.base import Layer, ParamLayer, declared_rank
 from kuiperinfer.layers.registry import register_layer
 from kuiperinfer.runtime.operator import RuntimeOperator
@@ -28,6 +30,12 @@ def linear(x: np.ndarray, weight_t: np.ndarray, bias: np.ndarray | None) -> np.n
 class Linear(ParamLayer):
     """y = x W^T + b over the last dimension; W^T is packed once, contiguous."""
 
+    def __init__(self, layer_name: str, weight: np.ndarray, bias: np.ndarray | None = None,
+                 activation: InplaceActivation | None = None):
+        super().__init__(layer_name, weight, bias)
+        self.activation = activation
+        """An activation the graph optimiser fused in, applied in place on the output."""
+
     @classmethod
     def create(cls, op: RuntimeOperator) -> "Linear":
         out_features = op.param_int("out_features", Status.kAttrMissingOutFeatures)
@@ -35,7 +43,7 @@ class Linear(ParamLayer):
         weight = op.weight("weight", (out_features, in_features))
         use_bias = op.param_bool("bias", Status.kParameterMissingUseBias, default=op.has_weight("bias"))
         bias = op.weight("bias", (out_features,), Status.kAttrMissingBias) if use_bias else None
-        layer = cls(op.name, weight, bias)
+        layer = cls(op.name, weight, bias, read_fused_activation(op))
         layer.batch_independent = declared_rank(op) >= 2
         return layer
 
@@ -43,7 +51,8 @@ class Linear(ParamLayer):
         self._weight_t = np.ascontiguousarray(self._weight.T)
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
-        return [linear(inputs[0], self._weight_t, self._bias)]
+        y = linear(inputs[0], self._weight_t, self._bias)
+        return [y if self.activation is None else self.activation(y)]
 
 
 @register_layer("F.linear")

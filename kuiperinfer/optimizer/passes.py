@@ -4,8 +4,8 @@
   leaves those it cannot prove safe) becomes part of the convolution's weight and bias.
 * :func:`fold_zero_padding`: zero padding right before a convolution becomes the
   convolution's own (per-side) padding.
-* :func:`fuse_activation`: an activation right after a convolution or an arithmetic
-  expression is applied in place on that operator's fresh output (ncnn's
+* :func:`fuse_activation`: an activation right after a convolution, a linear layer or
+  an arithmetic expression is applied in place on that operator's fresh output (ncnn's
   ``activation_type``), and its operator disappears.
 * :func:`select_winograd`: 3x3 stride-1 convolutions take Winograd F(4x4, 3x3)
   (:mod:`kuiperinfer.kernels.winograd`) where it pays.
@@ -90,7 +90,7 @@ def fold_zero_padding(graph: RuntimeGraph) -> int:
 
 def _makes_fresh_array(op: RuntimeOperator) -> bool:
     """Whether ``op``'s layer returns a new float array it holds no other reference to."""
-    if op.type in CONVOLUTIONS:
+    if op.type in CONVOLUTIONS or op.type == "nn.Linear":
         return True
     if op.type == "pnnx.Expression" and "expr" in op.params and len(op.output_operands) == 1:
         text = op.param_text("expr")
