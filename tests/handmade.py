@@ -13,6 +13,19 @@ from kuiperinfer.runtime.operator import RuntimeOperator
 from kuiperinfer.runtime.parameter import RuntimeParameter, RuntimeParameterType as T
 
 
+def write_model(directory: Path, param: str, weights: dict[str, np.ndarray | tuple[int, ...]],
+                name: str = "m", seed: int = 0) -> Path:
+    """Write ``param`` and an archive of ``weights`` (an array, or a shape to fill with random
+    normal values) as ``name.pnnx.param``/``.bin``; returns the .param path."""
+    rng = np.random.default_rng(seed)
+    (directory / f"{name}.pnnx.param").write_text(param)
+    with zipfile.ZipFile(directory / f"{name}.pnnx.bin", "w", zipfile.ZIP_STORED) as archive:
+        for key, value in weights.items():
+            array = rng.standard_normal(value) if isinstance(value, tuple) else value
+            archive.writestr(key, np.ascontiguousarray(array, np.float32).tobytes())
+    return directory / f"{name}.pnnx.param"
+
+
 def one_operator_model(directory: Path, op_type: str, params: str, entries=None,
                        shape: str = "1,3,4,5") -> Path:
     """A .param/.bin pair with one operator ``op`` on an input of ``shape``."""
@@ -20,11 +33,7 @@ def one_operator_model(directory: Path, op_type: str, params: str, entries=None,
              f"pnnx.Input in 0 1 x #x=({shape})f32\n"
              f"{op_type} op 1 1 x y {params} #x=({shape})f32 #y=({shape})f32\n"
              f"pnnx.Output out 1 0 y #y=({shape})f32\n")
-    (directory / "m.pnnx.param").write_text(param)
-    with zipfile.ZipFile(directory / "m.pnnx.bin", "w", zipfile.ZIP_STORED) as archive:
-        for name, array in (entries or {}).items():
-            archive.writestr(name, np.ascontiguousarray(array, np.float32).tobytes())
-    return directory / "m.pnnx.param"
+    return write_model(directory, param, entries or {})
 
 
 def make_operator(type_name: str, input_shapes: list[list[int]], **params) -> RuntimeOperator:

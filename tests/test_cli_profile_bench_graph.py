@@ -243,17 +243,6 @@ def test_graph_refuses_an_unknown_format(capsys, tmp_path):
     assert output_format("x.GV") == "dot" and output_format("x.Svg") == "svg"
 
 
-@pytest.mark.parametrize("command", ["profile", "bench", "graph"])
-def test_missing_and_malformed_models_exit_2(capsys, tmp_path, command):
-    code, out, err = run(capsys, command, str(tmp_path / "absent.pnnx.param"))
-    assert code == 2 and out == ""
-    assert err == f"kuiper {command}: error: no such model file: {tmp_path / 'absent.pnnx.param'}\n"
-    bad = tmp_path / "bad.pnnx.param"
-    bad.write_text("7767517\n1 1\nnn.ReLU relu 1\n")
-    code, out, err = run(capsys, command, str(bad))
-    assert code == 2 and out == "" and err.startswith(f"kuiper {command}: error: {bad}:3: ")
-
-
 def test_bench_refuses_zero_threads(capsys):
     assert "argument --threads: must be at least 1, got 0" in usage_error(capsys, "bench", "--threads", "0")
 

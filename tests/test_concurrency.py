@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 import kuiperinfer
+from handmade import write_model
 from kuiperinfer.errors import InputError
-from kuiperinfer.pnnx import StoreZipWriter
 
 THREADS = 8
 CALLS = 50
@@ -43,13 +43,7 @@ WEIGHTS = {"conv1.bias": (4,), "conv1.weight": (4, 3, 3, 3), "conv2.bias": (4,),
 
 @pytest.fixture(scope="module")
 def model_path(tmp_path_factory):
-    directory = tmp_path_factory.mktemp("threads")
-    (directory / "m.pnnx.param").write_text(PARAM)
-    rng = np.random.default_rng(0)
-    with StoreZipWriter(directory / "m.pnnx.bin") as writer:
-        for name, shape in WEIGHTS.items():
-            writer.write_file(name, rng.standard_normal(shape).astype(np.float32).tobytes())
-    return directory / "m.pnnx.param"
+    return write_model(tmp_path_factory.mktemp("threads"), PARAM, WEIGHTS)
 
 
 def call_inputs(thread: int, call: int) -> np.ndarray:

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 import kuiperinfer
+from handmade import write_model
 from kuiperinfer.errors import BinArchiveError
-from kuiperinfer.pnnx import StoreZipWriter
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/statm").exists(), reason="needs Linux /proc")
 
@@ -35,13 +35,7 @@ WEIGHTS = {"conv1.bias": (8,), "conv1.weight": (8, 3, 3, 3), "conv2.bias": (8,),
 
 @pytest.fixture(scope="module")
 def model_path(tmp_path_factory):
-    directory = tmp_path_factory.mktemp("long")
-    (directory / "m.pnnx.param").write_text(PARAM)
-    rng = np.random.default_rng(0)
-    with StoreZipWriter(directory / "m.pnnx.bin") as writer:
-        for name, shape in WEIGHTS.items():
-            writer.write_file(name, rng.standard_normal(shape).astype(np.float32).tobytes())
-    return directory / "m.pnnx.param"
+    return write_model(tmp_path_factory.mktemp("long"), PARAM, WEIGHTS)
 
 
 def rss_bytes() -> int:
@@ -85,10 +79,7 @@ def test_loading_and_dropping_graphs_leaks_no_file_handles_or_threads(model_path
 
 
 def test_failed_loads_leak_no_file_handles(tmp_path):
-    (tmp_path / "m.pnnx.param").write_text(PARAM)
-    with StoreZipWriter(tmp_path / "m.pnnx.bin") as writer:   # conv3.weight is missing
-        for name in ("conv1.bias", "conv1.weight", "conv2.bias", "conv2.weight"):
-            writer.write_file(name, np.zeros(WEIGHTS[name], np.float32).tobytes())
+    write_model(tmp_path, PARAM, {k: v for k, v in WEIGHTS.items() if k != "conv3.weight"})
     gc.collect()
     fds = open_fds()
     for _ in range(200):

@@ -1,11 +1,11 @@
 """RuntimeGraph: states, execution order, inputs and outputs, errors, threads, the run_node hook."""
 
 import threading
-import zipfile
 
 import numpy as np
 import pytest
 
+import handmade
 import kuiperinfer
 from kuiperinfer.errors import (GraphError, InferError, InputError, KuiperError, UnknownOperatorError,
                                 WeightError)
@@ -30,13 +30,8 @@ BIAS = np.array([1, -1, 0.5, 0, 2], dtype=np.float32)
 
 
 def write_model(directory, param=PARAM, entries=None):
-    param_path = directory / "m.pnnx.param"
-    param_path.write_text(param)
-    entries = {"fc.weight": WEIGHT, "fc.bias": BIAS} if entries is None else entries
-    with zipfile.ZipFile(directory / "m.pnnx.bin", "w", zipfile.ZIP_STORED) as archive:
-        for name, array in entries.items():
-            archive.writestr(name, np.ascontiguousarray(array).tobytes())
-    return param_path
+    return handmade.write_model(directory, param, {"fc.weight": WEIGHT, "fc.bias": BIAS} if entries is None
+                                else entries)
 
 
 def reference(a, b):
