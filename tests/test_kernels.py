@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from kuiperinfer.kernels.depthwise import DepthwiseWeight, depthwise_conv2d
 from kuiperinfer.kernels.elementwise import InplaceActivation
 from kuiperinfer.kernels.pooling import BLOCK_BYTES, avg_pool2d, max_pool2d
+from kuiperinfer.kernels.winograd import BLOCK_BYTES as WINOGRAD_BLOCK_BYTES
 from kuiperinfer.kernels.winograd import winograd_conv3x3, winograd_pays, winograd_weight
 from kuiperinfer.layers.convolution import ConvGeometry, conv2d
 from oracle import check_op
@@ -123,3 +124,13 @@ def test_pooling_in_channel_blocks_matches_pytorch():
     np.testing.assert_allclose(avg_pool2d(x, (2, 3), (2, 1), (1, 1), False, False, None),
                                F.avg_pool2d(t, (2, 3), (2, 1), 1, count_include_pad=False).numpy(),
                                atol=1e-6, rtol=1e-5)
+
+
+def test_winograd_in_blocks_of_tile_rows_matches_im2col():
+    x = RNG.standard_normal((2, 16, 150, 45), dtype=np.float32)
+    weight = RNG.standard_normal((8, 16, 3, 3), dtype=np.float32) / np.float32(12)
+    tile_row_bytes = 36 * 16 * 2 * 12 * 4
+    assert 38 * tile_row_bytes > 2 * WINOGRAD_BLOCK_BYTES   # several blocks of tile rows
+    padding = ((1, 1), (1, 1))
+    np.testing.assert_allclose(winograd_conv3x3(x, winograd_weight(weight), padding),
+                               im2col_reference(x, weight, None, padding), atol=2e-5, rtol=0)

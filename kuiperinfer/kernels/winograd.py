@@ -27,6 +27,8 @@ MIN_TILES = 16
 """Fewest output tiles (over the batch) for which Winograd beats im2col on this machine."""
 MIN_CHANNELS = 8
 """Fewest input channels for which it does (the transforms cost per input channel)."""
+BLOCK_BYTES = 1 << 20
+"""Bytes of input tiles transformed at a time."""
 
 _BT = np.array([[4, 0, -5, 0, 1, 0],
                 [0, -4, -4, 1, 1, 0],
@@ -66,7 +68,11 @@ def winograd_pays(batch: int, channels: int, out_hw: tuple[int, int]) -> bool:
 def winograd_conv3x3(x: np.ndarray, u: np.ndarray, padding: tuple[tuple[int, int], tuple[int, int]],
                      bias: np.ndarray | None = None) -> np.ndarray:
     """3x3 stride-1 convolution of NCHW ``x`` zero-padded by ``padding``, with ``U`` from
-    :func:`winograd_weight`, plus ``bias``; a new contiguous (N, K, OH, OW) array."""
+    :func:`winograd_weight`, plus ``bias``; a new contiguous (N, K, OH, OW) array.
+
+    Large images go a block of tile rows at a time, so that the transformed tiles of a
+    block stay in cache between the transforms and the products.
+    """
     n, c, h, w = x.shape
     k = u.shape[1]
     (top, bottom), (left, right) = padding
@@ -76,18 +82,22 @@ def winograd_conv3x3(x: np.ndarray, u: np.ndarray, padding: tuple[tuple[int, int
     padded = np.zeros((n, c, TILE * th + 2, TILE * tw + 2), dtype=np.float32)
     padded[:, :, top:top + h, left:left + w] = x
     s_n, s_c, s_h, s_w = padded.strides
-    tiles = as_strided(padded, (6, 6, c, n, th, tw),
-                       (s_h, s_w, s_c, s_n, TILE * s_h, TILE * s_w), writeable=False)
-    d = np.ascontiguousarray(tiles).reshape(6, -1)              # (i, j * C * tiles)
-    v = np.matmul(_BT, (_BT @ d).reshape(6, 6, -1))            # (a, b, C * tiles)
-    m = np.matmul(u, v.reshape(36, c, -1))                     # (36, K, tiles)
-    y = np.matmul(_AT, (_AT @ m.reshape(6, -1)).reshape(4, 6, -1))  # (4, 4, K * tiles)
-    y = y.reshape(TILE, TILE, k, n, th, tw).transpose(3, 2, 4, 0, 5, 1)  # (N, K, th, 4, tw, 4)
     out = np.empty((n, k, th, TILE, tw, TILE), dtype=np.float32)
-    if bias is None:
-        np.copyto(out, y)
-    else:
-        np.add(y, bias.reshape(-1, 1, 1, 1, 1), out=out)
+    step = max(1, BLOCK_BYTES // (36 * c * n * tw * padded.itemsize))
+    for start in range(0, th, step):
+        rows = min(step, th - start)
+        tiles = as_strided(padded[:, :, TILE * start:], (6, 6, c, n, rows, tw),
+                           (s_h, s_w, s_c, s_n, TILE * s_h, TILE * s_w), writeable=False)
+        d = np.ascontiguousarray(tiles).reshape(6, -1)              # (i, j * C * tiles)
+        v = np.matmul(_BT, (_BT @ d).reshape(6, 6, -1))            # (a, b, C * tiles)
+        m = np.matmul(u, v.reshape(36, c, -1))                     # (36, K, tiles)
+        y = np.matmul(_AT, (_AT @ m.reshape(6, -1)).reshape(4, 6, -1))  # (4, 4, K * tiles)
+        y = y.reshape(TILE, TILE, k, n, rows, tw).transpose(3, 2, 4, 0, 5, 1)  # (N, K, rows, 4, tw, 4)
+        target = out[:, :, start:start + rows]
+        if bias is None:
+            np.copyto(target, y)
+        else:
+            np.add(y, bias.reshape(-1, 1, 1, 1, 1), out=target)
     out = out.reshape(n, k, TILE * th, TILE * tw)
     if (TILE * th, TILE * tw) != (oh, ow):
         out = np.ascontiguousarray(out[:, :, :oh, :ow])
