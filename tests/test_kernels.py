@@ -9,6 +9,7 @@ import torch.nn.functional as F
 
 from kuiperinfer.kernels.depthwise import DepthwiseWeight, depthwise_conv2d
 from kuiperinfer.kernels.elementwise import InplaceActivation
+from kuiperinfer.kernels.im2col import WHOLE_BYTES, im2col_conv2d
 from kuiperinfer.kernels.pooling import BLOCK_BYTES, avg_pool2d, max_pool2d
 from kuiperinfer.kernels.winograd import BLOCK_BYTES as WINOGRAD_BLOCK_BYTES
 from kuiperinfer.kernels.winograd import winograd_conv3x3, winograd_pays, winograd_weight
@@ -134,3 +135,13 @@ def test_winograd_in_blocks_of_tile_rows_matches_im2col():
     padding = ((1, 1), (1, 1))
     np.testing.assert_allclose(winograd_conv3x3(x, winograd_weight(weight), padding),
                                im2col_reference(x, weight, None, padding), atol=2e-5, rtol=0)
+
+
+@pytest.mark.parametrize("groups", [1, 2])
+def test_im2col_in_stripes_of_rows_matches_pytorch(groups):
+    x = RNG.standard_normal((2, 16, 301, 97), dtype=np.float32)
+    weight = RNG.standard_normal((6, 16 // groups, 5, 3), dtype=np.float32)
+    assert 2 * 16 * 15 * 48 * 4 * 149 > WHOLE_BYTES   # columns made in stripes of output rows
+    ours = im2col_conv2d(x, weight, groups, (5, 3), (2, 2), (1, 1), (149, 48))
+    expected = F.conv2d(torch.from_numpy(x), torch.from_numpy(weight), stride=2, groups=groups).numpy()
+    np.testing.assert_allclose(ours, expected, atol=2e-4, rtol=1e-4)

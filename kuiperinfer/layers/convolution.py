@@ -22,7 +22,7 @@ import numpy as np
 from kuiperinfer.errors import InferError, InferStatus, ParseParameterAttrStatus as Status
 from kuiperinfer.kernels.col2im import col2im
 from kuiperinfer.kernels.depthwise import DepthwiseWeight, depthwise_conv2d
-from kuiperinfer.kernels.im2col import im2col, output_size
+from kuiperinfer.kernels.im2col import im2col_conv2d, output_size
 from kuiperinfer.kernels.elementwise import InplaceActivation
 from kuiperinfer.kernels.padding import PAD_MODES, pad_last_dims
 from kuiperinfer.kernels.winograd import winograd_conv3x3, winograd_pays, winograd_weight
@@ -208,18 +208,13 @@ def conv2d(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None, geometry:
     if oh < 1 or ow < 1:
         raise InferError(f"input {x.shape} is too small for kernel {geometry.kernel} "
                          f"with padding {geometry.padding}", status=InferStatus.kInferFailedOutputSizeError)
-    n, groups, c_out = x.shape[0], geometry.groups, weight.shape[0]
+    groups = geometry.groups
     if is_depthwise(weight, groups):
         depthwise = depthwise or DepthwiseWeight(weight[:, 0])
         out = depthwise_conv2d(padded, depthwise, geometry.stride, geometry.dilation, (oh, ow))
     else:
-        cols = im2col(padded, geometry.kernel, geometry.stride, geometry.dilation, (oh, ow))
-        if groups == 1:
-            out = np.matmul(weight.reshape(c_out, -1), cols)
-        else:
-            cols = cols.reshape(n, groups, -1, oh * ow)
-            out = np.matmul(weight.reshape(groups, c_out // groups, -1), cols)
-        out = out.reshape(n, c_out, oh, ow)
+        out = im2col_conv2d(padded, weight, groups, geometry.kernel, geometry.stride, geometry.dilation,
+                            (oh, ow))
     if bias is not None:
         out += bias.reshape(-1, 1, 1)
     return out
