@@ -83,7 +83,9 @@ def winograd_conv3x3(x: np.ndarray, u: np.ndarray, padding: tuple[tuple[int, int
     padded[:, :, top:top + h, left:left + w] = x
     s_n, s_c, s_h, s_w = padded.strides
     out = np.empty((n, k, th, TILE, tw, TILE), dtype=np.float32)
-    step = max(1, BLOCK_BYTES // (36 * c * n * tw * padded.itemsize))
+    # a block's product re-reads all of U: a large U needs many tiles per block to pay for it
+    min_tiles = 16 * -(-u.nbytes // BLOCK_BYTES)
+    step = max(1, BLOCK_BYTES // (36 * c * n * tw * padded.itemsize), -(-min_tiles // (n * tw)))
     for start in range(0, th, step):
         rows = min(step, th - start)
         tiles = as_strided(padded[:, :, TILE * start:], (6, 6, c, n, rows, tw),
