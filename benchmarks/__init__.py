@@ -7,3 +7,9 @@ The models are written in PyTorch (:mod:`benchmarks.models`) and exported in the
 (pnnx for kuiperinfer, ``torch.onnx.export`` for onnxruntime) into a cache that is
 reused. See :mod:`benchmarks.__main__` for how the engines are timed and measured.
 """
+
+import os
+
+# PyTorch's OpenMP threads sleep when idle instead of spinning (read when its runtime
+# starts, so set before anything imports torch); see benchmarks.__main__.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
