@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 import kuiperinfer
 from kuiperinfer.runtime.graph import RuntimeGraph
-from oracle import Lambda, export, torch_outputs
+from oracle import Lambda, check_op, export, torch_outputs
 
 
 class SmallNet(nn.Module):
@@ -144,3 +144,26 @@ def test_workers_must_be_positive(small_net):
     with pytest.raises(kuiperinfer.KuiperError, match="workers"):
         kuiperinfer.load(param, workers=0)
 
+
+
+class PerSampleShapes(nn.Module):
+    """Shape operators that keep samples apart: pad, reshape with the batch in front,
+    permute and transpose that leave dimension 0, split, chunk and slices on other dimensions."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3)
+
+    def forward(self, x):
+        y = F.pad(self.conv(x), (0, 1, 0, 1))
+        y = y.reshape(x.size(0), 4, -1).permute(0, 2, 1)            # (N, 25, 4)
+        a, b = torch.split(y, [1, 3], dim=2)
+        c, d = torch.chunk(b, 2, dim=1)
+        return torch.cat([a.transpose(1, 2), c.transpose(1, 2)[:, :1], d.transpose(1, 2)[:, 1:2]], dim=2)
+
+
+def test_shape_operators_that_keep_samples_apart_let_the_batch_split(tmp_path):
+    graph = check_op(PerSampleShapes(), (1, 3, 6, 6), directory=tmp_path, batch=5)
+    assert graph.batch_separable
+    assert {"F.pad", "Tensor.reshape", "Tensor.permute", "torch.transpose", "torch.split",
+            "torch.chunk", "Tensor.slice"} <= {op.type for op in graph.operators}

@@ -18,7 +18,7 @@ import numpy as np
 
 from kuiperinfer.errors import ParseParameterAttrStatus as Status
 from kuiperinfer.expression.promotion import result_type
-from kuiperinfer.layers.base import NonParamLayer
+from kuiperinfer.layers.base import NonParamLayer, keeps_batch
 from kuiperinfer.layers.comparison import Argument
 from kuiperinfer.layers.registry import register_layer
 from kuiperinfer.runtime.operator import RuntimeOperator
@@ -62,6 +62,13 @@ class _IndexLayer(NonParamLayer):
         super().__init__(layer_name)
         self.entries = entries
 
+    @classmethod
+    def of(cls, op: RuntimeOperator, entries: tuple[_Index, ...]) -> "_IndexLayer":
+        """The layer of ``op``; it keeps samples apart when no entry indexes dimension 0."""
+        layer = cls(op.name, entries)
+        layer.batch_independent = all(keeps_batch(op, entry.dim) for entry in entries)
+        return layer
+
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         return [_index_view(inputs[0], self.entries, inputs)]
 
@@ -78,14 +85,14 @@ class Slice(_IndexLayer):
     @classmethod
     def create(cls, op: RuntimeOperator) -> "Slice":
         if op.has_param("dims"):
-            return cls(op.name, cls._fused_entries(op))
+            return cls.of(op, cls._fused_entries(op))
         dim = op.param_int("dim", Status.kParameterMissingDim)
         step = Argument.of(op, "step", default=1)
         if step == _constant(0):
             raise op.error("slice step cannot be zero", Status.kParameterInvalidValue)
         entry = _Index(dim, None, Argument.of(op, "start", default=0), Argument.of(op, "end", default=INT_MAX),
                        step)
-        return cls(op.name, (entry,))
+        return cls.of(op, (entry,))
 
     @staticmethod
     def _fused_entries(op: RuntimeOperator) -> tuple[_Index, ...]:
@@ -115,7 +122,7 @@ class Select(_IndexLayer):
         dim = op.param_int("dim", Status.kParameterMissingDim)
         index = Argument.of(op, "index", 1)
         unused = _constant(None)
-        return cls(op.name, (_Index(dim, index, unused, unused, unused),))
+        return cls.of(op, (_Index(dim, index, unused, unused, unused),))
 
 
 @register_layer("torch.where")

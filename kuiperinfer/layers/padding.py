@@ -19,7 +19,7 @@ import numpy as np
 
 from kuiperinfer.errors import InferError, InferStatus, ParseParameterAttrStatus as Status
 from kuiperinfer.kernels.padding import pad_last_dims
-from kuiperinfer.layers.base import NonParamLayer
+from kuiperinfer.layers.base import NonParamLayer, declared_rank
 from kuiperinfer.layers.registry import register_layer
 from kuiperinfer.runtime.operator import RuntimeOperator
 
@@ -56,7 +56,9 @@ class Pad(NonParamLayer):
         # (last dim before, last dim after, second-last before, ...) -> pairs in dimension order
         pairs = tuple(zip(amounts[0::2], amounts[1::2]))[::-1]
         value = op.param_float("value", Status.kParameterInvalidValue, default=0.0)
-        return cls(op.name, pairs, mode, value)
+        layer = cls(op.name, pairs, mode, value)
+        layer.batch_independent = len(pairs) < declared_rank(op)  # dimension 0 is not padded
+        return layer
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         x = inputs[0]

@@ -60,6 +60,7 @@ class Reshape(NonParamLayer):
     def __init__(self, layer_name: str, shape: tuple[int, ...] | None, batch_follows: bool):
         super().__init__(layer_name)
         self.shape, self.batch_follows = shape, batch_follows
+        self.batch_independent = batch_follows  # each sample reshaped alone
 
     @classmethod
     def create(cls, op: RuntimeOperator) -> "Reshape":
@@ -95,6 +96,7 @@ class Permute(NonParamLayer):
     def __init__(self, layer_name: str, dims: tuple[int, ...]):
         super().__init__(layer_name)
         self.dims = dims
+        self.batch_independent = dims[0] % len(dims) == 0  # the batch stays in front
 
     @classmethod
     def create(cls, op: RuntimeOperator) -> "Permute":
@@ -120,8 +122,10 @@ class Transpose(NonParamLayer):
     def create(cls, op: RuntimeOperator) -> "Transpose":
         if op.type in ("torch.t", "Tensor.t"):
             return cls(op.name, 0, -1)
-        return cls(op.name, op.param_int("dim0", Status.kParameterMissingDim),
-                   op.param_int("dim1", Status.kParameterMissingDim))
+        layer = cls(op.name, op.param_int("dim0", Status.kParameterMissingDim),
+                    op.param_int("dim1", Status.kParameterMissingDim))
+        layer.batch_independent = keeps_batch(op, layer.dim0) and keeps_batch(op, layer.dim1)
+        return layer
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         x = inputs[0]

@@ -71,7 +71,9 @@ class Split(DimLayer):
         if sections == 0 or (isinstance(sections, tuple) and min(sections, default=0) < 0):
             raise op.error(f"{key} {sections} must be a positive size or sizes >= 0",
                            Status.kParameterInvalidValue)
-        return cls(op.name, op.param_int("dim", Status.kParameterMissingDim, default=0), sections)
+        layer = cls(op.name, op.param_int("dim", Status.kParameterMissingDim, default=0), sections)
+        layer.batch_independent = keeps_batch(op, layer.dim)
+        return layer
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         x = inputs[0]
@@ -99,7 +101,9 @@ class Chunk(DimLayer):
         chunks = op.param_int("chunks", Status.kParameterMissingShape)
         if chunks < 1:
             raise op.error(f"chunks must be positive, got {chunks}", Status.kParameterInvalidValue)
-        return cls(op.name, op.param_int("dim", Status.kParameterMissingDim, default=0), chunks)
+        layer = cls(op.name, op.param_int("dim", Status.kParameterMissingDim, default=0), chunks)
+        layer.batch_independent = keeps_batch(op, layer.dim)
+        return layer
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         x = inputs[0]
