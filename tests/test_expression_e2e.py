@@ -10,7 +10,6 @@ file means) and, where pnnx keeps the meaning, with the original model.
 from __future__ import annotations
 
 import importlib.util
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 

@@ -1,6 +1,5 @@
 """End to end: a hand-written ResNet-18, exported by pnnx in the test run, against PyTorch."""
 
-import numpy as np
 import pytest
 import torch
 

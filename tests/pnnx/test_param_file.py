@@ -305,7 +305,7 @@ def test_missing_file_is_a_model_format_error(tmp_path):
 # ---------------------------------------------------------------- the archive side of load
 
 def test_attributes_without_archive(tmp_path):
-    path = write(tmp_path, text_of(f"pnnx.Attribute a 0 1 0 @data=(2)f32"))
+    path = write(tmp_path, text_of("pnnx.Attribute a 0 1 0 @data=(2)f32"))
     with pytest.raises(BinArchiveError, match="archive not found") as info:
         Graph.load(path)
     assert info.value.path == str(tmp_path / "m.pnnx.bin")
