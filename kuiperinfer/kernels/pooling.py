@@ -56,22 +56,23 @@ kh * kw times)."""
 
 def _reduce_taps(padded: np.ndarray, kernel: tuple[int, int], stride: tuple[int, int],
                  dilation: tuple[int, int], out_hw: tuple[int, int], combine: np.ufunc) -> np.ndarray:
-    """``combine`` (np.maximum, np.add) over the strided views of ``padded`` that each kernel
-    tap reads for every output pixel, a block of channels at a time."""
-    (sh, sw), (oh, ow) = stride, out_hw
+    """``combine`` (np.maximum, np.add) over each output pixel's window of ``padded``, a block
+    of channels at a time. A window is a rectangle, so it is reduced in two steps: across
+    the kernel's columns into the rows each output column needs, then across its rows
+    (kh + kw passes instead of kh * kw, the second over contiguous rows)."""
+    (kh, kw), (sh, sw), (dh, dw), (oh, ow) = kernel, stride, dilation, out_hw
     n, c = padded.shape[:2]
+    rows_needed = (oh - 1) * sh + (kh - 1) * dh + 1
     out = np.empty((n, c, oh, ow), dtype=padded.dtype)
     step = max(1, BLOCK_BYTES // max(1, n * padded[0, 0].nbytes))
     for start in range(0, c, step):
-        block, target = padded[:, start:start + step], out[:, start:start + step]
-        for i in range(kernel[0]):
-            for j in range(kernel[1]):
-                y0, x0 = i * dilation[0], j * dilation[1]
-                window = block[:, :, y0: y0 + sh * (oh - 1) + 1: sh, x0: x0 + sw * (ow - 1) + 1: sw]
-                if i == j == 0:
-                    np.copyto(target, window)
-                else:
-                    combine(target, window, out=target)
+        block, target = padded[:, start:start + step, :rows_needed], out[:, start:start + step]
+        rows = block[..., 0: sw * (ow - 1) + 1: sw].copy()
+        for j in range(1, kw):
+            combine(rows, block[..., j * dw: j * dw + sw * (ow - 1) + 1: sw], out=rows)
+        np.copyto(target, rows[:, :, 0: sh * (oh - 1) + 1: sh])
+        for i in range(1, kh):
+            combine(target, rows[:, :, i * dh: i * dh + sh * (oh - 1) + 1: sh], out=target)
     return out
 
 
