@@ -1,5 +1,5 @@
-"""The fast kernels against the plain reference paths: Winograd against im2col, the
-in-place activations against PyTorch, and Winograd-sized convolutions against PyTorch."""
+"""The fast kernels against PyTorch: Winograd, im2col and depthwise convolution in
+channels-last memory, pooling, the in-place activations, and Winograd-sized convolutions."""
 
 import numpy as np
 import pytest
@@ -7,34 +7,37 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from kuiperinfer.kernels.depthwise import DepthwiseWeight, depthwise_conv2d
+from kuiperinfer.kernels.depthwise import depthwise_conv2d, pack_depthwise
 from kuiperinfer.kernels.elementwise import InplaceActivation
-from kuiperinfer.kernels.im2col import WHOLE_BYTES, im2col_conv2d
+from kuiperinfer.kernels.im2col import WHOLE_BYTES, im2col_conv2d, pack_weight
+from kuiperinfer.kernels.layout import is_channels_last, nchw, nhwc, pad_nhwc
 from kuiperinfer.kernels.pooling import BLOCK_BYTES, avg_pool2d, max_pool2d
 from kuiperinfer.kernels.winograd import BLOCK_BYTES as WINOGRAD_BLOCK_BYTES
 from kuiperinfer.kernels.winograd import winograd_conv3x3, winograd_pays, winograd_weight
-from kuiperinfer.layers.convolution import ConvGeometry, conv2d
+from kuiperinfer.layers.convolution import ConvGeometry, PackedWeight, conv2d
 from oracle import check_op
 
 RNG = np.random.default_rng(0)
 
 
-def im2col_reference(x, weight, bias, padding):
-    geometry = ConvGeometry((3, 3), (1, 1), (1, 1), padding, "zeros", 1)
-    return conv2d(x, weight, bias, geometry)
+def torch_reference(x, weight, bias, padding):
+    """F.conv2d of NCHW ``x`` zero-padded by ((top, bottom), (left, right)), as NHWC."""
+    (top, bottom), (left, right) = padding
+    padded = F.pad(torch.from_numpy(x), (left, right, top, bottom))
+    out = F.conv2d(padded, torch.from_numpy(weight), None if bias is None else torch.from_numpy(bias))
+    return nhwc(out.numpy())
 
 
 @pytest.mark.parametrize("n, c, k, h, w", [(1, 8, 16, 16, 16), (2, 3, 5, 9, 13), (1, 16, 8, 30, 17),
                                            (3, 1, 1, 3, 3), (1, 32, 64, 28, 28)])
 @pytest.mark.parametrize("padding", [((1, 1), (1, 1)), ((0, 0), (0, 0)), ((2, 1), (0, 3))])
-def test_winograd_matches_im2col(n, c, k, h, w, padding):
+def test_winograd_matches_pytorch(n, c, k, h, w, padding):
     x = RNG.standard_normal((n, c, h, w), dtype=np.float32)
     weight = RNG.standard_normal((k, c, 3, 3), dtype=np.float32) / np.float32(3 * np.sqrt(c))
     bias = RNG.standard_normal(k, dtype=np.float32)
     ours = winograd_conv3x3(x, winograd_weight(weight), padding, bias)
-    expected = im2col_reference(x, weight, bias, padding)
-    assert ours.dtype == np.float32 and ours.flags.c_contiguous
-    assert ours.shape == expected.shape
+    expected = torch_reference(x, weight, bias, padding)
+    assert ours.dtype == np.float32 and ours.shape == expected.shape
     np.testing.assert_allclose(ours, expected, atol=2e-5 * np.abs(expected).max(), rtol=0)
 
 
@@ -44,7 +47,7 @@ def test_winograd_without_bias_leaves_the_input_alone():
     weight = RNG.standard_normal((2, 4, 3, 3), dtype=np.float32)
     ours = winograd_conv3x3(x, winograd_weight(weight), ((1, 1), (1, 1)))
     np.testing.assert_array_equal(x, before)
-    np.testing.assert_allclose(ours, im2col_reference(x, weight, None, ((1, 1), (1, 1))), atol=1e-4)
+    np.testing.assert_allclose(ours, torch_reference(x, weight, None, ((1, 1), (1, 1))), atol=1e-4)
 
 
 def test_winograd_pays_only_with_enough_tiles_and_channels():
@@ -93,27 +96,44 @@ def test_unknown_inplace_activation_is_refused():
 @pytest.mark.parametrize("n, c, h, w, k, stride, dilation", [
     (1, 16, 7, 7, 5, 1, 1), (2, 8, 14, 9, 3, 2, 1), (1, 4, 40, 60, 3, 1, 1), (3, 5, 31, 29, 3, 2, 2),
     (1, 6, 11, 64, (3, 5), (1, 2), 1), (2, 3, 9, 9, 1, 1, 1), (2, 7, 12, 20, (5, 3), 2, 3)])
-def test_depthwise_matches_pytorch_by_both_methods(n, c, h, w, k, stride, dilation):
+def test_depthwise_matches_pytorch(n, c, h, w, k, stride, dilation):
     x = RNG.standard_normal((n, c, h, w), dtype=np.float32)
     kh, kw = (k, k) if isinstance(k, int) else k
-    taps = RNG.standard_normal((c, kh, kw), dtype=np.float32)
+    weight = RNG.standard_normal((c, 1, kh, kw), dtype=np.float32)
     sh, sw = (stride, stride) if isinstance(stride, int) else stride
     padded = np.pad(x, ((0, 0), (0, 0), (1, 1), (2, 2)))
-    expected = F.conv2d(torch.from_numpy(padded), torch.from_numpy(taps[:, None]), stride=(sh, sw),
+    expected = F.conv2d(torch.from_numpy(padded), torch.from_numpy(weight), stride=(sh, sw),
                         dilation=dilation, groups=c).numpy()
-    ours = depthwise_conv2d(padded, DepthwiseWeight(taps), (sh, sw), (dilation, dilation), expected.shape[2:])
+    ours = depthwise_conv2d(np.ascontiguousarray(nhwc(padded)), pack_depthwise(weight), (sh, sw),
+                            (dilation, dilation), expected.shape[2:])
     assert ours.dtype == np.float32 and ours.flags.c_contiguous
-    np.testing.assert_allclose(ours, expected, atol=1e-5, rtol=1e-5)
+    np.testing.assert_allclose(nchw(ours), expected, atol=1e-5, rtol=1e-5)
 
 
-def test_depthwise_weight_serves_several_widths():
-    taps = RNG.standard_normal((4, 3, 3), dtype=np.float32)
-    weight = DepthwiseWeight(taps)
-    for width in (9, 12, 9):
-        x = RNG.standard_normal((2, 4, 6, width), dtype=np.float32)
-        expected = F.conv2d(torch.from_numpy(x), torch.from_numpy(taps[:, None]), groups=4).numpy()
-        ours = depthwise_conv2d(x, weight, (1, 1), (1, 1), expected.shape[2:])
-        np.testing.assert_allclose(ours, expected, atol=1e-5, rtol=1e-5)
+@pytest.mark.parametrize("mode", ["zeros", "reflect", "replicate", "circular"])
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_pad_nhwc_matches_pytorch_from_either_layout(mode, channels_last):
+    x = RNG.standard_normal((2, 3, 5, 6), dtype=np.float32)
+    source = nchw(np.ascontiguousarray(nhwc(x))) if channels_last else x
+    assert is_channels_last(source) == channels_last
+    ours = pad_nhwc(source, ((1, 2), (3, 0)), mode)
+    expected = F.pad(torch.from_numpy(x), (3, 0, 1, 2), mode="constant" if mode == "zeros" else mode)
+    assert ours.flags.c_contiguous
+    np.testing.assert_array_equal(nchw(ours), expected.numpy())
+
+
+@pytest.mark.parametrize("groups, kernel, stride", [(1, (3, 3), (2, 2)), (1, (1, 1), (1, 1)), (4, (3, 1), (1, 2)),
+                                                    (8, (3, 3), (1, 1))])
+def test_conv2d_takes_either_layout_and_returns_nhwc(groups, kernel, stride):
+    x = RNG.standard_normal((2, 8, 11, 10), dtype=np.float32)
+    weight = RNG.standard_normal((8, 8 // groups, *kernel), dtype=np.float32)
+    bias = RNG.standard_normal(8, dtype=np.float32)
+    geometry = ConvGeometry(kernel, stride, (1, 1), ((1, 0), (2, 1)), "zeros", groups)
+    expected = F.conv2d(F.pad(torch.from_numpy(x), (2, 1, 1, 0)), torch.from_numpy(weight),
+                        torch.from_numpy(bias), stride=stride, groups=groups).numpy()
+    for source in (x, nchw(np.ascontiguousarray(nhwc(x)))):
+        ours = conv2d(source, PackedWeight(weight, groups), bias, geometry)
+        np.testing.assert_allclose(nchw(ours), expected, atol=1e-5, rtol=1e-5)
 
 
 def test_pooling_in_channel_blocks_matches_pytorch():
@@ -127,14 +147,14 @@ def test_pooling_in_channel_blocks_matches_pytorch():
                                atol=1e-6, rtol=1e-5)
 
 
-def test_winograd_in_blocks_of_tile_rows_matches_im2col():
+def test_winograd_in_blocks_of_tile_rows_matches_pytorch():
     x = RNG.standard_normal((2, 16, 150, 45), dtype=np.float32)
     weight = RNG.standard_normal((8, 16, 3, 3), dtype=np.float32) / np.float32(12)
     tile_row_bytes = 36 * 16 * 2 * 12 * 4
     assert 38 * tile_row_bytes > 2 * WINOGRAD_BLOCK_BYTES   # several blocks of tile rows
     padding = ((1, 1), (1, 1))
     np.testing.assert_allclose(winograd_conv3x3(x, winograd_weight(weight), padding),
-                               im2col_reference(x, weight, None, padding), atol=2e-5, rtol=0)
+                               torch_reference(x, weight, None, padding), atol=2e-5, rtol=0)
 
 
 @pytest.mark.parametrize("groups", [1, 2])
@@ -142,6 +162,7 @@ def test_im2col_in_stripes_of_rows_matches_pytorch(groups):
     x = RNG.standard_normal((2, 16, 301, 97), dtype=np.float32)
     weight = RNG.standard_normal((6, 16 // groups, 5, 3), dtype=np.float32)
     assert 2 * 16 * 15 * 48 * 4 * 149 > WHOLE_BYTES   # columns made in stripes of output rows
-    ours = im2col_conv2d(x, weight, groups, (5, 3), (2, 2), (1, 1), (149, 48))
+    ours = nchw(im2col_conv2d(np.ascontiguousarray(nhwc(x)), pack_weight(weight, groups), (5, 3), (2, 2),
+                              (1, 1), (149, 48)))
     expected = F.conv2d(torch.from_numpy(x), torch.from_numpy(weight), stride=2, groups=groups).numpy()
     np.testing.assert_allclose(ours, expected, atol=2e-4, rtol=1e-4)

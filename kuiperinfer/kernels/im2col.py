@@ -1,10 +1,12 @@
-"""im2col: unfold convolution windows into the columns of a matrix, for one GEMM.
+"""im2col on channels-last (NHWC) input: unfold convolution windows into the rows of a
+matrix, for one GEMM.
 
-For an NCHW input padded beforehand, window (i, j) of output pixel (oy, ox) reads
-``x[n, c, oy*sh + i*dh, ox*sw + j*dw]``. A strided view exposes all windows at once
-without copying; one reshape then copies them into the ``(N, C*kh*kw, OH*OW)``
-column matrix that a single matrix product with the ``(Cout, C*kh*kw)`` weight turns
-into the output.
+For an NHWC input padded beforehand, window (i, j) of output pixel (oy, ox) reads the C
+adjacent values ``x[n, oy*sh + i*dh, ox*sw + j*dw, :]``. A strided view exposes all
+windows at once without copying; one reshape copies them into the column matrix
+``(N*OH*OW, kh*kw*C)``, whose product with the packed ``(kh*kw*C, K)`` weight is the
+NHWC output itself. A 1x1 stride-1 convolution needs no copy at all: its column matrix
+is ``x`` read as ``(N*H*W, C)``.
 """
 
 from __future__ import annotations
@@ -18,22 +20,22 @@ def output_size(size: int, kernel: int, stride: int, dilation: int) -> int:
     return (size - dilation * (kernel - 1) - 1) // stride + 1
 
 
+def pack_weight(weight: np.ndarray, groups: int) -> np.ndarray:
+    """(K, C/groups, kh, kw) -> the GEMM operand (groups, kh*kw*C/groups, K/groups)."""
+    k, c_group, kh, kw = weight.shape
+    per_group = weight.reshape(groups, k // groups, c_group, kh, kw)
+    return np.ascontiguousarray(per_group.transpose(0, 3, 4, 2, 1).reshape(groups, kh * kw * c_group, -1),
+                                dtype=np.float32)
+
+
 def window_view(x: np.ndarray, kernel: tuple[int, int], stride: tuple[int, int],
-                dilation: tuple[int, int], out_hw: tuple[int, int]) -> np.ndarray:
-    """A zero-copy view ``(N, C, kh, kw, OH, OW)`` of every window of the NCHW array ``x``."""
-    n, c = x.shape[:2]
-    s_n, s_c, s_h, s_w = x.strides
+                dilation: tuple[int, int], out_hw: tuple[int, int], groups: int = 1) -> np.ndarray:
+    """A zero-copy view ``(N, OH, OW, groups, kh, kw, C/groups)`` of every window of the NHWC ``x``."""
+    n, _, _, c = x.shape
+    s_n, s_h, s_w, s_c = x.strides
     (kh, kw), (sh, sw), (dh, dw), (oh, ow) = kernel, stride, dilation, out_hw
-    return as_strided(x, (n, c, kh, kw, oh, ow),
-                      (s_n, s_c, s_h * dh, s_w * dw, s_h * sh, s_w * sw), writeable=False)
-
-
-def im2col(x: np.ndarray, kernel: tuple[int, int], stride: tuple[int, int],
-           dilation: tuple[int, int], out_hw: tuple[int, int]) -> np.ndarray:
-    """The column matrix ``(N, C*kh*kw, OH*OW)`` of the NCHW array ``x``."""
-    n, c = x.shape[:2]
-    windows = window_view(x, kernel, stride, dilation, out_hw)
-    return windows.reshape(n, c * kernel[0] * kernel[1], out_hw[0] * out_hw[1])
+    return as_strided(x, (n, oh, ow, groups, kh, kw, c // groups),
+                      (s_n, s_h * sh, s_w * sw, s_c * (c // groups), s_h * dh, s_w * dw, s_c), writeable=False)
 
 
 BLOCK_BYTES = 1 << 20
@@ -42,26 +44,38 @@ BLOCK_BYTES = 1 << 20
 WHOLE_BYTES = 8 << 20
 
 
-def im2col_conv2d(x: np.ndarray, weight: np.ndarray, groups: int, kernel: tuple[int, int],
-                  stride: tuple[int, int], dilation: tuple[int, int], out_hw: tuple[int, int]) -> np.ndarray:
-    """Convolution of padded NCHW ``x`` with ``weight`` (Cout, C/groups, kh, kw): one GEMM per
-    group over the column matrix; for large images a stripe of output rows at a time, so
-    that the columns of a stripe stay in cache (a 1x1 stride-1 convolution's columns are
-    ``x`` itself)."""
-    n, c = x.shape[:2]
-    c_out, (oh, ow) = weight.shape[0], out_hw
-    packed = weight.reshape(groups, c_out // groups, -1)
-    row_bytes = n * c * kernel[0] * kernel[1] * ow * x.itemsize
-    direct = kernel == (1, 1) and stride == (1, 1)
-    step = oh if direct or row_bytes * oh <= WHOLE_BYTES else max(1, BLOCK_BYTES // row_bytes)
-    out = None
-    for start in range(0, oh, step):
-        rows = min(step, oh - start)
-        cols = im2col(x[:, :, start * stride[0]:], kernel, stride, dilation, (rows, ow))
-        product = np.matmul(packed, cols.reshape(n, groups, -1, rows * ow)).reshape(n, c_out, rows, ow)
-        if rows == oh:
-            return product
-        if out is None:
-            out = np.empty((n, c_out, oh, ow), dtype=product.dtype)
-        out[:, :, start:start + rows] = product
+def _multiply_block(windows: np.ndarray, packed: np.ndarray, out: np.ndarray) -> None:
+    """``out`` (P, K) = the windows (..., groups, kh, kw, C/groups) of P output pixels times ``packed``."""
+    groups, depth, k_group = packed.shape
+    if groups == 1:
+        np.matmul(windows.reshape(-1, depth), packed[0], out=out)
+        return
+    cols = np.moveaxis(windows, -4, 0).reshape(groups, -1, depth)   # (groups, P, kh*kw*C/groups)
+    product = np.matmul(cols, packed)                                # (groups, P, K/groups)
+    np.copyto(out.reshape(-1, groups, k_group), product.transpose(1, 0, 2))
+
+
+def im2col_conv2d(x: np.ndarray, packed: np.ndarray, kernel: tuple[int, int], stride: tuple[int, int],
+                  dilation: tuple[int, int], out_hw: tuple[int, int]) -> np.ndarray:
+    """Convolution of padded NHWC ``x`` with a :func:`pack_weight` operand; a new contiguous
+    (N, OH, OW, K) array. Large images go a stripe of output rows at a time, so that the
+    columns of a stripe stay in cache."""
+    n, _, _, c = x.shape
+    groups, _, k_group = packed.shape
+    (oh, ow), k = out_hw, groups * k_group
+    out = np.empty((n, oh, ow, k), dtype=np.float32)
+    if kernel == (1, 1) and stride == (1, 1) and groups == 1:
+        np.matmul(x.reshape(-1, c), packed[0], out=out.reshape(-1, k))
+        return out
+    windows = window_view(x, kernel, stride, dilation, out_hw, groups)
+    row_bytes = kernel[0] * kernel[1] * c * ow * x.itemsize
+    if n * oh * row_bytes <= WHOLE_BYTES:
+        _multiply_block(windows, packed, out.reshape(-1, k))
+        return out
+    step = max(1, BLOCK_BYTES // row_bytes)
+    for image in range(n):
+        for start in range(0, oh, step):
+            rows = min(step, oh - start)
+            _multiply_block(windows[image, start:start + rows], packed,
+                            out[image, start:start + rows].reshape(-1, k))
     return out

@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 
 # PyTorch's padding_mode / F.pad mode -> numpy.pad mode
-_NUMPY_MODES = {"reflect": "reflect", "replicate": "edge", "circular": "wrap"}
-PAD_MODES = ("zeros", "constant", *_NUMPY_MODES)
+NUMPY_MODES = {"reflect": "reflect", "replicate": "edge", "circular": "wrap"}
+PAD_MODES = ("zeros", "constant", *NUMPY_MODES)
 
 
 def pad_last_dims(x: np.ndarray, pads: tuple[tuple[int, int], ...], mode: str = "zeros",
@@ -34,4 +34,4 @@ def pad_last_dims(x: np.ndarray, pads: tuple[tuple[int, int], ...], mode: str = 
         inner = (slice(None),) * lead + tuple(slice(b, b + d) for d, (b, a) in zip(x.shape[lead:], pads))
         out[inner] = x
         return out
-    return np.pad(x, ((0, 0),) * lead + tuple(pads), mode=_NUMPY_MODES[mode])
+    return np.pad(x, ((0, 0),) * lead + tuple(pads), mode=NUMPY_MODES[mode])

@@ -1,6 +1,7 @@
 """Pooling windows on NCHW arrays: output sizes as PyTorch computes them, max and average
-pooling over strided taps, adaptive average pooling as products with averaging matrices
-and adaptive max pooling as a gather of each axis's windows."""
+pooling over strided taps (in the input's memory layout, row-major or channels-last),
+adaptive average pooling as products with averaging matrices and adaptive max pooling
+as a gather of each axis's windows."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from functools import lru_cache
 import numpy as np
 
 from kuiperinfer.errors import InferError, InferStatus
+from kuiperinfer.kernels.layout import empty_like_layout, is_channels_last
 
 
 def pool_output_size(size: int, kernel: int, stride: int, padding: int, dilation: int,
@@ -43,31 +45,41 @@ def pad_for_pooling(x: np.ndarray, kernel: tuple[int, int], stride: tuple[int, i
     bottom, right = max(need_h - h - padding[0], 0), max(need_w - w - padding[1], 0)
     if not (padding[0] or padding[1] or bottom or right):
         return x
-    out = np.full((n, c, padding[0] + h + bottom, padding[1] + w + right), value, dtype=x.dtype)
+    out = empty_like_layout(x, (n, c, padding[0] + h + bottom, padding[1] + w + right))
+    out.fill(value)
     out[:, :, padding[0]:padding[0] + h, padding[1]:padding[1] + w] = x
     return out
 
 
 BLOCK_BYTES = 1 << 20
-"""Input bytes pooled at a time: a block of channels small enough to stay in cache while
+"""Input bytes pooled at a time (row-major input): a block of channels small enough to stay in cache while
 every tap passes over it (one pass over a whole batch would stream it from memory
 kh * kw times)."""
+
+
+def _blocks(x: np.ndarray) -> list[tuple[slice, slice]]:
+    """(images, channels) blocks of about ``BLOCK_BYTES`` of ``x``, each contiguous in memory:
+    blocks of channels of row-major ``x``, single images of channels-last ``x``."""
+    n, c = x.shape[:2]
+    if is_channels_last(x):
+        return [(slice(i, i + 1), slice(None)) for i in range(n)]
+    step = max(1, BLOCK_BYTES // max(1, n * x[0, 0].nbytes))
+    return [(slice(None), slice(start, start + step)) for start in range(0, c, step)]
 
 
 def _reduce_taps(padded: np.ndarray, kernel: tuple[int, int], stride: tuple[int, int],
                  dilation: tuple[int, int], out_hw: tuple[int, int], combine: np.ufunc) -> np.ndarray:
     """``combine`` (np.maximum, np.add) over each output pixel's window of ``padded``, a block
-    of channels at a time. A window is a rectangle, so it is reduced in two steps: across
-    the kernel's columns into the rows each output column needs, then across its rows
-    (kh + kw passes instead of kh * kw, the second over contiguous rows)."""
+    at a time (the result has ``padded``'s memory layout). A window is a rectangle, so it
+    is reduced in two steps: across the kernel's columns into the rows each output column
+    needs, then across its rows (kh + kw passes instead of kh * kw)."""
     (kh, kw), (sh, sw), (dh, dw), (oh, ow) = kernel, stride, dilation, out_hw
     n, c = padded.shape[:2]
     rows_needed = (oh - 1) * sh + (kh - 1) * dh + 1
-    out = np.empty((n, c, oh, ow), dtype=padded.dtype)
-    step = max(1, BLOCK_BYTES // max(1, n * padded[0, 0].nbytes))
-    for start in range(0, c, step):
-        block, target = padded[:, start:start + step, :rows_needed], out[:, start:start + step]
-        rows = block[..., 0: sw * (ow - 1) + 1: sw].copy()
+    out = empty_like_layout(padded, (n, c, oh, ow))
+    for images, channels in _blocks(padded):
+        block, target = padded[images, channels, :rows_needed], out[images, channels]
+        rows = block[..., 0: sw * (ow - 1) + 1: sw].copy(order="K")
         for j in range(1, kw):
             combine(rows, block[..., j * dw: j * dw + sw * (ow - 1) + 1: sw], out=rows)
         np.copyto(target, rows[:, :, 0: sh * (oh - 1) + 1: sh])

@@ -4,11 +4,13 @@ im2col spends 9 multiply-adds per output pixel and input channel; Winograd's min
 filtering algorithm (Lavin & Gray, 2015) computes each 4x4 output tile from a 6x6 input
 tile with 36, about 2.25 per pixel. Every step is a matrix product:
 
-* the weight ``g`` (K, C, 3, 3) becomes ``U = G g G^T``, 36 matrices (K, C), once at
+* the weight ``g`` (K, C, 3, 3) becomes ``U = G g G^T``, 36 matrices (C, K), once at
   build time;
 * each 6x6 input tile ``d`` (tiles overlap by 2) becomes ``V = B^T d B``: two products
-  with the 6x6 matrix ``B^T``, over all channels and tiles at once;
-* the 36 products ``M = U @ V`` are one batched ``np.matmul`` (36, K, C) @ (36, C, tiles);
+  with the 6x6 matrix ``B^T``, over all channels and tiles at once (tiles are cut from
+  channels-last memory, so each tile position holds the C channels side by side);
+* the 36 products ``M = V @ U`` are one batched ``np.matmul`` (36, tiles, C) @ (36, C, K),
+  whose rows are output pixels with their K channels side by side: NHWC;
 * each output tile is ``A^T M A``, again two products, with the 4x6 matrix ``A^T``.
 
 The transforms add rounding error of about 1e-5 relative to the output's scale. They
@@ -20,6 +22,8 @@ from __future__ import annotations
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
+
+from kuiperinfer.kernels.layout import nhwc
 
 TILE = 4
 """Output tile size; input tiles are ``TILE + 2`` wide."""
@@ -49,9 +53,9 @@ _AT = np.array([[1, 1, 1, 1, 1, 0],
 
 
 def winograd_weight(weight: np.ndarray) -> np.ndarray:
-    """The transformed weight ``U`` (36, K, C) of a (K, C, 3, 3) weight, computed in float64."""
-    u = np.einsum("ai,kcij,bj->abkc", _G, weight.astype(np.float64), _G)
-    return np.ascontiguousarray(u.reshape(36, *weight.shape[:2]), dtype=np.float32)
+    """The transformed weight ``U`` (36, C, K) of a (K, C, 3, 3) weight, computed in float64."""
+    u = np.einsum("ai,kcij,bj->abck", _G, weight.astype(np.float64), _G)
+    return np.ascontiguousarray(u.reshape(36, weight.shape[1], weight.shape[0]), dtype=np.float32)
 
 
 def tile_counts(out_hw: tuple[int, int]) -> tuple[int, int]:
@@ -67,40 +71,38 @@ def winograd_pays(batch: int, channels: int, out_hw: tuple[int, int]) -> bool:
 
 def winograd_conv3x3(x: np.ndarray, u: np.ndarray, padding: tuple[tuple[int, int], tuple[int, int]],
                      bias: np.ndarray | None = None) -> np.ndarray:
-    """3x3 stride-1 convolution of NCHW ``x`` zero-padded by ``padding``, with ``U`` from
-    :func:`winograd_weight`, plus ``bias``; a new contiguous (N, K, OH, OW) array.
+    """3x3 stride-1 convolution of NCHW ``x`` (any memory layout) zero-padded by ``padding``,
+    with ``U`` from :func:`winograd_weight`, plus ``bias``; an (N, OH, OW, K) array (NHWC).
 
     Large images go a block of tile rows at a time, so that the transformed tiles of a
     block stay in cache between the transforms and the products.
     """
     n, c, h, w = x.shape
-    k = u.shape[1]
+    k = u.shape[2]
     (top, bottom), (left, right) = padding
     oh, ow = h + top + bottom - 2, w + left + right - 2
     th, tw = tile_counts((oh, ow))
-    # zero padding out to whole tiles: the extra outputs are cropped at the end
-    padded = np.zeros((n, c, TILE * th + 2, TILE * tw + 2), dtype=np.float32)
-    padded[:, :, top:top + h, left:left + w] = x
-    s_n, s_c, s_h, s_w = padded.strides
-    out = np.empty((n, k, th, TILE, tw, TILE), dtype=np.float32)
+    # zero padding out to whole tiles, in NHWC: the extra outputs are cropped at the end
+    padded = np.zeros((n, TILE * th + 2, TILE * tw + 2, c), dtype=np.float32)
+    padded[:, top:top + h, left:left + w] = nhwc(x)
+    s_n, s_h, s_w, s_c = padded.strides
+    out = np.empty((n, th, TILE, tw, TILE, k), dtype=np.float32)
     # a block's product re-reads all of U: a large U needs many tiles per block to pay for it
     min_tiles = 16 * -(-u.nbytes // BLOCK_BYTES)
     step = max(1, BLOCK_BYTES // (36 * c * n * tw * padded.itemsize), -(-min_tiles // (n * tw)))
     for start in range(0, th, step):
         rows = min(step, th - start)
-        tiles = as_strided(padded[:, :, TILE * start:], (6, 6, c, n, rows, tw),
-                           (s_h, s_w, s_c, s_n, TILE * s_h, TILE * s_w), writeable=False)
-        d = np.ascontiguousarray(tiles).reshape(6, -1)              # (i, j * C * tiles)
-        v = np.matmul(_BT, (_BT @ d).reshape(6, 6, -1))            # (a, b, C * tiles)
-        m = np.matmul(u, v.reshape(36, c, -1))                     # (36, K, tiles)
-        y = np.matmul(_AT, (_AT @ m.reshape(6, -1)).reshape(4, 6, -1))  # (4, 4, K * tiles)
-        y = y.reshape(TILE, TILE, k, n, rows, tw).transpose(3, 2, 4, 0, 5, 1)  # (N, K, rows, 4, tw, 4)
-        target = out[:, :, start:start + rows]
+        tiles = as_strided(padded[:, TILE * start:], (6, 6, n, rows, tw, c),
+                           (s_h, s_w, s_n, TILE * s_h, TILE * s_w, s_c), writeable=False)
+        d = np.ascontiguousarray(tiles).reshape(6, -1)              # (i, j * tiles * C)
+        v = np.matmul(_BT, (_BT @ d).reshape(6, 6, -1))            # (a, b, tiles * C)
+        m = np.matmul(v.reshape(36, -1, c), u)                     # (36, tiles, K)
+        y = np.matmul(_AT, (_AT @ m.reshape(6, -1)).reshape(4, 6, -1))  # (4, 4, tiles * K)
+        y = y.reshape(TILE, TILE, n, rows, tw, k).transpose(2, 3, 0, 4, 1, 5)  # (N, rows, 4, tw, 4, K)
+        target = out[:, start:start + rows]
         if bias is None:
             np.copyto(target, y)
         else:
-            np.add(y, bias.reshape(-1, 1, 1, 1, 1), out=target)
-    out = out.reshape(n, k, TILE * th, TILE * tw)
-    if (TILE * th, TILE * tw) != (oh, ow):
-        out = np.ascontiguousarray(out[:, :, :oh, :ow])
-    return out
+            np.add(y, bias, out=target)
+    out = out.reshape(n, TILE * th, TILE * tw, k)
+    return out[:, :oh, :ow]

@@ -21,10 +21,11 @@ import numpy as np
 
 from kuiperinfer.errors import InferError, InferStatus, ParseParameterAttrStatus as Status
 from kuiperinfer.kernels.col2im import col2im
-from kuiperinfer.kernels.depthwise import DepthwiseWeight, depthwise_conv2d
-from kuiperinfer.kernels.im2col import im2col_conv2d, output_size
+from kuiperinfer.kernels.depthwise import depthwise_conv2d, pack_depthwise
+from kuiperinfer.kernels.im2col import im2col_conv2d, output_size, pack_weight
 from kuiperinfer.kernels.elementwise import InplaceActivation
-from kuiperinfer.kernels.padding import PAD_MODES, pad_last_dims
+from kuiperinfer.kernels.layout import nchw, pad_nhwc
+from kuiperinfer.kernels.padding import PAD_MODES
 from kuiperinfer.kernels.winograd import winograd_conv3x3, winograd_pays, winograd_weight
 from kuiperinfer.layers.activation import read_fused_activation
 from kuiperinfer.layers.base import Layer, ParamLayer
@@ -68,6 +69,9 @@ def from_2d(y: np.ndarray, rank: int) -> np.ndarray:
 
 WINOGRAD = "winograd"
 """Parameter by which the graph optimiser selects Winograd for an nn.Conv2d."""
+CHANNELS_LAST = "channels_last"
+"""Parameter by which the graph optimiser lets an nn.Conv1d/2d hand on its output in
+channels-last memory (:mod:`kuiperinfer.kernels.layout`) instead of row-major NCHW."""
 PADS = "pads"
 """Parameter (top, bottom, left, right) by which the graph optimiser gives an nn.Conv2d
 padding that differs per side (a zero padding operator folded in); it replaces ``padding``."""
@@ -128,12 +132,13 @@ class ConvGeometry:
         return (self.kernel == (3, 3) and self.stride == (1, 1) and self.dilation == (1, 1)
                 and self.groups == 1 and self.padding_mode in ("zeros", "constant"))
 
-    def pad(self, x: np.ndarray) -> np.ndarray:
-        return pad_last_dims(x, self.padding, self.padding_mode)
+    def pad_nhwc(self, x: np.ndarray) -> np.ndarray:
+        """NCHW ``x`` (any memory layout) padded, as a contiguous NHWC array."""
+        return pad_nhwc(x, self.padding, self.padding_mode)
 
-    def output_hw(self, padded: np.ndarray) -> tuple[int, int]:
-        return (output_size(padded.shape[2], self.kernel[0], self.stride[0], self.dilation[0]),
-                output_size(padded.shape[3], self.kernel[1], self.stride[1], self.dilation[1]))
+    def output_hw(self, padded_hw: tuple[int, int]) -> tuple[int, int]:
+        return (output_size(padded_hw[0], self.kernel[0], self.stride[0], self.dilation[0]),
+                output_size(padded_hw[1], self.kernel[1], self.stride[1], self.dilation[1]))
 
     def transposed_output_hw(self, x: np.ndarray, output_padding: tuple[int, int]) -> tuple[int, int]:
         """Size of the uncropped output of a transposed convolution of NCHW ``x``."""
@@ -189,34 +194,44 @@ def is_depthwise(weight: np.ndarray, groups: int) -> bool:
     return weight.shape[0] == groups and weight.shape[1] == 1
 
 
-def conv2d(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None, geometry: ConvGeometry,
-           winograd: np.ndarray | None = None, depthwise: DepthwiseWeight | None = None) -> np.ndarray:
-    """2-D convolution of NCHW ``x`` with ``weight`` (Cout, Cin/groups, kh, kw); a new array.
+class PackedWeight:
+    """A (Cout, Cin/groups, kh, kw) convolution weight in the form its kernel takes, made
+    once at build time: the taps of a depthwise convolution, else the GEMM operand of
+    im2col, plus the transformed weight of Winograd when asked for."""
 
-    Prepared forms of the weight may be given: ``winograd``, transformed by
-    :func:`winograd_weight` for a convolution that :meth:`ConvGeometry.winograd_applies`
-    to (used where Winograd pays), and ``depthwise`` for a depthwise one.
+    def __init__(self, weight: np.ndarray, groups: int, winograd: bool = False):
+        self.in_channels = weight.shape[1] * groups
+        self.depthwise_taps = pack_depthwise(weight) if is_depthwise(weight, groups) else None
+        self.gemm = None if self.depthwise_taps is not None else pack_weight(weight, groups)
+        self.winograd = winograd_weight(weight) if winograd else None
+
+
+def conv2d(x: np.ndarray, weight: PackedWeight, bias: np.ndarray | None,
+           geometry: ConvGeometry) -> np.ndarray:
+    """2-D convolution of NCHW ``x`` (any memory layout) plus ``bias``; a new NHWC
+    (N, OH, OW, Cout) array, which :func:`~kuiperinfer.kernels.layout.nchw` views as NCHW.
+
+    Winograd computes it where ``weight`` has its transform and the call has enough tiles
+    to pay for it; otherwise the input is padded into NHWC and goes to im2col or, for a
+    depthwise weight, the depthwise kernel.
     """
-    _check_channels(x, weight.shape[1] * geometry.groups)
-    if winograd is not None:
+    _check_channels(x, weight.in_channels)
+    if weight.winograd is not None:
         (top, bottom), (left, right) = geometry.padding
         out_hw = (x.shape[2] + top + bottom - 2, x.shape[3] + left + right - 2)
         if min(out_hw) >= 1 and winograd_pays(x.shape[0], x.shape[1], out_hw):
-            return winograd_conv3x3(x, winograd, geometry.padding, bias)
-    padded = geometry.pad(x)
-    oh, ow = geometry.output_hw(padded)
+            return winograd_conv3x3(x, weight.winograd, geometry.padding, bias)
+    padded = geometry.pad_nhwc(x)
+    oh, ow = geometry.output_hw(padded.shape[1:3])
     if oh < 1 or ow < 1:
         raise InferError(f"input {x.shape} is too small for kernel {geometry.kernel} "
                          f"with padding {geometry.padding}", status=InferStatus.kInferFailedOutputSizeError)
-    groups = geometry.groups
-    if is_depthwise(weight, groups):
-        depthwise = depthwise or DepthwiseWeight(weight[:, 0])
-        out = depthwise_conv2d(padded, depthwise, geometry.stride, geometry.dilation, (oh, ow))
+    if weight.depthwise_taps is not None:
+        out = depthwise_conv2d(padded, weight.depthwise_taps, geometry.stride, geometry.dilation, (oh, ow))
     else:
-        out = im2col_conv2d(padded, weight, groups, geometry.kernel, geometry.stride, geometry.dilation,
-                            (oh, ow))
+        out = im2col_conv2d(padded, weight.gemm, geometry.kernel, geometry.stride, geometry.dilation, (oh, ow))
     if bias is not None:
-        out += bias.reshape(-1, 1, 1)
+        out += bias
     return out
 
 
@@ -228,12 +243,15 @@ class Convolution(ParamLayer):
 
     def __init__(self, layer_name: str, weight: np.ndarray, bias: np.ndarray | None,
                  geometry: ConvGeometry, rank: int, activation: InplaceActivation | None = None,
-                 winograd: bool = False):
+                 winograd: bool = False, channels_last: bool = False):
         self.geometry, self.rank = geometry, rank
         self.activation = activation
         """An activation the graph optimiser fused in, applied in place on the output."""
         self.winograd = winograd and geometry.winograd_applies()
         """Whether calls with enough tiles run Winograd (the optimiser selects it)."""
+        self.channels_last = channels_last
+        """Whether the output stays in the kernels' channels-last memory (the optimiser
+        selects it); otherwise it is copied to row-major NCHW."""
         super().__init__(layer_name, weight, bias)
 
     @classmethod
@@ -244,19 +262,19 @@ class Convolution(ParamLayer):
         c_in, c_out = _read_channels(op, geometry)
         weight = op.weight("weight", (c_out, c_in // geometry.groups, *kernel))
         return cls(op.name, weight, _read_bias(op, c_out), geometry, rank, read_fused_activation(op),
-                   op.param_bool(WINOGRAD, default=False))
+                   op.param_bool(WINOGRAD, default=False), op.param_bool(CHANNELS_LAST, default=False))
 
     def prepare(self) -> None:
-        self._weight_2d = self._weight.reshape(*self._weight.shape[:2], *self.geometry.kernel)
-        self._winograd = winograd_weight(self._weight_2d) if self.winograd else None
-        depthwise = is_depthwise(self._weight_2d, self.geometry.groups)
-        self._depthwise = DepthwiseWeight(self._weight_2d[:, 0]) if depthwise else None
+        weight_2d = self._weight.reshape(*self._weight.shape[:2], *self.geometry.kernel)
+        self._packed = PackedWeight(weight_2d, self.geometry.groups, self.winograd)
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
-        x = as_2d(inputs[0], self.rank)
-        out = conv2d(x, self._weight_2d, self._bias, self.geometry, self._winograd, self._depthwise)
+        out = conv2d(as_2d(inputs[0], self.rank), self._packed, self._bias, self.geometry)
         if self.activation is not None:
             out = self.activation(out)
+        out = nchw(out)
+        if not self.channels_last:
+            out = np.ascontiguousarray(out)
         return [from_2d(out, self.rank)]
 
 
@@ -276,7 +294,8 @@ class FunctionalConvolution(Layer):
         x = as_2d(inputs[0], self.rank)
         weight = _check_weight(inputs[1], self.geometry, self.rank)
         bias = inputs[2] if len(inputs) > 2 else None
-        return [from_2d(conv2d(x, weight, bias, self.geometry), self.rank)]
+        out = conv2d(x, PackedWeight(weight, self.geometry.groups), bias, self.geometry)
+        return [from_2d(np.ascontiguousarray(nchw(out)), self.rank)]
 
 
 # -- transposed convolution --------------------------------------------------------------

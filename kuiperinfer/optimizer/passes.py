@@ -9,6 +9,8 @@
   ``activation_type``), and its operator disappears.
 * :func:`select_winograd`: 3x3 stride-1 convolutions take Winograd F(4x4, 3x3)
   (:mod:`kuiperinfer.kernels.winograd`) where it pays.
+* :func:`select_channels_last`: convolutions hand on their output in channels-last
+  memory (:mod:`kuiperinfer.kernels.layout`), as they compute it.
 
 A pass takes the graph and returns how many rewrites it made.
 """
@@ -22,7 +24,7 @@ import numpy as np
 from kuiperinfer.errors import GraphError
 from kuiperinfer.kernels.winograd import MIN_CHANNELS
 from kuiperinfer.layers.activation import InplaceActivationLayer, read_fused_activation, write_fused_activation
-from kuiperinfer.layers.convolution import PADS, WINOGRAD, ConvGeometry
+from kuiperinfer.layers.convolution import CHANNELS_LAST, PADS, WINOGRAD, ConvGeometry
 from kuiperinfer.layers.normalization import BatchNorm, fold_batch_norm as batch_norm_scale_shift
 from kuiperinfer.layers.padding import Pad
 from kuiperinfer.layers.registry import LayerRegisterer
@@ -129,7 +131,21 @@ def select_winograd(graph: RuntimeGraph) -> int:
     return selected
 
 
-PASSES: tuple[Pass, ...] = (fold_batch_norm, fold_zero_padding, fuse_activation, select_winograd)
+def select_channels_last(graph: RuntimeGraph) -> int:
+    """Let every convolution hand on its output in the channels-last memory its kernels
+    compute in, so that the next convolution reads it without a transpose. The layout
+    never changes a result: everything downstream sees NCHW arrays (see
+    :mod:`kuiperinfer.kernels.layout`)."""
+    selected = 0
+    for op in graph.operators:
+        if op.type in CONVOLUTIONS:
+            op.params[CHANNELS_LAST] = RuntimeParameter(T.kParameterBool, True, "True")
+            selected += 1
+    return selected
+
+
+PASSES: tuple[Pass, ...] = (fold_batch_norm, fold_zero_padding, fuse_activation, select_winograd,
+                            select_channels_last)
 
 
 def optimize(graph: RuntimeGraph, passes: tuple[Pass, ...] = PASSES) -> dict[str, int]:
