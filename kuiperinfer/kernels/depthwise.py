@@ -1,11 +1,19 @@
 """Depthwise convolution (one filter per channel) on channels-last (NHWC) input.
 
 GEMM serves depthwise convolution badly: per channel it is a (P, kh*kw) by (kh*kw, 1)
-product. In NHWC the channels of a pixel are adjacent, so the convolution is one
-contraction over a strided view of every window, ``out[n, y, x, c] = sum_ij
-window[n, y, x, i, j, c] * taps[i, j, c]``: a single ``np.einsum`` whose inner loop runs
-along the channels, with no copy of the windows and one pass over the output (a loop
-over the taps would make 2 * kh * kw passes).
+product. Here it is one ``np.einsum`` over a zero-copy strided view of the windows, in
+one of two forms:
+
+* **Rows** (stride 1 along the width): in NHWC the output row ``out[n, y]`` read as one
+  vector of OW*C values is ``sum_ij x[n, y*sh + i*dh, j*dw : j*dw + OW] * tile(taps[i, j])``,
+  every operand a contiguous run of OW*C values, so the contraction's inner loop is a
+  whole output row and each tap is one fused multiply-add pass over it. A stride ``s``
+  along the width first splits the columns into ``s`` phases (one copy of the input);
+  tap ``j`` then reads phase ``j % s`` at offset ``j // s``, which is again a contiguous
+  run, and the taps become (kh, s, ceil(kw / s)) with zeros where ``j >= kw``.
+* **Pixels**: ``out[n, y, x, c] = sum_ij window[n, y, x, i, j, c] * taps[i, j, c]``, whose
+  inner loop runs along the C channels of one pixel. It wins for a strided width with
+  many channels, where the phase copy and the zero taps cost more than short loops.
 """
 
 from __future__ import annotations
@@ -13,21 +21,60 @@ from __future__ import annotations
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
+PIXELS_MIN_CHANNELS = 96
+"""Channels from which a convolution strided along the width takes the pixel form (measured
+on MobileNetV3's and EfficientNet-Lite0's shapes: rows win up to 72 channels, pixels from 96)."""
+_MEMO_LIMIT = 8
 
-def pack_depthwise(weight: np.ndarray) -> np.ndarray:
-    """(C, 1, kh, kw) -> the taps (kh, kw, C)."""
-    return np.ascontiguousarray(weight[:, 0].transpose(1, 2, 0), dtype=np.float32)
+
+class DepthwiseWeight:
+    """A (C, 1, kh, kw) depthwise weight as taps (kh, kw, C), with the tiled row taps of
+    :func:`depthwise_conv2d` made once per output width and stride."""
+
+    def __init__(self, weight: np.ndarray):
+        self.taps = np.ascontiguousarray(weight[:, 0].transpose(1, 2, 0), dtype=np.float32)
+        self._rows: dict[tuple[int, int], np.ndarray] = {}
+
+    def row_taps(self, out_width: int, stride: int) -> np.ndarray:
+        """(kh, stride, ceil(kw / stride), OW*C): tap ``j`` at [:, j % stride, j // stride], each
+        repeated across the output width (remembered for a few widths; filling the memo from
+        several threads at once only computes one twice)."""
+        key = (out_width, stride)
+        rows = self._rows.get(key)
+        if rows is None:
+            kh, kw, c = self.taps.shape
+            phased = np.zeros((kh, stride * -(-kw // stride), c), dtype=np.float32)
+            phased[:, :kw] = self.taps
+            phased = phased.reshape(kh, -1, stride, c).transpose(0, 2, 1, 3)   # (kh, stride, kw', C)
+            if len(self._rows) >= _MEMO_LIMIT:
+                self._rows.clear()
+            rows = self._rows[key] = np.ascontiguousarray(np.tile(phased, out_width))
+        return rows
 
 
-def depthwise_conv2d(x: np.ndarray, taps: np.ndarray, stride: tuple[int, int],
+def depthwise_conv2d(x: np.ndarray, weight: DepthwiseWeight, stride: tuple[int, int],
                      dilation: tuple[int, int], out_hw: tuple[int, int]) -> np.ndarray:
-    """Depthwise convolution of padded NHWC ``x`` with :func:`pack_depthwise` taps; a new
-    contiguous (N, OH, OW, C) array."""
-    n, _, _, c = x.shape
-    s_n, s_h, s_w, s_c = x.strides
+    """Depthwise convolution of padded NHWC ``x``; a new contiguous (N, OH, OW, C) array."""
+    n, _, width, c = x.shape
     (sh, sw), (dh, dw), (oh, ow) = stride, dilation, out_hw
-    kh, kw = taps.shape[:2]
-    windows = as_strided(x, (n, oh, ow, kh, kw, c), (s_n, s_h * sh, s_w * sw, s_h * dh, s_w * dw, s_c),
-                         writeable=False)
+    kh, kw = weight.taps.shape[:2]
     out = np.empty((n, oh, ow, c), dtype=np.float32)
-    return np.einsum("nyxijc,ijc->nyxc", windows, taps, out=out)
+    if sw > 1 and (dw > 1 or c >= PIXELS_MIN_CHANNELS):
+        s_n, s_h, s_w, s_c = x.strides
+        windows = as_strided(x, (n, oh, ow, kh, kw, c), (s_n, s_h * sh, s_w * sw, s_h * dh, s_w * dw, s_c),
+                             writeable=False)
+        return np.einsum("nyxijc,ijc->nyxc", windows, weight.taps, out=out)
+    if sw > 1:  # phases of the columns: phased[n, h, q, m] = x[n, h, m * sw + q]
+        phase_width = -(-width // sw)
+        phased = np.zeros((n, x.shape[1], phase_width * sw, c), dtype=np.float32)
+        phased[:, :, :width] = x
+        x = np.ascontiguousarray(phased.reshape(n, -1, phase_width, sw, c).transpose(0, 1, 3, 2, 4))
+        s_n, s_h, s_q, s_w, s_c = x.strides
+    else:
+        s_n, s_h, s_w, s_c = x.strides
+        s_q, s_w = 0, s_w * dw
+    taps = weight.row_taps(ow, sw)
+    rows = as_strided(x, (n, kh, sw, taps.shape[2], oh, ow * c), (s_n, s_h * dh, s_q, s_w, s_h * sh, s_c),
+                      writeable=False)
+    np.einsum("niqjyp,iqjp->nyp", rows, taps, out=out.reshape(n, oh, ow * c))
+    return out

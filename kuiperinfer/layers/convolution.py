@@ -21,7 +21,7 @@ import numpy as np
 
 from kuiperinfer.errors import InferError, InferStatus, ParseParameterAttrStatus as Status
 from kuiperinfer.kernels.col2im import col2im
-from kuiperinfer.kernels.depthwise import depthwise_conv2d, pack_depthwise
+from kuiperinfer.kernels.depthwise import DepthwiseWeight, depthwise_conv2d
 from kuiperinfer.kernels.im2col import im2col_conv2d, output_size, pack_weight
 from kuiperinfer.kernels.elementwise import InplaceActivation
 from kuiperinfer.kernels.layout import nchw, pad_nhwc
@@ -201,8 +201,8 @@ class PackedWeight:
 
     def __init__(self, weight: np.ndarray, groups: int, winograd: bool = False):
         self.in_channels = weight.shape[1] * groups
-        self.depthwise_taps = pack_depthwise(weight) if is_depthwise(weight, groups) else None
-        self.gemm = None if self.depthwise_taps is not None else pack_weight(weight, groups)
+        self.depthwise = DepthwiseWeight(weight) if is_depthwise(weight, groups) else None
+        self.gemm = None if self.depthwise is not None else pack_weight(weight, groups)
         self.winograd = winograd_weight(weight) if winograd else None
 
 
@@ -226,8 +226,8 @@ def conv2d(x: np.ndarray, weight: PackedWeight, bias: np.ndarray | None,
     if oh < 1 or ow < 1:
         raise InferError(f"input {x.shape} is too small for kernel {geometry.kernel} "
                          f"with padding {geometry.padding}", status=InferStatus.kInferFailedOutputSizeError)
-    if weight.depthwise_taps is not None:
-        out = depthwise_conv2d(padded, weight.depthwise_taps, geometry.stride, geometry.dilation, (oh, ow))
+    if weight.depthwise is not None:
+        out = depthwise_conv2d(padded, weight.depthwise, geometry.stride, geometry.dilation, (oh, ow))
     else:
         out = im2col_conv2d(padded, weight.gemm, geometry.kernel, geometry.stride, geometry.dilation, (oh, ow))
     if bias is not None:
