@@ -8,8 +8,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from kuiperinfer.kernels.depthwise import PIXELS_MIN_CHANNELS, DepthwiseWeight, depthwise_conv2d
-from kuiperinfer.kernels.elementwise import InplaceActivation
-from kuiperinfer.kernels.im2col import WHOLE_BYTES, im2col_conv2d, pack_weight
+from kuiperinfer.kernels.elementwise import Epilogue, InplaceActivation
+from kuiperinfer.kernels.im2col import BLOCK_BYTES as IM2COL_BLOCK_BYTES
+from kuiperinfer.kernels.im2col import im2col_conv2d, pack_weight
 from kuiperinfer.kernels.layout import is_channels_last, nchw, nhwc, pad_nhwc
 from kuiperinfer.kernels.pooling import BLOCK_BYTES, avg_pool2d, max_pool2d
 from kuiperinfer.kernels.winograd import BLOCK_BYTES as WINOGRAD_BLOCK_BYTES
@@ -35,7 +36,7 @@ def test_winograd_matches_pytorch(n, c, k, h, w, padding):
     x = RNG.standard_normal((n, c, h, w), dtype=np.float32)
     weight = RNG.standard_normal((k, c, 3, 3), dtype=np.float32) / np.float32(3 * np.sqrt(c))
     bias = RNG.standard_normal(k, dtype=np.float32)
-    ours = winograd_conv3x3(x, winograd_weight(weight), padding, bias)
+    ours = winograd_conv3x3(x, winograd_weight(weight), padding, Epilogue(bias))
     expected = torch_reference(x, weight, bias, padding)
     assert ours.dtype == np.float32 and ours.shape == expected.shape
     np.testing.assert_allclose(ours, expected, atol=2e-5 * np.abs(expected).max(), rtol=0)
@@ -147,7 +148,7 @@ def test_conv2d_takes_either_layout_and_returns_nhwc(groups, kernel, stride):
     expected = F.conv2d(F.pad(torch.from_numpy(x), (2, 1, 1, 0)), torch.from_numpy(weight),
                         torch.from_numpy(bias), stride=stride, groups=groups).numpy()
     for source in (x, nchw(np.ascontiguousarray(nhwc(x)))):
-        ours = conv2d(source, PackedWeight(weight, groups), bias, geometry)
+        ours = conv2d(source, PackedWeight(weight, groups), geometry, Epilogue(bias))
         np.testing.assert_allclose(nchw(ours), expected, atol=1e-5, rtol=1e-5)
 
 
@@ -172,12 +173,16 @@ def test_winograd_in_blocks_of_tile_rows_matches_pytorch():
                                torch_reference(x, weight, None, padding), atol=2e-5, rtol=0)
 
 
-@pytest.mark.parametrize("groups", [1, 2])
-def test_im2col_in_stripes_of_rows_matches_pytorch(groups):
+@pytest.mark.parametrize("groups, kernel, stride", [(1, (5, 3), (2, 2)), (2, (5, 3), (2, 2)), (1, (1, 1), (1, 1))])
+def test_im2col_in_blocks_with_epilogue_matches_pytorch(groups, kernel, stride):
     x = RNG.standard_normal((2, 16, 301, 97), dtype=np.float32)
-    weight = RNG.standard_normal((6, 16 // groups, 5, 3), dtype=np.float32)
-    assert 2 * 16 * 15 * 48 * 4 * 149 > WHOLE_BYTES   # columns made in stripes of output rows
-    ours = nchw(im2col_conv2d(np.ascontiguousarray(nhwc(x)), pack_weight(weight, groups), (5, 3), (2, 2),
-                              (1, 1), (149, 48)))
-    expected = F.conv2d(torch.from_numpy(x), torch.from_numpy(weight), stride=2, groups=groups).numpy()
+    weight = RNG.standard_normal((6, 16 // groups, *kernel), dtype=np.float32)
+    bias = RNG.standard_normal(6, dtype=np.float32)
+    out_hw = ((301 - kernel[0]) // stride[0] + 1, (97 - kernel[1]) // stride[1] + 1)
+    columns_or_output_bytes = 2 * out_hw[0] * out_hw[1] * max(6, kernel[0] * kernel[1] * 16) * 4
+    assert columns_or_output_bytes > IM2COL_BLOCK_BYTES   # several blocks
+    ours = nchw(im2col_conv2d(np.ascontiguousarray(nhwc(x)), pack_weight(weight, groups), kernel, stride,
+                              (1, 1), out_hw, Epilogue(bias, InplaceActivation("relu"))))
+    expected = F.relu(F.conv2d(torch.from_numpy(x), torch.from_numpy(weight), torch.from_numpy(bias),
+                               stride=stride, groups=groups)).numpy()
     np.testing.assert_allclose(ours, expected, atol=2e-4, rtol=1e-4)

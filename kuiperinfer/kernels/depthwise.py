@@ -18,6 +18,8 @@ one of two forms:
 
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
@@ -53,8 +55,10 @@ class DepthwiseWeight:
 
 
 def depthwise_conv2d(x: np.ndarray, weight: DepthwiseWeight, stride: tuple[int, int],
-                     dilation: tuple[int, int], out_hw: tuple[int, int]) -> np.ndarray:
-    """Depthwise convolution of padded NHWC ``x``; a new contiguous (N, OH, OW, C) array."""
+                     dilation: tuple[int, int], out_hw: tuple[int, int],
+                     epilogue: Callable[[np.ndarray], object] | None = None) -> np.ndarray:
+    """Depthwise convolution of padded NHWC ``x``, then ``epilogue`` in place; a new
+    contiguous (N, OH, OW, C) array."""
     n, _, width, c = x.shape
     (sh, sw), (dh, dw), (oh, ow) = stride, dilation, out_hw
     kh, kw = weight.taps.shape[:2]
@@ -63,18 +67,21 @@ def depthwise_conv2d(x: np.ndarray, weight: DepthwiseWeight, stride: tuple[int, 
         s_n, s_h, s_w, s_c = x.strides
         windows = as_strided(x, (n, oh, ow, kh, kw, c), (s_n, s_h * sh, s_w * sw, s_h * dh, s_w * dw, s_c),
                              writeable=False)
-        return np.einsum("nyxijc,ijc->nyxc", windows, weight.taps, out=out)
-    if sw > 1:  # phases of the columns: phased[n, h, q, m] = x[n, h, m * sw + q]
-        phase_width = -(-width // sw)
-        phased = np.zeros((n, x.shape[1], phase_width * sw, c), dtype=np.float32)
-        phased[:, :, :width] = x
-        x = np.ascontiguousarray(phased.reshape(n, -1, phase_width, sw, c).transpose(0, 1, 3, 2, 4))
-        s_n, s_h, s_q, s_w, s_c = x.strides
+        np.einsum("nyxijc,ijc->nyxc", windows, weight.taps, out=out)
     else:
-        s_n, s_h, s_w, s_c = x.strides
-        s_q, s_w = 0, s_w * dw
-    taps = weight.row_taps(ow, sw)
-    rows = as_strided(x, (n, kh, sw, taps.shape[2], oh, ow * c), (s_n, s_h * dh, s_q, s_w, s_h * sh, s_c),
-                      writeable=False)
-    np.einsum("niqjyp,iqjp->nyp", rows, taps, out=out.reshape(n, oh, ow * c))
+        if sw > 1:  # phases of the columns: phased[n, h, q, m] = x[n, h, m * sw + q]
+            phase_width = -(-width // sw)
+            phased = np.zeros((n, x.shape[1], phase_width * sw, c), dtype=np.float32)
+            phased[:, :, :width] = x
+            x = np.ascontiguousarray(phased.reshape(n, -1, phase_width, sw, c).transpose(0, 1, 3, 2, 4))
+            s_n, s_h, s_q, s_w, s_c = x.strides
+        else:
+            s_n, s_h, s_w, s_c = x.strides
+            s_q, s_w = 0, s_w * dw
+        taps = weight.row_taps(ow, sw)
+        rows = as_strided(x, (n, kh, sw, taps.shape[2], oh, ow * c), (s_n, s_h * dh, s_q, s_w, s_h * sh, s_c),
+                          writeable=False)
+        np.einsum("niqjyp,iqjp->nyp", rows, taps, out=out.reshape(n, oh, ow * c))
+    if epilogue is not None:
+        epilogue(out)
     return out

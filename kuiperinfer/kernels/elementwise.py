@@ -127,3 +127,19 @@ class InplaceActivation:
 
     def __call__(self, y: np.ndarray) -> np.ndarray:
         return _INPLACE[self.name](y, *self.params)
+
+
+@dataclass(frozen=True)
+class Epilogue:
+    """What a convolution adds to its product, in place: a bias along the last axis, then a
+    fused activation. The kernels call it on each block of output pixels they finish,
+    while the block is still in cache, instead of passing over the whole output twice."""
+
+    bias: np.ndarray | None = None
+    activation: InplaceActivation | None = None
+
+    def __call__(self, block: np.ndarray) -> None:
+        if self.bias is not None:
+            block += self.bias
+        if self.activation is not None:
+            self.activation(block)

@@ -11,6 +11,8 @@ is ``x`` read as ``(N*H*W, C)``.
 
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
@@ -39,13 +41,15 @@ def window_view(x: np.ndarray, kernel: tuple[int, int], stride: tuple[int, int],
 
 
 BLOCK_BYTES = 1 << 20
-"""Bytes of columns made and multiplied at a time, when all of them would exceed
-``WHOLE_BYTES`` (below that, one large product is as fast)."""
+"""Bytes of columns made and multiplied at a time (a stripe of output rows of one image),
+or of a 1x1 convolution's output, when the whole would exceed ``WHOLE_BYTES`` (below that,
+one large product is as fast): blocks small enough to stay in cache for the epilogue."""
 WHOLE_BYTES = 8 << 20
 
 
 def _multiply_block(windows: np.ndarray, packed: np.ndarray, out: np.ndarray) -> None:
-    """``out`` (P, K) = the windows (..., groups, kh, kw, C/groups) of P output pixels times ``packed``."""
+    """``out`` (P, K) = the windows (..., groups, kh, kw, C/groups) of P output pixels (or, for a
+    1x1 convolution, their (P, C) input pixels) times ``packed``."""
     groups, depth, k_group = packed.shape
     if groups == 1:
         np.matmul(windows.reshape(-1, depth), packed[0], out=out)
@@ -56,26 +60,31 @@ def _multiply_block(windows: np.ndarray, packed: np.ndarray, out: np.ndarray) ->
 
 
 def im2col_conv2d(x: np.ndarray, packed: np.ndarray, kernel: tuple[int, int], stride: tuple[int, int],
-                  dilation: tuple[int, int], out_hw: tuple[int, int]) -> np.ndarray:
+                  dilation: tuple[int, int], out_hw: tuple[int, int],
+                  epilogue: Callable[[np.ndarray], object] | None = None) -> np.ndarray:
     """Convolution of padded NHWC ``x`` with a :func:`pack_weight` operand; a new contiguous
-    (N, OH, OW, K) array. Large images go a stripe of output rows at a time, so that the
-    columns of a stripe stay in cache."""
+    (N, OH, OW, K) array. Large outputs go a block at a time (a stripe of output rows, so
+    that its columns stay in cache), and ``epilogue`` runs in place on each finished block."""
     n, _, _, c = x.shape
     groups, _, k_group = packed.shape
     (oh, ow), k = out_hw, groups * k_group
     out = np.empty((n, oh, ow, k), dtype=np.float32)
+    blocks: list[tuple[np.ndarray, np.ndarray]] = []      # (input pixels or windows, output block)
     if kernel == (1, 1) and stride == (1, 1) and groups == 1:
-        np.matmul(x.reshape(-1, c), packed[0], out=out.reshape(-1, k))
-        return out
-    windows = window_view(x, kernel, stride, dilation, out_hw, groups)
-    row_bytes = kernel[0] * kernel[1] * c * ow * x.itemsize
-    if n * oh * row_bytes <= WHOLE_BYTES:
-        _multiply_block(windows, packed, out.reshape(-1, k))
-        return out
-    step = max(1, BLOCK_BYTES // row_bytes)
-    for image in range(n):
-        for start in range(0, oh, step):
-            rows = min(step, oh - start)
-            _multiply_block(windows[image, start:start + rows], packed,
-                            out[image, start:start + rows].reshape(-1, k))
+        pixels, flat = x.reshape(-1, c), out.reshape(-1, k)
+        step = len(flat) if out.nbytes <= WHOLE_BYTES else max(1, BLOCK_BYTES // (k * out.itemsize))
+        blocks = [(pixels[start:start + step], flat[start:start + step]) for start in range(0, len(flat), step)]
+    else:
+        windows = window_view(x, kernel, stride, dilation, out_hw, groups)
+        row_bytes = kernel[0] * kernel[1] * c * ow * x.itemsize
+        if n * oh * row_bytes <= WHOLE_BYTES:
+            blocks = [(windows, out.reshape(-1, k))]
+        else:
+            step = max(1, BLOCK_BYTES // row_bytes)
+            blocks = [(windows[image, start:start + step], out[image, start:start + step].reshape(-1, k))
+                      for image in range(n) for start in range(0, oh, step)]
+    for source, target in blocks:
+        _multiply_block(source, packed, target)
+        if epilogue is not None:
+            epilogue(target)
     return out

@@ -20,6 +20,8 @@ them and only beyond a few channels: :func:`winograd_pays` decides per call.
 
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
@@ -70,9 +72,10 @@ def winograd_pays(batch: int, channels: int, out_hw: tuple[int, int]) -> bool:
 
 
 def winograd_conv3x3(x: np.ndarray, u: np.ndarray, padding: tuple[tuple[int, int], tuple[int, int]],
-                     bias: np.ndarray | None = None) -> np.ndarray:
+                     epilogue: Callable[[np.ndarray], object] | None = None) -> np.ndarray:
     """3x3 stride-1 convolution of NCHW ``x`` (any memory layout) zero-padded by ``padding``,
-    with ``U`` from :func:`winograd_weight`, plus ``bias``; an (N, OH, OW, K) array (NHWC).
+    with ``U`` from :func:`winograd_weight`; an (N, OH, OW, K) array (NHWC). ``epilogue``
+    runs in place on each block of output as it is finished.
 
     Large images go a block of tile rows at a time, so that the transformed tiles of a
     block stay in cache between the transforms and the products.
@@ -100,9 +103,8 @@ def winograd_conv3x3(x: np.ndarray, u: np.ndarray, padding: tuple[tuple[int, int
         y = np.matmul(_AT, (_AT @ m.reshape(6, -1)).reshape(4, 6, -1))  # (4, 4, tiles * K)
         y = y.reshape(TILE, TILE, n, rows, tw, k).transpose(2, 3, 0, 4, 1, 5)  # (N, rows, 4, tw, 4, K)
         target = out[:, start:start + rows]
-        if bias is None:
-            np.copyto(target, y)
-        else:
-            np.add(y, bias, out=target)
+        np.copyto(target, y)
+        if epilogue is not None:
+            epilogue(target)
     out = out.reshape(n, TILE * th, TILE * tw, k)
     return out[:, :oh, :ow]

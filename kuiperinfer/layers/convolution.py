@@ -23,7 +23,7 @@ from kuiperinfer.errors import InferError, InferStatus, ParseParameterAttrStatus
 from kuiperinfer.kernels.col2im import col2im
 from kuiperinfer.kernels.depthwise import DepthwiseWeight, depthwise_conv2d
 from kuiperinfer.kernels.im2col import im2col_conv2d, output_size, pack_weight
-from kuiperinfer.kernels.elementwise import InplaceActivation
+from kuiperinfer.kernels.elementwise import Epilogue, InplaceActivation
 from kuiperinfer.kernels.layout import nchw, pad_nhwc
 from kuiperinfer.kernels.padding import PAD_MODES
 from kuiperinfer.kernels.winograd import winograd_conv3x3, winograd_pays, winograd_weight
@@ -206,10 +206,11 @@ class PackedWeight:
         self.winograd = winograd_weight(weight) if winograd else None
 
 
-def conv2d(x: np.ndarray, weight: PackedWeight, bias: np.ndarray | None,
-           geometry: ConvGeometry) -> np.ndarray:
-    """2-D convolution of NCHW ``x`` (any memory layout) plus ``bias``; a new NHWC
-    (N, OH, OW, Cout) array, which :func:`~kuiperinfer.kernels.layout.nchw` views as NCHW.
+def conv2d(x: np.ndarray, weight: PackedWeight, geometry: ConvGeometry,
+           epilogue: Epilogue | None = None) -> np.ndarray:
+    """2-D convolution of NCHW ``x`` (any memory layout), then ``epilogue`` (bias and fused
+    activation) in place; a new NHWC (N, OH, OW, Cout) array, which
+    :func:`~kuiperinfer.kernels.layout.nchw` views as NCHW.
 
     Winograd computes it where ``weight`` has its transform and the call has enough tiles
     to pay for it; otherwise the input is padded into NHWC and goes to im2col or, for a
@@ -220,19 +221,16 @@ def conv2d(x: np.ndarray, weight: PackedWeight, bias: np.ndarray | None,
         (top, bottom), (left, right) = geometry.padding
         out_hw = (x.shape[2] + top + bottom - 2, x.shape[3] + left + right - 2)
         if min(out_hw) >= 1 and winograd_pays(x.shape[0], x.shape[1], out_hw):
-            return winograd_conv3x3(x, weight.winograd, geometry.padding, bias)
+            return winograd_conv3x3(x, weight.winograd, geometry.padding, epilogue)
     padded = geometry.pad_nhwc(x)
     oh, ow = geometry.output_hw(padded.shape[1:3])
     if oh < 1 or ow < 1:
         raise InferError(f"input {x.shape} is too small for kernel {geometry.kernel} "
                          f"with padding {geometry.padding}", status=InferStatus.kInferFailedOutputSizeError)
     if weight.depthwise is not None:
-        out = depthwise_conv2d(padded, weight.depthwise, geometry.stride, geometry.dilation, (oh, ow))
-    else:
-        out = im2col_conv2d(padded, weight.gemm, geometry.kernel, geometry.stride, geometry.dilation, (oh, ow))
-    if bias is not None:
-        out += bias
-    return out
+        return depthwise_conv2d(padded, weight.depthwise, geometry.stride, geometry.dilation, (oh, ow), epilogue)
+    return im2col_conv2d(padded, weight.gemm, geometry.kernel, geometry.stride, geometry.dilation, (oh, ow),
+                         epilogue)
 
 
 @register_layer("nn.Conv1d", "nn.Conv2d")
@@ -267,12 +265,10 @@ class Convolution(ParamLayer):
     def prepare(self) -> None:
         weight_2d = self._weight.reshape(*self._weight.shape[:2], *self.geometry.kernel)
         self._packed = PackedWeight(weight_2d, self.geometry.groups, self.winograd)
+        self._epilogue = Epilogue(self._bias, self.activation)
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
-        out = conv2d(as_2d(inputs[0], self.rank), self._packed, self._bias, self.geometry)
-        if self.activation is not None:
-            out = self.activation(out)
-        out = nchw(out)
+        out = nchw(conv2d(as_2d(inputs[0], self.rank), self._packed, self.geometry, self._epilogue))
         if not self.channels_last:
             out = np.ascontiguousarray(out)
         return [from_2d(out, self.rank)]
@@ -294,7 +290,7 @@ class FunctionalConvolution(Layer):
         x = as_2d(inputs[0], self.rank)
         weight = _check_weight(inputs[1], self.geometry, self.rank)
         bias = inputs[2] if len(inputs) > 2 else None
-        out = conv2d(x, PackedWeight(weight, self.geometry.groups), bias, self.geometry)
+        out = conv2d(x, PackedWeight(weight, self.geometry.groups), self.geometry, Epilogue(bias))
         return [from_2d(np.ascontiguousarray(nchw(out)), self.rank)]
 
 
