@@ -71,9 +71,11 @@ def depthwise_conv2d(x: np.ndarray, weight: DepthwiseWeight, stride: tuple[int, 
     else:
         if sw > 1:  # phases of the columns: phased[n, h, q, m] = x[n, h, m * sw + q]
             phase_width = -(-width // sw)
-            phased = np.zeros((n, x.shape[1], phase_width * sw, c), dtype=np.float32)
-            phased[:, :, :width] = x
-            x = np.ascontiguousarray(phased.reshape(n, -1, phase_width, sw, c).transpose(0, 1, 3, 2, 4))
+            phased = np.zeros((n, x.shape[1], sw, phase_width, c), dtype=np.float32)
+            for q in range(sw):
+                columns = x[:, :, q::sw]
+                phased[:, :, q, :columns.shape[2]] = columns
+            x = phased
             s_n, s_h, s_q, s_w, s_c = x.strides
         else:
             s_n, s_h, s_w, s_c = x.strides
