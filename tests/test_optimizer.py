@@ -10,6 +10,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from kuiperinfer.errors import GraphError
+from kuiperinfer.kernels.layout import is_channels_last
 from kuiperinfer.optimizer import optimize
 from kuiperinfer.pnnx.ir import Attribute, Graph, Parameter
 from kuiperinfer.runtime.graph import RuntimeGraph
@@ -205,3 +206,33 @@ def test_padding_that_is_not_zero_stays(tmp_path):
     model = nn.Sequential(Lambda(lambda x: F.pad(x, (1, 1, 1, 1), value=0.5)), nn.Conv2d(3, 4, 3))
     graph, rewrites = compare(model, (1, 3, 8, 8), tmp_path)
     assert rewrites["fold_zero_padding"] == 0 and len(graph.operators) == 4
+
+
+class LayoutRecorder(RuntimeGraph):
+    """Records whether each operator's first output is in channels-last memory."""
+
+    def run_node(self, op):
+        super().run_node(op)
+        self.channels_last[op.name] = is_channels_last(op.output_operands[0].data)
+
+
+def test_convolutions_hand_on_channels_last_and_outputs_are_row_major(tmp_path):
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                          nn.Conv2d(8, 4, 1), nn.Sigmoid())
+    param = export(model, (torch.rand(1, 3, 10, 10),), tmp_path)
+    x = np.random.default_rng(0).standard_normal((2, 3, 10, 10), dtype=np.float32)
+    for optimized in (True, False):
+        graph = LayoutRecorder(param)
+        graph.init()
+        rewrites = optimize(graph) if optimized else {}
+        graph.build()
+        graph.channels_last = {}
+        (out,) = graph.run(x)
+        assert out.flags.c_contiguous
+        assert_matches([out], torch_outputs(model, (torch.from_numpy(x),)))
+        recorded = [graph.channels_last[op.name] for op in graph.operators if op.type != "pnnx.Input"
+                    and op.type != "pnnx.Output"]
+        # conv + relu, max pool, conv + sigmoid (activations fused) all channels-last; or five
+        # row-major operators without the optimiser
+        assert recorded == [optimized] * len(recorded) and len(recorded) == (3 if optimized else 5)
+        assert rewrites.get("select_channels_last", 0) == (2 if optimized else 0)

@@ -1,7 +1,9 @@
-"""Low-level NumPy kernels the layers are built on: padding, im2col and col2im for
-(transposed) convolution, Winograd F(4x4, 3x3), depthwise convolution by banded products,
+"""Low-level NumPy kernels the layers are built on: padding, channels-last memory
+(:mod:`~kuiperinfer.kernels.layout`), im2col and col2im for (transposed) convolution,
+Winograd F(4x4, 3x3), depthwise convolution as one contraction over strided windows,
 pooling windows, separable interpolation, stable and in-place elementwise functions.
 
-Kernels that sweep large arrays many times (pooling taps, depthwise kernel rows, Winograd
-transforms, im2col columns) work a block of about 1 MB at a time, so that the repeated
-passes hit the cache instead of memory."""
+Convolutions compute in NHWC, whatever the layout of their input, and return NHWC arrays
+that the layers view as NCHW. Kernels that sweep large arrays many times (pooling taps,
+Winograd transforms, im2col columns) work a block of about 1 MB at a time, so that the
+repeated passes hit the cache instead of memory."""

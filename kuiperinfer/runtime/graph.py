@@ -293,9 +293,8 @@ class RuntimeGraph:
             args = tuple(args[0])
         values = self._bind_inputs(args, kwargs)
         slices = self._batch_slices(values)
-        if len(slices) < 2:
-            return self._run_pass(values)
-        return self._run_split(values, slices)
+        outputs = self._run_pass(values) if len(slices) < 2 else self._run_split(values, slices)
+        return [_row_major(output) for output in outputs]
 
     def _run_pass(self, values: Sequence[np.ndarray]) -> list[Any]:
         """One pass of the plan over ``values`` in this thread; the flattened outputs."""
@@ -420,6 +419,14 @@ class _BlasLimit:
 
 
 _ONE_BLAS_THREAD = _BlasLimit()
+
+
+def _row_major(value: Any) -> Any:
+    """An output array in row-major memory: inside the graph, convolutions hand on
+    channels-last views (:mod:`kuiperinfer.kernels.layout`); callers get plain arrays."""
+    if isinstance(value, np.ndarray) and value.ndim and not value.flags.c_contiguous:
+        return np.ascontiguousarray(value)
+    return value
 
 
 def _flatten(values: Iterable[Any]) -> Iterable[Any]:
