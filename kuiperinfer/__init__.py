@@ -13,6 +13,7 @@ from kuiperinfer import layers  # noqa: F401  (registers every layer)
 from kuiperinfer import optimizer
 from kuiperinfer.errors import KuiperError
 from kuiperinfer.runtime.graph import GraphState, RuntimeGraph
+from kuiperinfer.runtime.memory import keep_freed_memory
 from kuiperinfer.tensor import Tensor
 
 __all__ = ["load", "RuntimeGraph", "GraphState", "Tensor", "KuiperError"]
@@ -29,11 +30,14 @@ def load(param_path: str | os.PathLike, bin_path: str | os.PathLike | None = Non
     ``m.pnnx.bin``). ``workers`` is how many threads a batch is split over (see
     :class:`RuntimeGraph`); it defaults to the number of CPUs. ``optimize=False`` switches
     every optimisation off: the graph runs exactly as pnnx wrote it, whole, in the calling
-    thread (``workers`` then defaults to 1). ``max_tensor_bytes`` bounds what the model
-    may declare for one weight or operand (default 4 GiB): larger ones are refused before
+    thread (``workers`` then defaults to 1), and the process's allocator is left alone
+    (optimised loading tunes it once to keep freed memory for the next run, see
+    :mod:`kuiperinfer.runtime.memory`). ``max_tensor_bytes`` bounds what the model may
+    declare for one weight or operand (default 4 GiB): larger ones are refused before
     anything is allocated. ``graph_class`` may be a subclass of RuntimeGraph that overrides
-    ``run_node`` to trace or profile (as :class:`kuiperinfer.profiler.ProfilingGraph` does). Raises a :class:`KuiperError` subclass for
-    anything wrong with the files or an unsupported operator.
+    ``run_node`` to trace or profile (as :class:`kuiperinfer.profiler.ProfilingGraph`
+    does). Raises a :class:`KuiperError` subclass for anything wrong with the files or an
+    unsupported operator.
     """
     if workers is None:
         workers = (os.cpu_count() or 1) if optimize else 1
@@ -41,5 +45,6 @@ def load(param_path: str | os.PathLike, bin_path: str | os.PathLike | None = Non
     graph.init()
     if optimize:
         optimizer.optimize(graph)
+        keep_freed_memory()
     graph.build()
     return graph
