@@ -8,10 +8,11 @@ the machine's load hit all three alike. The peak memory each engine adds to its 
 while inferring is measured in a fresh spawned process per engine (in one shared process
 the allocator would keep what one engine freed and hide the next one's peak).
 
-Idle threads sleep instead of spinning in the two engines that would spin (PyTorch's
-OpenMP threads through ``OMP_WAIT_POLICY=PASSIVE``, onnxruntime's through
-``session.intra_op.allow_spinning=0``): in interleaved rounds on a small machine one
-engine's spinning threads would otherwise steal the cores of the engine timed next.
+Idle threads sleep instead of spinning in every engine (PyTorch's OpenMP threads through
+``OMP_WAIT_POLICY=PASSIVE``, onnxruntime's through ``session.intra_op.allow_spinning=0``,
+the OpenBLAS threads of kuiperinfer's NumPy through ``OPENBLAS_THREAD_TIMEOUT=4``): in
+interleaved rounds on a small machine one engine's spinning threads would otherwise steal
+the cores of the engine timed next.
 
 Writes ``latest.md`` (the table) and ``latest.json`` (everything) into ``--out``.
 """
