@@ -1,6 +1,8 @@
 """The fast kernels against PyTorch: Winograd, im2col and depthwise convolution in
 channels-last memory, pooling, the in-place activations, and Winograd-sized convolutions."""
 
+import threading
+
 import numpy as np
 import pytest
 import torch
@@ -8,6 +10,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from kuiperinfer.kernels.depthwise import PIXELS_MIN_CHANNELS, DepthwiseWeight, depthwise_conv2d
+from kuiperinfer.kernels import parallel
 from kuiperinfer.kernels.elementwise import Epilogue, InplaceActivation
 from kuiperinfer.kernels.im2col import BLOCK_BYTES as IM2COL_BLOCK_BYTES
 from kuiperinfer.kernels.im2col import im2col_conv2d, pack_weight
@@ -186,3 +189,50 @@ def test_im2col_in_blocks_with_epilogue_matches_pytorch(groups, kernel, stride):
     expected = F.relu(F.conv2d(torch.from_numpy(x), torch.from_numpy(weight), torch.from_numpy(bias),
                                stride=stride, groups=groups)).numpy()
     np.testing.assert_allclose(ours, expected, atol=2e-4, rtol=1e-4)
+
+
+class ThreadRecorder:
+    """An epilogue that records which threads ran it (and applies nothing)."""
+
+    def __init__(self):
+        self.threads = set()
+        self.lock = threading.Lock()
+
+    def __call__(self, block):
+        with self.lock:
+            self.threads.add(threading.get_ident())
+
+
+@pytest.mark.parametrize("kind", ["im2col", "pointwise", "winograd", "depthwise rows", "depthwise pixels"])
+def test_kernels_share_their_blocks_among_intra_op_threads(kind, monkeypatch):
+    monkeypatch.setattr(parallel, "MIN_PARALLEL_WORK", 0)
+    c, stride = (PIXELS_MIN_CHANNELS, 2) if kind == "depthwise pixels" else (16, 1 if kind != "im2col" else 2)
+    kernel = (1, 1) if kind == "pointwise" else (3, 3)
+    groups = c if kind.startswith("depthwise") else 1
+    x = RNG.standard_normal((1, c, 20, 18), dtype=np.float32)
+    weight = RNG.standard_normal((c, c // groups, *kernel), dtype=np.float32) / np.float32(4 * c)
+    geometry = ConvGeometry(kernel, (stride, stride), (1, 1), ((1, 1), (1, 1)) if kernel == (3, 3) else ((0, 0), (0, 0)),
+                            "zeros", groups)
+    recorder = ThreadRecorder()
+    token = parallel.INTRA_OP_THREADS.set(2)
+    try:
+        ours = conv2d(x, PackedWeight(weight, groups, winograd=kind == "winograd"), geometry, recorder)
+    finally:
+        parallel.INTRA_OP_THREADS.reset(token)
+    expected = F.conv2d(torch.from_numpy(x), torch.from_numpy(weight), stride=stride,
+                        padding=1 if kernel == (3, 3) else 0, groups=groups).numpy()
+    np.testing.assert_allclose(nchw(ours), expected, atol=1e-5, rtol=1e-4)
+    assert len(recorder.threads) == 2
+
+
+def test_small_kernels_stay_in_the_calling_thread():
+    recorder = ThreadRecorder()
+    token = parallel.INTRA_OP_THREADS.set(2)
+    try:
+        x = RNG.standard_normal((1, 8, 10, 10), dtype=np.float32)
+        weight = RNG.standard_normal((8, 8, 3, 3), dtype=np.float32)
+        conv2d(x, PackedWeight(weight, 1), ConvGeometry((3, 3), (1, 1), (1, 1), ((1, 1), (1, 1)), "zeros", 1),
+               recorder)
+    finally:
+        parallel.INTRA_OP_THREADS.reset(token)
+    assert recorder.threads == {threading.get_ident()}

@@ -23,6 +23,8 @@ from typing import Callable
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
+from kuiperinfer.kernels.parallel import run_parts, threads_for
+
 PIXELS_MIN_CHANNELS = 96
 """Channels from which a convolution strided along the width takes the pixel form (measured
 on MobileNetV3's and EfficientNet-Lite0's shapes: rows win up to 72 channels, pixels from 96)."""
@@ -58,7 +60,8 @@ def depthwise_conv2d(x: np.ndarray, weight: DepthwiseWeight, stride: tuple[int, 
                      dilation: tuple[int, int], out_hw: tuple[int, int],
                      epilogue: Callable[[np.ndarray], object] | None = None) -> np.ndarray:
     """Depthwise convolution of padded NHWC ``x``, then ``epilogue`` in place; a new
-    contiguous (N, OH, OW, C) array."""
+    contiguous (N, OH, OW, C) array. The output rows may be shared among threads
+    (:mod:`~kuiperinfer.kernels.parallel`)."""
     n, _, width, c = x.shape
     (sh, sw), (dh, dw), (oh, ow) = stride, dilation, out_hw
     kh, kw = weight.taps.shape[:2]
@@ -67,7 +70,9 @@ def depthwise_conv2d(x: np.ndarray, weight: DepthwiseWeight, stride: tuple[int, 
         s_n, s_h, s_w, s_c = x.strides
         windows = as_strided(x, (n, oh, ow, kh, kw, c), (s_n, s_h * sh, s_w * sw, s_h * dh, s_w * dw, s_c),
                              writeable=False)
-        np.einsum("nyxijc,ijc->nyxc", windows, weight.taps, out=out)
+
+        def compute(part: slice) -> None:
+            np.einsum("nyxijc,ijc->nyxc", windows[:, part], weight.taps, out=out[:, part])
     else:
         if sw > 1:  # phases of the columns: phased[n, h, q, m] = x[n, h, m * sw + q]
             phase_width = -(-width // sw)
@@ -83,7 +88,17 @@ def depthwise_conv2d(x: np.ndarray, weight: DepthwiseWeight, stride: tuple[int, 
         taps = weight.row_taps(ow, sw)
         rows = as_strided(x, (n, kh, sw, taps.shape[2], oh, ow * c), (s_n, s_h * dh, s_q, s_w, s_h * sh, s_c),
                           writeable=False)
-        np.einsum("niqjyp,iqjp->nyp", rows, taps, out=out.reshape(n, oh, ow * c))
-    if epilogue is not None:
-        epilogue(out)
+        out_rows = out.reshape(n, oh, ow * c)
+
+        def compute(part: slice) -> None:
+            np.einsum("niqjyp,iqjp->nyp", rows[..., part, :], taps, out=out_rows[:, part])
+
+    def compute_rows(part: slice) -> None:
+        compute(part)
+        if epilogue is not None:
+            epilogue(out[:, part])
+
+    work = n * oh * ow * c * kh * kw
+    threads = threads_for(work)
+    run_parts([slice(oh * i // threads, oh * (i + 1) // threads) for i in range(threads)], work, compute_rows)
     return out

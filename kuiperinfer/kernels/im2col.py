@@ -16,6 +16,8 @@ from typing import Callable
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
+from kuiperinfer.kernels.parallel import run_parts, threads_for
+
 
 def output_size(size: int, kernel: int, stride: int, dilation: int) -> int:
     """Output length of a window sweep over an (already padded) length."""
@@ -64,27 +66,38 @@ def im2col_conv2d(x: np.ndarray, packed: np.ndarray, kernel: tuple[int, int], st
                   epilogue: Callable[[np.ndarray], object] | None = None) -> np.ndarray:
     """Convolution of padded NHWC ``x`` with a :func:`pack_weight` operand; a new contiguous
     (N, OH, OW, K) array. Large outputs go a block at a time (a stripe of output rows, so
-    that its columns stay in cache), and ``epilogue`` runs in place on each finished block."""
+    that its columns stay in cache), and ``epilogue`` runs in place on each finished block;
+    the blocks may be shared among threads (:mod:`~kuiperinfer.kernels.parallel`)."""
     n, _, _, c = x.shape
     groups, _, k_group = packed.shape
     (oh, ow), k = out_hw, groups * k_group
     out = np.empty((n, oh, ow, k), dtype=np.float32)
-    blocks: list[tuple[np.ndarray, np.ndarray]] = []      # (input pixels or windows, output block)
+    depth = packed.shape[1]
+    work = n * oh * ow * k * depth
+    threads = threads_for(work)
+    blocks: list[tuple[np.ndarray, np.ndarray]]       # (input pixels or windows, output block)
     if kernel == (1, 1) and stride == (1, 1) and groups == 1:
         pixels, flat = x.reshape(-1, c), out.reshape(-1, k)
         step = len(flat) if out.nbytes <= WHOLE_BYTES else max(1, BLOCK_BYTES // (k * out.itemsize))
+        step = min(step, -(-len(flat) // threads))
         blocks = [(pixels[start:start + step], flat[start:start + step]) for start in range(0, len(flat), step)]
     else:
         windows = window_view(x, kernel, stride, dilation, out_hw, groups)
         row_bytes = kernel[0] * kernel[1] * c * ow * x.itemsize
-        if n * oh * row_bytes <= WHOLE_BYTES:
+        if n * oh * row_bytes <= WHOLE_BYTES and threads == 1:
             blocks = [(windows, out.reshape(-1, k))]
         else:
             step = max(1, BLOCK_BYTES // row_bytes)
+            if n < threads:
+                step = min(step, -(-oh // threads))
             blocks = [(windows[image, start:start + step], out[image, start:start + step].reshape(-1, k))
                       for image in range(n) for start in range(0, oh, step)]
-    for source, target in blocks:
+
+    def multiply(block: tuple[np.ndarray, np.ndarray]) -> None:
+        source, target = block
         _multiply_block(source, packed, target)
         if epilogue is not None:
             epilogue(target)
+
+    run_parts(blocks, work, multiply)
     return out

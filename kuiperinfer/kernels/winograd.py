@@ -26,6 +26,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from kuiperinfer.kernels.layout import nhwc
+from kuiperinfer.kernels.parallel import run_parts, threads_for
 
 TILE = 4
 """Output tile size; input tiles are ``TILE + 2`` wide."""
@@ -78,7 +79,8 @@ def winograd_conv3x3(x: np.ndarray, u: np.ndarray, padding: tuple[tuple[int, int
     runs in place on each block of output as it is finished.
 
     Large images go a block of tile rows at a time, so that the transformed tiles of a
-    block stay in cache between the transforms and the products.
+    block stay in cache between the transforms and the products; the blocks may be
+    shared among threads (:mod:`~kuiperinfer.kernels.parallel`).
     """
     n, c, h, w = x.shape
     k = u.shape[2]
@@ -93,7 +95,10 @@ def winograd_conv3x3(x: np.ndarray, u: np.ndarray, padding: tuple[tuple[int, int
     # a block's product re-reads all of U: a large U needs many tiles per block to pay for it
     min_tiles = 16 * -(-u.nbytes // BLOCK_BYTES)
     step = max(1, BLOCK_BYTES // (36 * c * n * tw * padded.itemsize), -(-min_tiles // (n * tw)))
-    for start in range(0, th, step):
+    work = 36 * n * th * tw * c * k
+    step = min(step, -(-th // threads_for(work)))
+
+    def transform_block(start: int) -> None:
         rows = min(step, th - start)
         tiles = as_strided(padded[:, TILE * start:], (6, 6, n, rows, tw, c),
                            (s_h, s_w, s_n, TILE * s_h, TILE * s_w, s_c), writeable=False)
@@ -106,5 +111,7 @@ def winograd_conv3x3(x: np.ndarray, u: np.ndarray, padding: tuple[tuple[int, int
         np.copyto(target, y)
         if epilogue is not None:
             epilogue(target)
+
+    run_parts(range(0, th, step), work, transform_block)
     out = out.reshape(n, TILE * th, TILE * tw, k)
     return out[:, :oh, :ow]

@@ -21,7 +21,9 @@ Batch-parallel workers: with ``workers > 1``, a batch of several samples is cut 
 outputs are joined along dimension 0. This happens only when the graph is
 *batch-separable*: every layer that sees a value derived from the inputs declares
 :attr:`Layer.batch_independent` (sample ``i`` of its outputs depends only on sample ``i``
-of its inputs). Other graphs, and batches of one, run whole in the calling thread.
+of its inputs). Other graphs, and batches of one, run whole in the calling thread, where
+large operators share their blocks among ``workers`` threads
+(:mod:`kuiperinfer.kernels.parallel`).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from kuiperinfer.errors import GraphError, InferError, InputError, KuiperError, OperatorError
+from kuiperinfer.kernels.parallel import INTRA_OP_THREADS, ONE_BLAS_THREAD
 from kuiperinfer.layers.registry import LayerRegisterer
 from kuiperinfer.pnnx.ir import Graph, numpy_dtype
 from kuiperinfer.runtime.attribute import RuntimeAttribute
@@ -293,7 +296,15 @@ class RuntimeGraph:
             args = tuple(args[0])
         values = self._bind_inputs(args, kwargs)
         slices = self._batch_slices(values)
-        outputs = self._run_pass(values) if len(slices) < 2 else self._run_split(values, slices)
+        if len(slices) >= 2:
+            outputs = self._run_split(values, slices)
+        else:
+            # the whole batch in this thread: large operators share their blocks among the workers
+            token = INTRA_OP_THREADS.set(self.workers)
+            try:
+                outputs = self._run_pass(values)
+            finally:
+                INTRA_OP_THREADS.reset(token)
         return [_row_major(output) for output in outputs]
 
     def _run_pass(self, values: Sequence[np.ndarray]) -> list[Any]:
@@ -327,7 +338,7 @@ class RuntimeGraph:
     def _run_split(self, values: Sequence[np.ndarray], slices: list[slice]) -> list[np.ndarray]:
         """Run the slices concurrently (the first in this thread) and join the outputs."""
         pool = self._worker_pool()
-        with _ONE_BLAS_THREAD:
+        with ONE_BLAS_THREAD:
             # each slice runs in a copy of the caller's context, so context variables (a
             # profiler's current run, say) follow the work into the worker threads
             futures = [pool.submit(contextvars.copy_context().run, self._run_pass, [v[part] for v in values])
@@ -386,39 +397,6 @@ class RuntimeGraph:
                 f"operators={len(self.operators)})")
 
 
-class _BlasLimit:
-    """BLAS limited to one thread while any split run is in flight, in the whole process.
-
-    The BLAS thread count is process-global: the first split run to start limits it and
-    the last to finish restores it (counted under a lock, so overlapping runs from several
-    threads cannot restore it too early or leave it limited). A whole run in another
-    thread meanwhile also gets one BLAS thread.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._users = 0
-        self._controller: Any = None
-        self._limit: Any = None
-
-    def __enter__(self) -> None:
-        with self._lock:
-            if self._users == 0:
-                if self._controller is None:
-                    from threadpoolctl import ThreadpoolController
-                    self._controller = ThreadpoolController()
-                self._limit = self._controller.limit(limits=1, user_api="blas")
-            self._users += 1
-
-    def __exit__(self, *exc_info: Any) -> None:
-        with self._lock:
-            self._users -= 1
-            if self._users == 0:
-                self._limit.restore_original_limits()
-                self._limit = None
-
-
-_ONE_BLAS_THREAD = _BlasLimit()
 
 
 def _row_major(value: Any) -> Any:
