@@ -198,18 +198,19 @@ class ThreadRecorder:
         self.threads = set()
         self.lock = threading.Lock()
 
-    def __call__(self, block):
+    def __call__(self, block, channels=slice(None)):
         with self.lock:
             self.threads.add(threading.get_ident())
 
 
-@pytest.mark.parametrize("kind", ["im2col", "pointwise", "winograd", "depthwise rows", "depthwise pixels"])
+@pytest.mark.parametrize("kind", ["im2col", "pointwise", "winograd", "depthwise rows", "depthwise pixels",
+                                  "few pixels"])
 def test_kernels_share_their_blocks_among_intra_op_threads(kind, monkeypatch):
     monkeypatch.setattr(parallel, "MIN_PARALLEL_WORK", 0)
-    c, stride = (PIXELS_MIN_CHANNELS, 2) if kind == "depthwise pixels" else (16, 1 if kind != "im2col" else 2)
-    kernel = (1, 1) if kind == "pointwise" else (3, 3)
+    c, stride = (PIXELS_MIN_CHANNELS, 2) if kind == "depthwise pixels" else (16, 1)
+    kernel = (1, 1) if kind == "pointwise" else (3, 3)   # "few pixels": output channels shared
     groups = c if kind.startswith("depthwise") else 1
-    x = RNG.standard_normal((1, c, 20, 18), dtype=np.float32)
+    x = RNG.standard_normal((1, c, 40, 36) if kind != "few pixels" else (1, c, 7, 7), dtype=np.float32)
     weight = RNG.standard_normal((c, c // groups, *kernel), dtype=np.float32) / np.float32(4 * c)
     geometry = ConvGeometry(kernel, (stride, stride), (1, 1), ((1, 1), (1, 1)) if kernel == (3, 3) else ((0, 0), (0, 0)),
                             "zeros", groups)

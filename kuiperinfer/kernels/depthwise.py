@@ -58,7 +58,7 @@ class DepthwiseWeight:
 
 def depthwise_conv2d(x: np.ndarray, weight: DepthwiseWeight, stride: tuple[int, int],
                      dilation: tuple[int, int], out_hw: tuple[int, int],
-                     epilogue: Callable[[np.ndarray], object] | None = None) -> np.ndarray:
+                     epilogue: Callable[..., object] | None = None) -> np.ndarray:
     """Depthwise convolution of padded NHWC ``x``, then ``epilogue`` in place; a new
     contiguous (N, OH, OW, C) array. The output rows may be shared among threads
     (:mod:`~kuiperinfer.kernels.parallel`)."""

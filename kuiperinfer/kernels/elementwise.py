@@ -138,8 +138,9 @@ class Epilogue:
     bias: np.ndarray | None = None
     activation: InplaceActivation | None = None
 
-    def __call__(self, block: np.ndarray) -> None:
+    def __call__(self, block: np.ndarray, channels: slice = slice(None)) -> None:
+        """Apply to ``block``, whose last axis holds the output ``channels``."""
         if self.bias is not None:
-            block += self.bias
+            block += self.bias[channels]
         if self.activation is not None:
             self.activation(block)

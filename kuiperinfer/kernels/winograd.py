@@ -73,7 +73,7 @@ def winograd_pays(batch: int, channels: int, out_hw: tuple[int, int]) -> bool:
 
 
 def winograd_conv3x3(x: np.ndarray, u: np.ndarray, padding: tuple[tuple[int, int], tuple[int, int]],
-                     epilogue: Callable[[np.ndarray], object] | None = None) -> np.ndarray:
+                     epilogue: Callable[..., object] | None = None) -> np.ndarray:
     """3x3 stride-1 convolution of NCHW ``x`` (any memory layout) zero-padded by ``padding``,
     with ``U`` from :func:`winograd_weight`; an (N, OH, OW, K) array (NHWC). ``epilogue``
     runs in place on each block of output as it is finished.
