@@ -167,3 +167,20 @@ def test_shape_operators_that_keep_samples_apart_let_the_batch_split(tmp_path):
     assert graph.batch_separable
     assert {"F.pad", "Tensor.reshape", "Tensor.permute", "torch.transpose", "torch.split",
             "torch.chunk", "Tensor.slice"} <= {op.type for op in graph.operators}
+
+
+def test_whole_runs_share_large_operators_only_in_graphs_made_of_them(tmp_path):
+    """A single sample runs whole; the 64-channel convolutions on 96x96 (57M multiply-adds
+    each) share their blocks among the workers, the small network's leave it to BLAS."""
+    large = nn.Sequential(nn.Conv2d(3, 64, 3, padding=1), nn.ReLU(), nn.Conv2d(64, 64, 3, padding=1))
+    small = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 8, 3, padding=1))
+    for model, size, shares in ((large, 96, True), (small, 16, False)):
+        directory = tmp_path / str(size)
+        directory.mkdir()
+        param = export(model, (torch.rand(1, 3, size, size),), directory)
+        graph = kuiperinfer.load(param, workers=2)
+        assert graph.shares_operators is shares
+        x = torch.randn(1, 3, size, size, generator=torch.Generator().manual_seed(size))
+        with torch.no_grad():
+            expected = model(x).numpy()
+        np.testing.assert_allclose(graph(x.numpy()), expected, atol=1e-4, rtol=1e-4)

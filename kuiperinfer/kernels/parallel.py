@@ -2,12 +2,15 @@
 
 A batch of several samples keeps every core busy by itself: the graph's workers each run
 a slice of it through the whole graph, with BLAS limited to one thread. A single sample
-runs whole in one thread, where only the matrix products would use every core; the graph
-then sets :data:`INTRA_OP_THREADS`, and the kernels (im2col, Winograd, depthwise
-convolution) hand their blocks of output rows to :func:`run_parts`. For a large enough
-operator it runs them on that many threads at once, BLAS limited to one thread meanwhile,
-so that the column copies, transforms and epilogues run in parallel as well as the
-products. NumPy and BLAS release the GIL inside their loops.
+runs whole in one thread, where only the matrix products would use every core. For a
+graph whose work is mostly in large operators (:func:`sharing_pays`) the graph then sets
+:data:`INTRA_OP_THREADS` and limits BLAS to one thread, and the kernels (im2col, Winograd,
+depthwise convolution) hand their blocks to :func:`run_parts`, which runs a large
+operator's blocks on that many threads at once: the column copies, transforms and
+epilogues in parallel as well as the products. NumPy and BLAS release the GIL inside
+their loops. Graphs of small operators leave the parallelism to BLAS: their hand-offs
+would cost more than they save, and BLAS's idle threads, which spin for a while after
+each product, would take the cores the shared blocks need.
 """
 
 from __future__ import annotations
@@ -15,17 +18,27 @@ from __future__ import annotations
 import threading
 from concurrent.futures import ThreadPoolExecutor, wait
 from contextvars import ContextVar
-from typing import Any, Callable, Sequence, TypeVar
+from typing import Any, Callable, Iterable, Sequence, TypeVar
 
 INTRA_OP_THREADS: ContextVar[int] = ContextVar("kuiper_intra_op_threads", default=1)
 """Threads a kernel may share its blocks among in the current context (1: one thread)."""
 MIN_PARALLEL_WORK = 1 << 24
-"""Fewest multiply-adds an operator shares among threads. A hand-off to another thread
-and back costs 50-100 us here, and smaller operators' products already use every core
-through BLAS: measured on YOLOv5s, ResNet-18, MobileNetV3 and EfficientNet-Lite0 at
-batch 1, 2**20 lost on the small networks and 2**24 did not."""
+"""Fewest multiply-adds an operator shares among threads: a hand-off to another thread and
+back costs 50-100 us here."""
+
+LARGE_WORK_SHARE = 0.5
+"""Share of a graph's multiply-adds in operators of at least ``MIN_PARALLEL_WORK`` from
+which it shares them among threads (ResNet-18, YOLOv5s, UNet: 99-100%, 1.3-1.6x faster at
+batch 1; EfficientNet-Lite0 15% and MobileNetV3-Small 0%, 1.1-1.2x slower)."""
 
 Part = TypeVar("Part")
+
+
+def sharing_pays(operator_macs: Iterable[int]) -> bool:
+    """Whether a graph whose operators do ``operator_macs`` multiply-adds (per sample) runs
+    faster sharing its large operators' blocks among threads than leaving it to BLAS."""
+    macs = list(operator_macs)
+    return sum(m for m in macs if m >= MIN_PARALLEL_WORK) >= LARGE_WORK_SHARE * max(1, sum(macs))
 
 
 class BlasLimit:

@@ -38,7 +38,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from kuiperinfer.errors import GraphError, InferError, InputError, KuiperError, OperatorError
-from kuiperinfer.kernels.parallel import INTRA_OP_THREADS, ONE_BLAS_THREAD
+from kuiperinfer.kernels.parallel import INTRA_OP_THREADS, ONE_BLAS_THREAD, sharing_pays
 from kuiperinfer.layers.registry import LayerRegisterer
 from kuiperinfer.pnnx.ir import Graph, numpy_dtype
 from kuiperinfer.runtime.attribute import RuntimeAttribute
@@ -84,6 +84,9 @@ class RuntimeGraph:
         self._release: list[list[RuntimeOperand]] = []
         self.batch_separable = False
         """Whether slices of a batch may run through the graph separately (set by build())."""
+        self.shares_operators = False
+        """Whether a whole run shares its large operators' blocks among the workers (set by
+        build(), see :func:`kuiperinfer.kernels.parallel.sharing_pays`)."""
         self._pool: ThreadPoolExecutor | None = None
         self._pool_size = 0
         self._pool_lock = threading.Lock()
@@ -146,6 +149,7 @@ class RuntimeGraph:
         self._plan = [op for op in self.operators if op.layer is not None]
         self._release = self._release_plan(self._plan)
         self.batch_separable = self._is_batch_separable()
+        self.shares_operators = self._operators_worth_sharing()
         self.graph_state = GraphState.Complete
 
     def _topological_order(self) -> list[RuntimeOperator]:
@@ -188,6 +192,13 @@ class RuntimeGraph:
             if step is not None and id(operand) not in keep:
                 release[step].append(operand)
         return release
+
+    def _operators_worth_sharing(self) -> bool:
+        """Whether most of the model's work, as pnnx recorded its shapes, is in large operators."""
+        if self.pnnx_graph is None:
+            return False
+        from kuiperinfer.inspect.summary import summarize   # (inspect imports the runtime)
+        return sharing_pays(op.macs or 0 for op in summarize(self.pnnx_graph).operators)
 
     def _is_batch_separable(self) -> bool:
         """True when every value derived from the inputs keeps the samples apart.
@@ -299,12 +310,7 @@ class RuntimeGraph:
         if len(slices) >= 2:
             outputs = self._run_split(values, slices)
         else:
-            # the whole batch in this thread: large operators share their blocks among the workers
-            token = INTRA_OP_THREADS.set(self.workers)
-            try:
-                outputs = self._run_pass(values)
-            finally:
-                INTRA_OP_THREADS.reset(token)
+            outputs = self._run_whole(values)
         return [_row_major(output) for output in outputs]
 
     def _run_pass(self, values: Sequence[np.ndarray]) -> list[Any]:
@@ -321,6 +327,18 @@ class RuntimeGraph:
             for operand in self.operands.values():
                 operand.data = None
         return list(_flatten(results))
+
+    def _run_whole(self, values: Sequence[np.ndarray]) -> list[Any]:
+        """The whole batch in this thread: in a graph of large operators, they share their
+        blocks among the workers, BLAS single-threaded; otherwise BLAS has the cores."""
+        if self.workers < 2 or not self.shares_operators:
+            return self._run_pass(values)
+        token = INTRA_OP_THREADS.set(self.workers)
+        try:
+            with ONE_BLAS_THREAD:
+                return self._run_pass(values)
+        finally:
+            INTRA_OP_THREADS.reset(token)
 
     def _batch_slices(self, values: Sequence[np.ndarray]) -> list[slice]:
         """Contiguous slices of the batch for the workers ([] when the run stays whole)."""
