@@ -242,6 +242,6 @@ def test_small_kernels_stay_in_the_calling_thread():
 def test_only_graphs_of_large_operators_share_them_among_threads():
     large, small = parallel.MIN_PARALLEL_WORK, parallel.MIN_PARALLEL_WORK // 4
     assert parallel.sharing_pays([large * 3, small, small])
-    assert not parallel.sharing_pays([large, small * 5])
+    assert not parallel.sharing_pays([large] + [small] * 5)
     assert not parallel.sharing_pays([small] * 100)
     assert not parallel.sharing_pays([])
