@@ -8,12 +8,11 @@ the machine's load hit all three alike. The peak memory each engine adds to its 
 while inferring is measured in a fresh spawned process per engine (in one shared process
 the allocator would keep what one engine freed and hide the next one's peak).
 
-Every engine keeps its default threading, idle threads spinning for a while after a run
-(onnxruntime's intra-op pool, PyTorch's OpenMP threads, the OpenBLAS threads of
-kuiperinfer's NumPy), and the rounds pause ``SETTLE_SECONDS`` after each run, so that no
-engine's spinning threads take the cores of the engine timed next. (Telling every engine to
-sleep when idle instead slows each one down by its wake-ups: onnxruntime's ResNet-18 at
-batch 1 and kuiperinfer's alike.)
+Idle threads sleep instead of spinning in every engine (PyTorch's OpenMP threads through
+``OMP_WAIT_POLICY=PASSIVE``, onnxruntime's through ``session.intra_op.allow_spinning=0``,
+the OpenBLAS threads of kuiperinfer's NumPy through ``OPENBLAS_THREAD_TIMEOUT=4``): in
+interleaved rounds on a small machine one engine's spinning threads would otherwise steal
+the cores of the engine timed next.
 
 Writes ``latest.md`` (the table) and ``latest.json`` (everything) into ``--out``.
 """
@@ -64,25 +63,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-SETTLE_SECONDS = 0.25
-"""Pause after each run: longer than the idle spinning of every engine's threads (OpenBLAS
-spins 2**28 cycles, about 0.1 s here)."""
-
-
 def time_round_robin(engines: dict[str, Any], x: np.ndarray, runs: int, warmup: int) -> dict[str, list[float]]:
     """Seconds per run of each engine, one run of each per round, the order rotating."""
     names = list(engines)
     for name in names:
         for _ in range(warmup):
             engines[name](x)
-        time.sleep(SETTLE_SECONDS)
     times: dict[str, list[float]] = {name: [] for name in names}
     for i in range(runs):
         for name in names[i % len(names):] + names[:i % len(names)]:
             start = time.perf_counter()
             engines[name](x)
             times[name].append(time.perf_counter() - start)
-            time.sleep(SETTLE_SECONDS)
     return times
 
 

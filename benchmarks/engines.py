@@ -75,6 +75,8 @@ def make_engine(engine: str, model: BenchModel, param: Path, onnx_path: Path, th
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
+        # idle threads sleep instead of spinning, so they do not slow the engine timed next
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         session = ort.InferenceSession(str(onnx_path), options, providers=["CPUExecutionProvider"])
         return lambda x: session.run(None, {"input": x})[0]
     if engine == "torch":
