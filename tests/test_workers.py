@@ -15,6 +15,7 @@ import torch.nn.functional as F
 import kuiperinfer
 from kuiperinfer.runtime.graph import RuntimeGraph
 from oracle import Lambda, check_op, export, torch_outputs
+from test_concurrency import run_threads
 
 
 class SmallNet(nn.Module):
@@ -184,3 +185,23 @@ def test_whole_runs_share_large_operators_only_in_graphs_made_of_them(tmp_path):
         with torch.no_grad():
             expected = model(x).numpy()
         np.testing.assert_allclose(graph(x.numpy()), expected, atol=1e-4, rtol=1e-4)
+
+
+def test_threads_calling_a_graph_of_large_operators_get_the_serial_results(tmp_path):
+    """Single samples share their large operators among the workers (and BLAS is limited
+    meanwhile) while other threads run batches split over the same workers."""
+    model = nn.Sequential(nn.Conv2d(3, 32, 3, padding=1), nn.ReLU(), nn.Conv2d(32, 32, 3, padding=1),
+                          nn.ReLU(), nn.Conv2d(32, 32, 3, stride=2, padding=1), nn.Flatten(1), nn.Linear(32 * 32 * 32, 10))
+    graph = kuiperinfer.load(export(model, (torch.rand(1, 3, 64, 64),), tmp_path), workers=2)
+    assert graph.shares_operators
+    inputs = [np.random.default_rng(i).standard_normal((1 + i % 2, 3, 64, 64)).astype(np.float32) for i in range(12)]
+    expected = [graph(x) for x in inputs]
+    got: list = [None] * len(inputs)
+
+    def work(t: int) -> None:
+        for i in range(t, len(inputs), 4):
+            got[i] = graph(inputs[i])
+
+    run_threads(work, count=4)
+    for i, (ours, reference) in enumerate(zip(got, expected)):
+        np.testing.assert_array_equal(ours, reference, err_msg=f"call {i}")
