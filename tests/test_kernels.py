@@ -14,6 +14,7 @@ from kuiperinfer.kernels import parallel
 from kuiperinfer.kernels.elementwise import Epilogue, InplaceActivation
 from kuiperinfer.kernels.im2col import BLOCK_BYTES as IM2COL_BLOCK_BYTES
 from kuiperinfer.kernels.im2col import im2col_conv2d, pack_weight
+from kuiperinfer.kernels.interpolate import interpolate, nearest_table, repeat_factor
 from kuiperinfer.kernels.layout import is_channels_last, nchw, nhwc, pad_nhwc
 from kuiperinfer.kernels.pooling import BLOCK_BYTES, avg_pool2d, max_pool2d
 from kuiperinfer.kernels.winograd import BLOCK_BYTES as WINOGRAD_BLOCK_BYTES
@@ -139,6 +140,27 @@ def test_pad_nhwc_matches_pytorch_from_either_layout(mode, channels_last):
     expected = F.pad(torch.from_numpy(x), (3, 0, 1, 2), mode="constant" if mode == "zeros" else mode)
     assert ours.flags.c_contiguous
     np.testing.assert_array_equal(nchw(ours), expected.numpy())
+
+
+@pytest.mark.parametrize("size, mode", [((10, 21), "nearest"), ((9, 13), "nearest"), ((10, 14), "bilinear"),
+                                        ((10, 14), "nearest-exact"), ((5, 14), "nearest")])
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_interpolate_keeps_the_layout_and_matches_pytorch(size, mode, channels_last):
+    x = RNG.standard_normal((2, 3, 5, 7), dtype=np.float32)
+    source = nchw(np.ascontiguousarray(nhwc(x))) if channels_last else x
+    ours = interpolate(source, size, "linear" if mode == "bilinear" else mode, False, (None, None))
+    expected = F.interpolate(torch.from_numpy(x), size=size, mode=mode).numpy()
+    assert is_channels_last(ours) == channels_last and ours.flags.c_contiguous != channels_last
+    np.testing.assert_allclose(ours, expected, atol=1e-6, rtol=0)
+
+
+def test_repeat_factor_recognises_whole_repetitions_only():
+    assert repeat_factor(nearest_table(5, 15, 3.0, False, False), 5) == 3
+    assert repeat_factor(nearest_table(5, 5, None, False, False), 5) == 1
+    assert repeat_factor(nearest_table(5, 9, None, False, False), 5) is None    # not a whole multiple
+    assert repeat_factor(nearest_table(6, 3, None, False, False), 6) is None    # skips samples
+    assert repeat_factor(nearest_table(5, 1, None, False, False), 5) is None    # one sample of five
+    assert repeat_factor(nearest_table(5, 10, None, True, False), 5) == 2       # nearest-exact doubles too
 
 
 @pytest.mark.parametrize("groups, kernel, stride", [(1, (3, 3), (2, 2)), (1, (1, 1), (1, 1)), (4, (3, 1), (1, 2)),

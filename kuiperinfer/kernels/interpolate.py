@@ -22,6 +22,8 @@ from typing import Sequence
 
 import numpy as np
 
+from kuiperinfer.kernels.layout import is_channels_last, nchw, nhwc
+
 CUBIC_A = -0.75
 """The cubic convolution coefficient PyTorch uses for bicubic interpolation."""
 
@@ -149,16 +151,55 @@ def interpolate(x: np.ndarray, out_size: Sequence[int], mode: str, align_corners
 
     ``mode`` is ``nearest``, ``nearest-exact``, ``linear`` (any number of axes: linear,
     bilinear, trilinear) or ``cubic``; ``scale_factors[i]`` is the user's scale factor
-    for axis i, or None to derive the scale from the sizes.
+    for axis i, or None to derive the scale from the sizes. A channels-last ``x`` gives
+    a channels-last result.
     """
     lead = x.ndim - len(out_size)
+    tables = []
     for axis, (size, scale) in enumerate(zip(out_size, scale_factors), start=lead):
         in_size = x.shape[axis]
         if mode in ("nearest", "nearest-exact"):
-            table = nearest_table(in_size, size, scale, mode == "nearest-exact", len(out_size) == 2)
+            tables.append(nearest_table(in_size, size, scale, mode == "nearest-exact", len(out_size) == 2))
         elif mode == "linear":
-            table = linear_table(in_size, size, scale, align_corners)
+            tables.append(linear_table(in_size, size, scale, align_corners))
         else:
-            table = cubic_table(in_size, size, scale, align_corners)
+            tables.append(cubic_table(in_size, size, scale, align_corners))
+    if is_channels_last(x) and not x.flags.c_contiguous:
+        return nchw(_resample(nhwc(x), range(1, 3), tables))
+    return _resample(x, range(lead, x.ndim), tables)
+
+
+def repeat_factor(table: Table, in_size: int) -> int | None:
+    """How many times a nearest-neighbour ``table`` over ``in_size`` samples repeats each
+    of them in order (2 for a doubling), or None if it is not such a repetition."""
+    index, weight = table
+    if weight is not None:
+        return None
+    indices = index[:, 0]
+    factor, remainder = divmod(len(indices), in_size)
+    if remainder or not factor or not np.array_equal(indices, np.arange(len(indices)) // factor):
+        return None
+    return factor
+
+
+def _resample(x: np.ndarray, axes: range, tables: Sequence[Table]) -> np.ndarray:
+    """``x`` resampled along each of ``axes`` by its table. Nearest-neighbour tables that
+    repeat every sample a whole number of times make one broadcast copy for all axes."""
+    factors = [repeat_factor(table, x.shape[axis]) for axis, table in zip(axes, tables)]
+    if all(factors):
+        spread, repeated = [], []           # x as (.., H, 1, W, 1, ..) and the out as (.., H, fh, W, fw, ..)
+        for axis, size in enumerate(x.shape):
+            if axis in axes:
+                factor = factors[axis - axes.start]
+                spread += [size, 1]
+                repeated += [size, factor]
+            else:
+                spread.append(size)
+                repeated.append(size)
+        out = np.empty(repeated, dtype=x.dtype)
+        out[...] = x.reshape(spread)
+        return out.reshape([size * factors[axis - axes.start] if axis in axes else size
+                            for axis, size in enumerate(x.shape)])
+    for axis, table in zip(axes, tables):
         x = resample_axis(x, axis, table)
     return x
