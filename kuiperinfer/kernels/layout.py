@@ -53,7 +53,13 @@ def pad_nhwc(x: np.ndarray, pads: tuple[tuple[int, int], tuple[int, int]],
         if not (top or bottom or left or right):
             return np.ascontiguousarray(source)
         n, h, w, c = source.shape
-        out = np.zeros((n, top + h + bottom, left + w + right, c), dtype=x.dtype)
+        out = np.empty((n, top + h + bottom, left + w + right, c), dtype=x.dtype)
+        # only the border is zeroed: np.zeros would first write the whole buffer
+        # (large ones come from the heap, not fresh zero pages; runtime/memory.py)
+        out[:, :top] = 0
+        out[:, top + h:] = 0
+        out[:, top:top + h, :left] = 0
+        out[:, top:top + h, left + w:] = 0
         out[:, top:top + h, left:left + w] = source
         return out
     return np.ascontiguousarray(np.pad(source, ((0, 0), (top, bottom), (left, right), (0, 0)),
