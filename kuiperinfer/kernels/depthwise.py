@@ -31,13 +31,22 @@ on MobileNetV3's and EfficientNet-Lite0's shapes: rows win up to 72 channels, pi
 _MEMO_LIMIT = 8
 
 
+def takes_pixels(channels: int, stride: tuple[int, int], dilation: tuple[int, int]) -> bool:
+    """Whether :func:`depthwise_rows` computes in the pixel form (else in whole rows)."""
+    return stride[1] > 1 and (dilation[1] > 1 or channels >= PIXELS_MIN_CHANNELS)
+
+
 class DepthwiseWeight:
     """A (C, 1, kh, kw) depthwise weight as taps (kh, kw, C), with the tiled row taps of
-    :func:`depthwise_conv2d` made once per output width and stride."""
+    :func:`depthwise_conv2d` made once per output width and stride: at build time for the
+    output width the model was exported with (``out_width``), else on first use."""
 
-    def __init__(self, weight: np.ndarray):
+    def __init__(self, weight: np.ndarray, out_width: int | None = None, stride: tuple[int, int] = (1, 1),
+                 dilation: tuple[int, int] = (1, 1)):
         self.taps = np.ascontiguousarray(weight[:, 0].transpose(1, 2, 0), dtype=np.float32)
         self._rows: dict[tuple[int, int], np.ndarray] = {}
+        if out_width is not None and not takes_pixels(weight.shape[0], stride, dilation):
+            self.row_taps(out_width, stride[1])
 
     def row_taps(self, out_width: int, stride: int) -> np.ndarray:
         """(kh, stride, ceil(kw / stride), OW*C): tap ``j`` at [:, j % stride, j // stride], each
@@ -62,36 +71,10 @@ def depthwise_conv2d(x: np.ndarray, weight: DepthwiseWeight, stride: tuple[int, 
     """Depthwise convolution of padded NHWC ``x``, then ``epilogue`` in place; a new
     contiguous (N, OH, OW, C) array. The output rows may be shared among threads
     (:mod:`~kuiperinfer.kernels.parallel`)."""
-    n, _, width, c = x.shape
-    (sh, sw), (dh, dw), (oh, ow) = stride, dilation, out_hw
-    kh, kw = weight.taps.shape[:2]
+    n, _, _, c = x.shape
+    (oh, ow), (kh, kw) = out_hw, weight.taps.shape[:2]
     out = np.empty((n, oh, ow, c), dtype=np.float32)
-    if sw > 1 and (dw > 1 or c >= PIXELS_MIN_CHANNELS):
-        s_n, s_h, s_w, s_c = x.strides
-        windows = as_strided(x, (n, oh, ow, kh, kw, c), (s_n, s_h * sh, s_w * sw, s_h * dh, s_w * dw, s_c),
-                             writeable=False)
-
-        def compute(part: slice) -> None:
-            np.einsum("nyxijc,ijc->nyxc", windows[:, part], weight.taps, out=out[:, part])
-    else:
-        if sw > 1:  # phases of the columns: phased[n, h, q, m] = x[n, h, m * sw + q]
-            phase_width = -(-width // sw)
-            phased = np.zeros((n, x.shape[1], sw, phase_width, c), dtype=np.float32)
-            for q in range(sw):
-                columns = x[:, :, q::sw]
-                phased[:, :, q, :columns.shape[2]] = columns
-            x = phased
-            s_n, s_h, s_q, s_w, s_c = x.strides
-        else:
-            s_n, s_h, s_w, s_c = x.strides
-            s_q, s_w = 0, s_w * dw
-        taps = weight.row_taps(ow, sw)
-        rows = as_strided(x, (n, kh, sw, taps.shape[2], oh, ow * c), (s_n, s_h * dh, s_q, s_w, s_h * sh, s_c),
-                          writeable=False)
-        out_rows = out.reshape(n, oh, ow * c)
-
-        def compute(part: slice) -> None:
-            np.einsum("niqjyp,iqjp->nyp", rows[..., part, :], taps, out=out_rows[:, part])
+    compute = depthwise_rows(x, weight, stride, dilation, out)
 
     def compute_rows(part: slice) -> None:
         compute(part)
@@ -102,3 +85,40 @@ def depthwise_conv2d(x: np.ndarray, weight: DepthwiseWeight, stride: tuple[int, 
     threads = threads_for(work)
     run_parts([slice(oh * i // threads, oh * (i + 1) // threads) for i in range(threads)], work, compute_rows)
     return out
+
+
+def depthwise_rows(x: np.ndarray, weight: DepthwiseWeight, stride: tuple[int, int],
+                   dilation: tuple[int, int], out: np.ndarray) -> Callable[[slice], None]:
+    """The depthwise convolution of padded NHWC ``x`` into the contiguous NHWC ``out`` as a
+    function that computes the output rows it is given (a slice), in the calling thread."""
+    n, _, width, c = x.shape
+    (sh, sw), (dh, dw), (_, oh, ow, _) = stride, dilation, out.shape
+    kh, kw = weight.taps.shape[:2]
+    if takes_pixels(c, stride, dilation):
+        s_n, s_h, s_w, s_c = x.strides
+        windows = as_strided(x, (n, oh, ow, kh, kw, c), (s_n, s_h * sh, s_w * sw, s_h * dh, s_w * dw, s_c),
+                             writeable=False)
+
+        def pixels(part: slice) -> None:
+            np.einsum("nyxijc,ijc->nyxc", windows[:, part], weight.taps, out=out[:, part])
+        return pixels
+
+    if sw > 1:  # phases of the columns: phased[n, h, q, m] = x[n, h, m * sw + q]
+        phase_width = -(-width // sw)
+        phased = np.zeros((n, x.shape[1], sw, phase_width, c), dtype=np.float32)
+        for q in range(sw):
+            columns = x[:, :, q::sw]
+            phased[:, :, q, :columns.shape[2]] = columns
+        x = phased
+        s_n, s_h, s_q, s_w, s_c = x.strides
+    else:
+        s_n, s_h, s_w, s_c = x.strides
+        s_q, s_w = 0, s_w * dw
+    taps = weight.row_taps(ow, sw)
+    rows = as_strided(x, (n, kh, sw, taps.shape[2], oh, ow * c), (s_n, s_h * dh, s_q, s_w, s_h * sh, s_c),
+                      writeable=False)
+    out_rows = out.reshape(n, oh, ow * c)
+
+    def whole_rows(part: slice) -> None:
+        np.einsum("niqjyp,iqjp->nyp", rows[..., part, :], taps, out=out_rows[:, part])
+    return whole_rows

@@ -161,6 +161,12 @@ def _read_bias(op: RuntimeOperator, c_out: int) -> np.ndarray | None:
     return op.weight("bias", (c_out,), Status.kAttrMissingBias) if use_bias else None
 
 
+def _recorded_width(op: RuntimeOperator) -> int | None:
+    """The output width pnnx recorded for ``op`` at export, if it did."""
+    shape = op.output_operands[0].shapes if op.output_operands else []
+    return shape[-1] if shape and shape[-1] > 0 else None
+
+
 def _weight_operand_kernel(op: RuntimeOperator) -> tuple[int, ...]:
     """Kernel size of an F.* convolution, from the recorded shape of its weight input."""
     rank = spatial_rank(op)
@@ -181,7 +187,7 @@ def _check_weight(weight: np.ndarray, geometry: ConvGeometry, rank: int) -> np.n
     return weight.reshape(*weight.shape[:2], *geometry.kernel)
 
 
-def _check_channels(x: np.ndarray, expected: int) -> None:
+def check_channels(x: np.ndarray, expected: int) -> None:
     if x.shape[1] != expected:
         raise InferError(f"input of shape {x.shape} has {x.shape[1]} channels, the weight expects "
                          f"{expected}", status=InferStatus.kInferFailedChannelParameterError)
@@ -196,12 +202,17 @@ def is_depthwise(weight: np.ndarray, groups: int) -> bool:
 
 class PackedWeight:
     """A (Cout, Cin/groups, kh, kw) convolution weight in the form its kernel takes, made
-    once at build time: the taps of a depthwise convolution, else the GEMM operand of
-    im2col, plus the transformed weight of Winograd when asked for."""
+    once at build time: the taps of a depthwise convolution (tiled for ``out_width`` with
+    the stride and dilation of ``geometry``, when given), else the GEMM operand of im2col,
+    plus the transformed weight of Winograd when asked for."""
 
-    def __init__(self, weight: np.ndarray, groups: int, winograd: bool = False):
+    def __init__(self, weight: np.ndarray, groups: int, winograd: bool = False,
+                 geometry: ConvGeometry | None = None, out_width: int | None = None):
         self.in_channels = weight.shape[1] * groups
-        self.depthwise = DepthwiseWeight(weight) if is_depthwise(weight, groups) else None
+        self.depthwise = None
+        if is_depthwise(weight, groups):
+            sweep = {} if geometry is None else {"stride": geometry.stride, "dilation": geometry.dilation}
+            self.depthwise = DepthwiseWeight(weight, out_width, **sweep)
         self.gemm = None if self.depthwise is not None else pack_weight(weight, groups)
         self.winograd = winograd_weight(weight) if winograd else None
 
@@ -216,7 +227,7 @@ def conv2d(x: np.ndarray, weight: PackedWeight, geometry: ConvGeometry,
     to pay for it; otherwise the input is padded into NHWC and goes to im2col or, for a
     depthwise weight, the depthwise kernel.
     """
-    _check_channels(x, weight.in_channels)
+    check_channels(x, weight.in_channels)
     if weight.winograd is not None:
         (top, bottom), (left, right) = geometry.padding
         out_hw = (x.shape[2] + top + bottom - 2, x.shape[3] + left + right - 2)
@@ -241,8 +252,11 @@ class Convolution(ParamLayer):
 
     def __init__(self, layer_name: str, weight: np.ndarray, bias: np.ndarray | None,
                  geometry: ConvGeometry, rank: int, activation: InplaceActivation | None = None,
-                 winograd: bool = False, channels_last: bool = False):
+                 winograd: bool = False, channels_last: bool = False, out_width: int | None = None):
         self.geometry, self.rank = geometry, rank
+        self.out_width = out_width
+        """The output width the model was exported with, for which weights are prepared
+        (any other width works too)."""
         self.activation = activation
         """An activation the graph optimiser fused in, applied in place on the output."""
         self.winograd = winograd and geometry.winograd_applies()
@@ -260,15 +274,18 @@ class Convolution(ParamLayer):
         c_in, c_out = _read_channels(op, geometry)
         weight = op.weight("weight", (c_out, c_in // geometry.groups, *kernel))
         return cls(op.name, weight, _read_bias(op, c_out), geometry, rank, read_fused_activation(op),
-                   op.param_bool(WINOGRAD, default=False), op.param_bool(CHANNELS_LAST, default=False))
+                   op.param_bool(WINOGRAD, default=False), op.param_bool(CHANNELS_LAST, default=False),
+                   _recorded_width(op))
 
     def prepare(self) -> None:
         weight_2d = self._weight.reshape(*self._weight.shape[:2], *self.geometry.kernel)
-        self._packed = PackedWeight(weight_2d, self.geometry.groups, self.winograd)
-        self._epilogue = Epilogue(self._bias, self.activation)
+        self.packed = PackedWeight(weight_2d, self.geometry.groups, self.winograd, self.geometry, self.out_width)
+        """The weight in the form the kernels take (made again when the weights change)."""
+        self.epilogue = Epilogue(self._bias, self.activation)
+        """Bias and fused activation, applied in place on each block of output."""
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
-        out = nchw(conv2d(as_2d(inputs[0], self.rank), self._packed, self.geometry, self._epilogue))
+        out = nchw(conv2d(as_2d(inputs[0], self.rank), self.packed, self.geometry, self.epilogue))
         if not self.channels_last:
             out = np.ascontiguousarray(out)
         return [from_2d(out, self.rank)]
@@ -307,7 +324,7 @@ def conv_transpose2d(x: np.ndarray, packed: np.ndarray, bias: np.ndarray | None,
                      geometry: ConvGeometry, output_padding: tuple[int, int]) -> np.ndarray:
     """Transposed 2-D convolution of NCHW ``x`` with a :func:`pack_transposed_weight` operand."""
     groups, rows, c_in_group = packed.shape
-    _check_channels(x, c_in_group * groups)
+    check_channels(x, c_in_group * groups)
     n, _, h, w = x.shape
     kh, kw = geometry.kernel
     c_out = groups * rows // (kh * kw)
