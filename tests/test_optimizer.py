@@ -10,6 +10,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from kuiperinfer.errors import GraphError
+from kuiperinfer.kernels import parallel, pointwise_depthwise
 from kuiperinfer.kernels.layout import is_channels_last
 from kuiperinfer.optimizer import optimize
 from kuiperinfer.pnnx.ir import Attribute, Graph, Parameter
@@ -206,6 +207,73 @@ def test_padding_that_is_not_zero_stays(tmp_path):
     model = nn.Sequential(Lambda(lambda x: F.pad(x, (1, 1, 1, 1), value=0.5)), nn.Conv2d(3, 4, 3))
     graph, rewrites = compare(model, (1, 3, 8, 8), tmp_path)
     assert rewrites["fold_zero_padding"] == 0 and len(graph.operators) == 4
+
+
+class InvertedResidual(nn.Module):
+    """Expand (1x1 conv, BN, activation), depthwise filter (BN, activation), project, add."""
+
+    def __init__(self, channels: int, expanded: int, kernel: int, stride: int, activation: type = nn.ReLU6):
+        super().__init__()
+        self.expand = nn.Sequential(nn.Conv2d(channels, expanded, 1, bias=False), nn.BatchNorm2d(expanded),
+                                    activation())
+        self.depthwise = nn.Sequential(nn.Conv2d(expanded, expanded, kernel, stride, kernel // 2, groups=expanded,
+                                                 bias=False), nn.BatchNorm2d(expanded), activation())
+        self.project = nn.Conv2d(expanded, channels, 1)
+        self.residual = stride == 1
+
+    def forward(self, x):
+        y = self.project(self.depthwise(self.expand(x)))
+        return y + x if self.residual else y
+
+
+@pytest.mark.parametrize("kernel, stride, activation", [(3, 1, nn.ReLU6), (3, 2, nn.Hardswish), (5, 2, nn.ReLU),
+                                                        (5, 1, nn.SiLU)])
+def test_pointwise_then_depthwise_fused(kernel, stride, activation, tmp_path):
+    model = randomize_batchnorm(InvertedResidual(6, 24, kernel, stride, activation)).eval()
+    graph, rewrites = compare(model, (1, 6, 23, 19), tmp_path)
+    assert rewrites["fuse_pointwise_depthwise"] == 1
+    (fused,) = [op.layer for op in graph.operators if op.type == "kuiper.PointwiseDepthwise"]
+    assert fused.pointwise.activation is not None and fused.depthwise.activation is not None
+    assert types(graph).count("nn.Conv2d") == 1    # the projection is left alone
+
+
+def test_pointwise_then_depthwise_in_stripes_and_shared_among_threads(tmp_path, monkeypatch):
+    model = randomize_batchnorm(InvertedResidual(8, 32, 3, 2, nn.Hardswish)).eval()
+    monkeypatch.setattr(pointwise_depthwise, "STRIPE_BYTES", 40 * 32 * 4 * 6)   # six padded rows
+    param = export(model, (torch.rand(1, 8, 40, 37),), tmp_path)
+    graph, rewrites = built(param, True)
+    assert rewrites["fuse_pointwise_depthwise"] == 1
+    x = torch.randn(3, 8, 40, 37)
+    expected = torch_outputs(model, (x,))
+    assert_matches(graph.run(x.numpy()), expected)
+    monkeypatch.setattr(parallel, "MIN_PARALLEL_WORK", 1)   # single images split their rows
+    token = parallel.INTRA_OP_THREADS.set(2)
+    try:
+        assert_matches(graph.run(x[:1].numpy()), torch_outputs(model, (x[:1],)))
+        assert_matches(graph.run(x.numpy()), expected)
+    finally:
+        parallel.INTRA_OP_THREADS.reset(token)
+
+
+def test_pointwise_not_fused_where_its_output_is_read_elsewhere_or_the_filter_is_not_depthwise(tmp_path):
+    class Unfusable(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.expand = nn.Conv2d(4, 8, 1)
+            self.depthwise = nn.Conv2d(8, 8, 3, padding=1, groups=8)
+            self.expand2 = nn.Conv2d(4, 8, 1)
+            self.grouped = nn.Conv2d(8, 8, 3, padding=1, groups=4)
+            self.expand3 = nn.Conv2d(4, 8, 1, stride=2)
+            self.dilated = nn.Conv2d(8, 8, 3, padding=2, dilation=2, groups=8)
+
+        def forward(self, x):
+            y = self.expand(x)
+            return (self.depthwise(y) + y, self.grouped(self.expand2(x)),
+                    self.depthwise(self.expand3(x)), self.dilated(self.expand(x)))
+
+    graph, rewrites = compare(Unfusable(), (1, 4, 12, 12), tmp_path)
+    assert rewrites["fuse_pointwise_depthwise"] == 0
+    assert "kuiper.PointwiseDepthwise" not in types(graph)
 
 
 class LayoutRecorder(RuntimeGraph):

@@ -43,20 +43,22 @@ FUSED_ACTIVATION = "activation"
 FUSED_ACTIVATION_PARAMS = "activation_params"
 
 
-def write_fused_activation(op: RuntimeOperator, activation: elementwise.InplaceActivation) -> None:
-    """Record on ``op`` that it applies ``activation`` to its output."""
-    op.params[FUSED_ACTIVATION] = RuntimeParameter(T.kParameterString, activation.name, activation.name)
+def write_fused_activation(op: RuntimeOperator, activation: elementwise.InplaceActivation,
+                           prefix: str = "") -> None:
+    """Record on ``op`` that it applies ``activation`` to its output (to the part of its
+    computation that ``prefix`` names, for an operator fused from several)."""
+    op.params[prefix + FUSED_ACTIVATION] = RuntimeParameter(T.kParameterString, activation.name, activation.name)
     params = tuple(float(p) for p in activation.params)
-    op.params[FUSED_ACTIVATION_PARAMS] = RuntimeParameter(
+    op.params[prefix + FUSED_ACTIVATION_PARAMS] = RuntimeParameter(
         T.kParameterFloatArray, params, "(" + ",".join(repr(p) for p in params) + ")")
 
 
-def read_fused_activation(op: RuntimeOperator) -> elementwise.InplaceActivation | None:
+def read_fused_activation(op: RuntimeOperator, prefix: str = "") -> elementwise.InplaceActivation | None:
     """The activation the optimiser fused into ``op`` (None when there is none)."""
-    if not op.has_param(FUSED_ACTIVATION):
+    if not op.has_param(prefix + FUSED_ACTIVATION):
         return None
-    name = op.param_str(FUSED_ACTIVATION)
-    params = op.param_floats(FUSED_ACTIVATION_PARAMS, default=())
+    name = op.param_str(prefix + FUSED_ACTIVATION)
+    params = op.param_floats(prefix + FUSED_ACTIVATION_PARAMS, default=())
     try:
         return elementwise.InplaceActivation(name, params)
     except ValueError as exc:

@@ -7,6 +7,9 @@
 * :func:`fuse_activation`: an activation right after a convolution, a linear layer or
   an arithmetic expression is applied in place on that operator's fresh output (ncnn's
   ``activation_type``), and its operator disappears.
+* :func:`fuse_pointwise_depthwise`: a 1x1 convolution whose output only a depthwise
+  convolution reads becomes one operator with it, computed a stripe of rows at a time
+  (:mod:`kuiperinfer.kernels.pointwise_depthwise`).
 * :func:`select_winograd`: 3x3 stride-1 convolutions take Winograd F(4x4, 3x3)
   (:mod:`kuiperinfer.kernels.winograd`) where it pays.
 * :func:`select_channels_last`: convolutions hand on their output in channels-last
@@ -25,6 +28,7 @@ from kuiperinfer.errors import GraphError
 from kuiperinfer.kernels.winograd import MIN_CHANNELS
 from kuiperinfer.layers.activation import InplaceActivationLayer, read_fused_activation, write_fused_activation
 from kuiperinfer.layers.convolution import CHANNELS_LAST, PADS, WINOGRAD, ConvGeometry
+from kuiperinfer.layers.fused import POINTWISE, POINTWISE_DEPTHWISE
 from kuiperinfer.layers.normalization import BatchNorm, fold_batch_norm as batch_norm_scale_shift
 from kuiperinfer.layers.padding import Pad
 from kuiperinfer.layers.registry import LayerRegisterer
@@ -117,6 +121,52 @@ def fuse_activation(graph: RuntimeGraph) -> int:
     return fused
 
 
+def _geometry(conv: RuntimeOperator) -> ConvGeometry:
+    return ConvGeometry.from_operator(conv, conv.param_ints("kernel_size", 2))
+
+
+def _is_pointwise(conv: RuntimeOperator) -> bool:
+    """A plain 1x1 nn.Conv2d: stride 1, no padding, one group, its weight in the model."""
+    if conv.type != "nn.Conv2d" or "weight" not in conv.attribute:
+        return False
+    geometry = _geometry(conv)
+    return (geometry.kernel == (1, 1) and geometry.stride == (1, 1) and geometry.groups == 1
+            and geometry.padding == ((0, 0), (0, 0)))
+
+
+def _is_depthwise_of(conv: RuntimeOperator, channels: int) -> bool:
+    """An nn.Conv2d filtering each of ``channels`` channels with its own zero-padded, undilated
+    kernel (at least as tall as its stride), its weight in the model."""
+    if conv.type != "nn.Conv2d" or "weight" not in conv.attribute:
+        return False
+    geometry = _geometry(conv)
+    return (geometry.groups == channels == conv.param_int("in_channels") == conv.param_int("out_channels")
+            and geometry.dilation == (1, 1) and geometry.padding_mode in ("zeros", "constant")
+            and geometry.kernel[0] >= geometry.stride[0])
+
+
+def fuse_pointwise_depthwise(graph: RuntimeGraph) -> int:
+    """pointwise (1x1) conv -> depthwise conv becomes one ``kuiper.PointwiseDepthwise``
+    operator: the depthwise operator, carrying the 1x1 convolution's weight, bias and
+    activation under the ``pointwise.`` prefix."""
+    fused = 0
+    for pointwise in list(graph.operators):
+        depthwise = sole_consumer(graph, pointwise) if _is_pointwise(pointwise) else None
+        if depthwise is None or not _is_depthwise_of(depthwise, pointwise.param_int("out_channels")):
+            continue
+        depthwise.attribute[POINTWISE + "weight"] = pointwise.attribute["weight"]
+        if pointwise.param_bool("bias", default="bias" in pointwise.attribute):
+            depthwise.attribute[POINTWISE + "bias"] = pointwise.attribute["bias"]
+        depthwise.params[POINTWISE + "in_channels"] = pointwise.params["in_channels"]
+        activation = read_fused_activation(pointwise)
+        if activation is not None:
+            write_fused_activation(depthwise, activation, POINTWISE)
+        depthwise.type = POINTWISE_DEPTHWISE
+        absorb_producer(graph, depthwise, pointwise)
+        fused += 1
+    return fused
+
+
 def select_winograd(graph: RuntimeGraph) -> int:
     """Mark the convolutions Winograd F(4x4, 3x3) computes: 3x3, stride 1, one group and
     enough input channels (the layer still takes im2col for calls with too few tiles)."""
@@ -124,7 +174,7 @@ def select_winograd(graph: RuntimeGraph) -> int:
     for op in graph.operators:
         if op.type != "nn.Conv2d":
             continue
-        geometry = ConvGeometry.from_operator(op, op.param_ints("kernel_size", 2))
+        geometry = _geometry(op)
         if geometry.winograd_applies() and op.param_int("in_channels") >= MIN_CHANNELS:
             op.params[WINOGRAD] = RuntimeParameter(T.kParameterBool, True, "True")
             selected += 1
@@ -138,14 +188,14 @@ def select_channels_last(graph: RuntimeGraph) -> int:
     :mod:`kuiperinfer.kernels.layout`)."""
     selected = 0
     for op in graph.operators:
-        if op.type in CONVOLUTIONS:
+        if op.type in CONVOLUTIONS + (POINTWISE_DEPTHWISE,):
             op.params[CHANNELS_LAST] = RuntimeParameter(T.kParameterBool, True, "True")
             selected += 1
     return selected
 
 
-PASSES: tuple[Pass, ...] = (fold_batch_norm, fold_zero_padding, fuse_activation, select_winograd,
-                            select_channels_last)
+PASSES: tuple[Pass, ...] = (fold_batch_norm, fold_zero_padding, fuse_activation, fuse_pointwise_depthwise,
+                            select_winograd, select_channels_last)
 
 
 def optimize(graph: RuntimeGraph, passes: tuple[Pass, ...] = PASSES) -> dict[str, int]:
