@@ -7,6 +7,9 @@ windows at once without copying; one reshape copies them into the column matrix
 ``(N*OH*OW, kh*kw*C)``, whose product with the packed ``(kh*kw*C, K)`` weight is the
 NHWC output itself. A 1x1 stride-1 convolution needs no copy at all: its column matrix
 is ``x`` read as ``(N*H*W, C)``.
+
+A convolution of very few input channels (an RGB stem) makes its columns from the
+row-major (NCHW) input instead, transposed: :func:`planar_conv2d`.
 """
 
 from __future__ import annotations
@@ -129,3 +132,49 @@ def _multiply_by_channels(blocks: list[tuple[np.ndarray, np.ndarray]], weight: n
             epilogue(flat[:, channels], channels)
 
     run_parts(parts, work, multiply)
+
+
+PLANAR_MAX_CHANNELS = 4
+"""Input channels up to which a convolution of a row-major input takes :func:`planar_conv2d`:
+in NHWC a window row is only kw*C adjacent values, in NCHW an output row is OW of them
+(the stems at batch 1: MobileNetV3-Small 0.55 -> 0.28 ms, YOLOv5s 13.4 -> 12.6 ms)."""
+
+
+def pack_planar_weight(weight: np.ndarray) -> np.ndarray:
+    """(K, C, kh, kw) -> the (C*kh*kw, K) operand of :func:`planar_conv2d`."""
+    return np.ascontiguousarray(weight.reshape(weight.shape[0], -1).T, dtype=np.float32)
+
+
+def planar_conv2d(x: np.ndarray, packed: np.ndarray, kernel: tuple[int, int], stride: tuple[int, int],
+                  dilation: tuple[int, int], out_hw: tuple[int, int],
+                  epilogue: Callable[..., object] | None = None) -> np.ndarray:
+    """Convolution (one group) of a padded, contiguous NCHW ``x`` with a
+    :func:`pack_planar_weight` operand; a new contiguous (N, OH, OW, K) array.
+
+    For a stripe of output rows, tap (c, i, j) of every output pixel is one strided slice
+    of channel ``c``'s plane: copied together they are the transposed columns
+    (C*kh*kw, pixels), and their transpose times ``packed`` is the stripe's NHWC output.
+    """
+    n, c, _, _ = x.shape
+    depth, k = packed.shape
+    (kh, kw), (sh, sw), (dh, dw), (oh, ow) = kernel, stride, dilation, out_hw
+    out = np.empty((n, oh, ow, k), dtype=np.float32)
+    step = max(1, BLOCK_BYTES // (depth * ow * x.itemsize))
+    work = n * oh * ow * k * depth
+    if n < threads_for(work):
+        step = min(step, -(-oh // threads_for(work)))
+    s_n, s_c, s_h, s_w = x.strides
+
+    def multiply(block: tuple[int, int]) -> None:
+        image, start = block
+        rows = min(step, oh - start)
+        taps = as_strided(x[image, :, start * sh:], (c, kh, kw, rows, ow),
+                          (s_c, s_h * dh, s_w * dw, s_h * sh, s_w * sw), writeable=False)
+        columns = taps.reshape(depth, rows * ow)            # the copy
+        target = out[image, start:start + rows].reshape(-1, k)
+        np.matmul(columns.T, packed, out=target)
+        if epilogue is not None:
+            epilogue(target)
+
+    run_parts([(image, start) for image in range(n) for start in range(0, oh, step)], work, multiply)
+    return out

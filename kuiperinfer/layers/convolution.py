@@ -22,10 +22,11 @@ import numpy as np
 from kuiperinfer.errors import InferError, InferStatus, ParseParameterAttrStatus as Status
 from kuiperinfer.kernels.col2im import col2im
 from kuiperinfer.kernels.depthwise import DepthwiseWeight, depthwise_conv2d
-from kuiperinfer.kernels.im2col import im2col_conv2d, output_size, pack_weight
+from kuiperinfer.kernels.im2col import (PLANAR_MAX_CHANNELS, im2col_conv2d, output_size, pack_planar_weight,
+                                        pack_weight, planar_conv2d)
 from kuiperinfer.kernels.elementwise import Epilogue, InplaceActivation
 from kuiperinfer.kernels.layout import nchw, pad_nhwc
-from kuiperinfer.kernels.padding import PAD_MODES
+from kuiperinfer.kernels.padding import PAD_MODES, pad_last_dims
 from kuiperinfer.kernels.winograd import winograd_conv3x3, winograd_pays, winograd_weight
 from kuiperinfer.layers.activation import read_fused_activation
 from kuiperinfer.layers.base import Layer, ParamLayer
@@ -203,8 +204,9 @@ def is_depthwise(weight: np.ndarray, groups: int) -> bool:
 class PackedWeight:
     """A (Cout, Cin/groups, kh, kw) convolution weight in the form its kernel takes, made
     once at build time: the taps of a depthwise convolution (tiled for ``out_width`` with
-    the stride and dilation of ``geometry``, when given), else the GEMM operand of im2col,
-    plus the transformed weight of Winograd when asked for."""
+    the stride and dilation of ``geometry``, when given), else the GEMM operand of im2col
+    (and, for very few input channels, of the planar columns), plus the transformed weight
+    of Winograd when asked for."""
 
     def __init__(self, weight: np.ndarray, groups: int, winograd: bool = False,
                  geometry: ConvGeometry | None = None, out_width: int | None = None):
@@ -214,6 +216,7 @@ class PackedWeight:
             sweep = {} if geometry is None else {"stride": geometry.stride, "dilation": geometry.dilation}
             self.depthwise = DepthwiseWeight(weight, out_width, **sweep)
         self.gemm = None if self.depthwise is not None else pack_weight(weight, groups)
+        self.planar = pack_planar_weight(weight) if groups == 1 and weight.shape[1] <= PLANAR_MAX_CHANNELS else None
         self.winograd = winograd_weight(weight) if winograd else None
 
 
@@ -224,8 +227,9 @@ def conv2d(x: np.ndarray, weight: PackedWeight, geometry: ConvGeometry,
     :func:`~kuiperinfer.kernels.layout.nchw` views as NCHW.
 
     Winograd computes it where ``weight`` has its transform and the call has enough tiles
-    to pay for it; otherwise the input is padded into NHWC and goes to im2col or, for a
-    depthwise weight, the depthwise kernel.
+    to pay for it; a row-major input of very few channels is padded as it is and goes to
+    the planar columns; otherwise the input is padded into NHWC and goes to im2col or, for
+    a depthwise weight, the depthwise kernel.
     """
     check_channels(x, weight.in_channels)
     if weight.winograd is not None:
@@ -233,11 +237,15 @@ def conv2d(x: np.ndarray, weight: PackedWeight, geometry: ConvGeometry,
         out_hw = (x.shape[2] + top + bottom - 2, x.shape[3] + left + right - 2)
         if min(out_hw) >= 1 and winograd_pays(x.shape[0], x.shape[1], out_hw):
             return winograd_conv3x3(x, weight.winograd, geometry.padding, epilogue)
-    padded = geometry.pad_nhwc(x)
-    oh, ow = geometry.output_hw(padded.shape[1:3])
+    planar = weight.planar is not None and x.flags.c_contiguous
+    padded = pad_last_dims(x, geometry.padding, geometry.padding_mode) if planar else geometry.pad_nhwc(x)
+    oh, ow = geometry.output_hw(padded.shape[2:] if planar else padded.shape[1:3])
     if oh < 1 or ow < 1:
         raise InferError(f"input {x.shape} is too small for kernel {geometry.kernel} "
                          f"with padding {geometry.padding}", status=InferStatus.kInferFailedOutputSizeError)
+    if planar:
+        return planar_conv2d(padded, weight.planar, geometry.kernel, geometry.stride, geometry.dilation, (oh, ow),
+                             epilogue)
     if weight.depthwise is not None:
         return depthwise_conv2d(padded, weight.depthwise, geometry.stride, geometry.dilation, (oh, ow), epilogue)
     return im2col_conv2d(padded, weight.gemm, geometry.kernel, geometry.stride, geometry.dilation, (oh, ow),
