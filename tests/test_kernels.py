@@ -16,7 +16,7 @@ from kuiperinfer.kernels.im2col import BLOCK_BYTES as IM2COL_BLOCK_BYTES
 from kuiperinfer.kernels.im2col import im2col_conv2d, pack_weight
 from kuiperinfer.kernels.interpolate import interpolate, nearest_table, repeat_factor
 from kuiperinfer.kernels.layout import is_channels_last, nchw, nhwc, pad_nhwc
-from kuiperinfer.kernels.pooling import BLOCK_BYTES, avg_pool2d, max_pool2d
+from kuiperinfer.kernels.pooling import BLOCK_BYTES, avg_pool2d, global_avg_pool2d, max_pool2d
 from kuiperinfer.kernels.winograd import BLOCK_BYTES as WINOGRAD_BLOCK_BYTES
 from kuiperinfer.kernels.winograd import winograd_conv3x3, winograd_pays, winograd_weight
 from kuiperinfer.layers.convolution import ConvGeometry, PackedWeight, conv2d
@@ -186,6 +186,14 @@ def test_pooling_in_channel_blocks_matches_pytorch():
     np.testing.assert_allclose(avg_pool2d(x, (2, 3), (2, 1), (1, 1), False, False, None),
                                F.avg_pool2d(t, (2, 3), (2, 1), 1, count_include_pad=False).numpy(),
                                atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_global_average_pooling_in_either_layout_matches_pytorch(channels_last):
+    x = RNG.standard_normal((3, 40, 13, 9), dtype=np.float32)
+    source = nchw(np.ascontiguousarray(nhwc(x))) if channels_last else x
+    expected = F.adaptive_avg_pool2d(torch.from_numpy(x), 1).numpy()[:, :, 0, 0]
+    np.testing.assert_allclose(global_avg_pool2d(source), expected, atol=1e-6, rtol=1e-5)
 
 
 def test_winograd_in_blocks_of_tile_rows_matches_pytorch():

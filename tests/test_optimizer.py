@@ -276,6 +276,39 @@ def test_pointwise_not_fused_where_its_output_is_read_elsewhere_or_the_filter_is
     assert "kuiper.PointwiseDepthwise" not in types(graph)
 
 
+class SqueezeExcitation(nn.Module):
+    """torchvision's MobileNetV3 gate after a convolution: x * hardsigmoid(fc2(relu(fc1(pool(x)))))."""
+
+    def __init__(self, channels: int = 12, squeezed: int = 4, gate_first: bool = True):
+        super().__init__()
+        self.conv = nn.Conv2d(3, channels, 3, padding=1)
+        self.fc1, self.fc2 = nn.Conv2d(channels, squeezed, 1), nn.Conv2d(squeezed, channels, 1)
+        self.gate_first = gate_first
+
+    def forward(self, x):
+        x = self.conv(x)
+        scale = F.hardsigmoid(self.fc2(F.relu(self.fc1(F.adaptive_avg_pool2d(x, 1)))))
+        return scale * x if self.gate_first else x * scale
+
+
+@pytest.mark.parametrize("gate_first", [True, False])
+def test_squeeze_excitation_fused(gate_first, tmp_path):
+    graph, rewrites = compare(SqueezeExcitation(gate_first=gate_first), (1, 3, 9, 11), tmp_path)
+    assert rewrites["fuse_squeeze_excitation"] == 1
+    assert types(graph) == ["pnnx.Input", "nn.Conv2d", "kuiper.SqueezeExcitation", "pnnx.Output"]
+
+
+def test_squeeze_excitation_not_fused_where_the_gate_is_read_elsewhere_or_gates_another_value(tmp_path):
+    class Unfusable(SqueezeExcitation):
+        def forward(self, x):
+            x = self.conv(x)
+            scale = torch.sigmoid(self.fc2(F.relu(self.fc1(F.adaptive_avg_pool2d(x, 1)))))
+            return scale * x, scale, F.adaptive_avg_pool2d(x, 1) * x.max()
+
+    graph, rewrites = compare(Unfusable(), (1, 3, 9, 11), tmp_path)
+    assert rewrites["fuse_squeeze_excitation"] == 0
+
+
 class LayoutRecorder(RuntimeGraph):
     """Records whether each operator's first output is in channels-last memory."""
 

@@ -10,6 +10,9 @@
 * :func:`fuse_pointwise_depthwise`: a 1x1 convolution whose output only a depthwise
   convolution reads becomes one operator with it, computed a stripe of rows at a time
   (:mod:`kuiperinfer.kernels.pointwise_depthwise`).
+* :func:`fuse_squeeze_excitation`: global average pooling, two 1x1 convolutions and the
+  multiplication of the pooled input by their result (a squeeze-and-excitation gate)
+  become one operator.
 * :func:`select_winograd`: 3x3 stride-1 convolutions take Winograd F(4x4, 3x3)
   (:mod:`kuiperinfer.kernels.winograd`) where it pays.
 * :func:`select_channels_last`: convolutions hand on their output in channels-last
@@ -28,14 +31,15 @@ from kuiperinfer.errors import GraphError
 from kuiperinfer.kernels.winograd import MIN_CHANNELS
 from kuiperinfer.layers.activation import InplaceActivationLayer, read_fused_activation, write_fused_activation
 from kuiperinfer.layers.convolution import CHANNELS_LAST, PADS, WINOGRAD, ConvGeometry
-from kuiperinfer.layers.fused import POINTWISE, POINTWISE_DEPTHWISE
+from kuiperinfer.layers.fused import EXPAND, POINTWISE, POINTWISE_DEPTHWISE, REDUCE, SQUEEZE_EXCITATION
 from kuiperinfer.layers.normalization import BatchNorm, fold_batch_norm as batch_norm_scale_shift
 from kuiperinfer.layers.padding import Pad
 from kuiperinfer.layers.registry import LayerRegisterer
-from kuiperinfer.optimizer.rewrite import absorb_consumer, absorb_producer, sole_consumer
+from kuiperinfer.optimizer.rewrite import absorb_consumer, absorb_producer, operator_named, sole_consumer
 from kuiperinfer.pnnx.ir import Attribute, numpy_dtype
 from kuiperinfer.runtime.attribute import RuntimeAttribute
 from kuiperinfer.runtime.graph import GraphState, RuntimeGraph
+from kuiperinfer.runtime.operand import RuntimeOperand
 from kuiperinfer.runtime.operator import RuntimeOperator
 from kuiperinfer.runtime.parameter import RuntimeParameter, RuntimeParameterType as T
 
@@ -145,6 +149,16 @@ def _is_depthwise_of(conv: RuntimeOperator, channels: int) -> bool:
             and geometry.kernel[0] >= geometry.stride[0])
 
 
+def _carry_pointwise(conv: RuntimeOperator, fused: RuntimeOperator, prefix: str) -> None:
+    """Record the 1x1 ``conv``'s weight, bias and activation on ``fused`` under ``prefix``."""
+    fused.attribute[prefix + "weight"] = conv.attribute["weight"]
+    if conv.param_bool("bias", default="bias" in conv.attribute):
+        fused.attribute[prefix + "bias"] = conv.attribute["bias"]
+    activation = read_fused_activation(conv)
+    if activation is not None:
+        write_fused_activation(fused, activation, prefix)
+
+
 def fuse_pointwise_depthwise(graph: RuntimeGraph) -> int:
     """pointwise (1x1) conv -> depthwise conv becomes one ``kuiper.PointwiseDepthwise``
     operator: the depthwise operator, carrying the 1x1 convolution's weight, bias and
@@ -154,15 +168,49 @@ def fuse_pointwise_depthwise(graph: RuntimeGraph) -> int:
         depthwise = sole_consumer(graph, pointwise) if _is_pointwise(pointwise) else None
         if depthwise is None or not _is_depthwise_of(depthwise, pointwise.param_int("out_channels")):
             continue
-        depthwise.attribute[POINTWISE + "weight"] = pointwise.attribute["weight"]
-        if pointwise.param_bool("bias", default="bias" in pointwise.attribute):
-            depthwise.attribute[POINTWISE + "bias"] = pointwise.attribute["bias"]
-        depthwise.params[POINTWISE + "in_channels"] = pointwise.params["in_channels"]
-        activation = read_fused_activation(pointwise)
-        if activation is not None:
-            write_fused_activation(depthwise, activation, POINTWISE)
+        _carry_pointwise(pointwise, depthwise, POINTWISE)
         depthwise.type = POINTWISE_DEPTHWISE
         absorb_producer(graph, depthwise, pointwise)
+        fused += 1
+    return fused
+
+
+def _gated_input(graph: RuntimeGraph, gate: RuntimeOperator, x: RuntimeOperand) -> RuntimeOperator | None:
+    """The operator computing ``x * gate's output`` (pnnx's ``mul(@0,@1)`` either way round),
+    if it is the only reader of the gate."""
+    (output,) = gate.output_operands
+    if len(output.consumers) != 1:
+        return None
+    mul = operator_named(graph, output.consumers[0])
+    if (mul.type != "pnnx.Expression" or mul.param_text("expr") != "mul(@0,@1)" or len(mul.output_operands) != 1
+            or sorted(map(id, mul.input_operands_seq)) != sorted(map(id, (x, output)))):
+        return None
+    return mul
+
+
+def fuse_squeeze_excitation(graph: RuntimeGraph) -> int:
+    """global average pool -> 1x1 conv -> 1x1 conv -> multiply with the pool's input becomes
+    one ``kuiper.SqueezeExcitation`` operator: the pooling operator, carrying the
+    convolutions' weights, biases and activations under the ``reduce.`` and ``expand.``
+    prefixes."""
+    fused = 0
+    for pool in list(graph.operators):
+        if pool.type not in ("nn.AdaptiveAvgPool2d", "F.adaptive_avg_pool2d") or len(pool.input_operands_seq) != 1:
+            continue
+        if tuple(pool.param_ints("output_size", default=(0,))) not in ((1,), (1, 1)):
+            continue
+        reduce = sole_consumer(graph, pool)
+        expand = sole_consumer(graph, reduce) if reduce is not None and _is_pointwise(reduce) else None
+        if expand is None or not _is_pointwise(expand):
+            continue
+        mul = _gated_input(graph, expand, pool.input_operands_seq[0])
+        if mul is None:
+            continue
+        _carry_pointwise(reduce, pool, REDUCE)
+        _carry_pointwise(expand, pool, EXPAND)
+        for consumer in (reduce, expand, mul):
+            absorb_consumer(graph, pool, consumer)
+        pool.type = SQUEEZE_EXCITATION
         fused += 1
     return fused
 
@@ -195,7 +243,7 @@ def select_channels_last(graph: RuntimeGraph) -> int:
 
 
 PASSES: tuple[Pass, ...] = (fold_batch_norm, fold_zero_padding, fuse_activation, fuse_pointwise_depthwise,
-                            select_winograd, select_channels_last)
+                            fuse_squeeze_excitation, select_winograd, select_channels_last)
 
 
 def optimize(graph: RuntimeGraph, passes: tuple[Pass, ...] = PASSES) -> dict[str, int]:

@@ -22,9 +22,13 @@ def sole_consumer(graph: RuntimeGraph, op: RuntimeOperator) -> RuntimeOperator |
 
 
 def absorb_consumer(graph: RuntimeGraph, op: RuntimeOperator, consumer: RuntimeOperator) -> None:
-    """Remove ``consumer`` (the :func:`sole_consumer` of ``op``): ``op`` now produces the
-    consumer's output operand itself, so the consumer's consumers read it unchanged."""
+    """Remove ``consumer`` (the only reader of ``op``'s only output; its other inputs, if any,
+    are ``op``'s own inputs): ``op`` now produces the consumer's output operand itself, so
+    the consumer's consumers read it unchanged."""
     between: RuntimeOperand = op.output_operands[0]
+    for operand in consumer.input_operands_seq:
+        if operand is not between:
+            operand.consumers[:] = [name for name in operand.consumers if name != consumer.name]
     (output,) = consumer.output_operands
     op.output_operands = [output]
     output.producer = op.name
