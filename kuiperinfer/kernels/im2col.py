@@ -78,8 +78,13 @@ def im2col_conv2d(x: np.ndarray, packed: np.ndarray, kernel: tuple[int, int], st
     depth = packed.shape[1]
     work = n * oh * ow * k * depth
     threads = threads_for(work)
+    pointwise = kernel == (1, 1) and stride == (1, 1) and groups == 1
+    if threads > 1 and groups == 1 and n * oh * ow <= FEW_PIXELS:
+        columns = x.reshape(-1, c) if pointwise else window_view(x, kernel, stride, dilation, out_hw).reshape(-1, depth)
+        _multiply_by_channels(columns, packed[0], out.reshape(-1, k), threads, work, epilogue)
+        return out
     blocks: list[tuple[np.ndarray, np.ndarray]]       # (input pixels or windows, output block)
-    if kernel == (1, 1) and stride == (1, 1) and groups == 1:
+    if pointwise:
         pixels, flat = x.reshape(-1, c), out.reshape(-1, k)
         step = len(flat) if out.nbytes <= WHOLE_BYTES else max(1, BLOCK_BYTES // (k * out.itemsize))
         step = min(step, -(-len(flat) // threads))
@@ -96,9 +101,6 @@ def im2col_conv2d(x: np.ndarray, packed: np.ndarray, kernel: tuple[int, int], st
             blocks = [(windows[image, start:start + step], out[image, start:start + step].reshape(-1, k))
                       for image in range(n) for start in range(0, oh, step)]
 
-    if threads > 1 and groups == 1 and n * oh * ow <= FEW_PIXELS:
-        _multiply_by_channels(blocks, packed[0], out.reshape(-1, k), threads, work, epilogue)
-        return out
 
     def multiply(block: tuple[np.ndarray, np.ndarray]) -> None:
         source, target = block
@@ -117,12 +119,10 @@ each stay in cache (ResNet-18's 7x7 layers at batch 1: 49 x 4608 by 4608 x 512 i
 on two BLAS threads, in 1.6 ms as two single-threaded halves of the 512 columns)."""
 
 
-def _multiply_by_channels(blocks: list[tuple[np.ndarray, np.ndarray]], weight: np.ndarray, flat: np.ndarray,
+def _multiply_by_channels(cols: np.ndarray, weight: np.ndarray, flat: np.ndarray,
                           threads: int, work: int, epilogue: Callable[..., object] | None) -> None:
-    """The column matrix of ``blocks`` (made once) times ``weight`` (depth, K) into ``flat``
-    (P, K), the K output channels shared among ``threads`` threads."""
-    pieces = [source.reshape(-1, weight.shape[0]) for source, _ in blocks]
-    cols = pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
+    """The column matrix ``cols`` (P, depth) times ``weight`` (depth, K) into ``flat`` (P, K),
+    the K output channels shared among ``threads`` threads."""
     k = weight.shape[1]
     parts = [slice(k * i // threads, k * (i + 1) // threads) for i in range(threads)]
 
