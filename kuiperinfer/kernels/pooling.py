@@ -67,18 +67,21 @@ def _blocks(x: np.ndarray) -> list[tuple[slice, slice]]:
     return [(slice(None), slice(start, start + step)) for start in range(0, c, step)]
 
 
-def _reduce_taps(padded: np.ndarray, kernel: tuple[int, int], stride: tuple[int, int],
-                 dilation: tuple[int, int], out_hw: tuple[int, int], combine: np.ufunc) -> np.ndarray:
-    """``combine`` (np.maximum, np.add) over each output pixel's window of ``padded``, a block
-    at a time (the result has ``padded``'s memory layout). A window is a rectangle, so it
-    is reduced in two steps: across the kernel's columns into the rows each output column
-    needs, then across its rows (kh + kw passes instead of kh * kw)."""
+def _reduce_taps(x: np.ndarray, kernel: tuple[int, int], stride: tuple[int, int], padding: tuple[int, int],
+                 dilation: tuple[int, int], out_hw: tuple[int, int], combine: np.ufunc,
+                 pad_value: float) -> np.ndarray:
+    """``combine`` (np.maximum, np.add) over each output pixel's window of ``x`` padded with
+    ``pad_value``, a block at a time: each block is padded on its own, so the padded copy
+    is never made whole (the result has ``x``'s memory layout). A window is a rectangle,
+    so it is reduced in two steps: across the kernel's columns into the rows each output
+    column needs, then across its rows (kh + kw passes instead of kh * kw)."""
     (kh, kw), (sh, sw), (dh, dw), (oh, ow) = kernel, stride, dilation, out_hw
-    n, c = padded.shape[:2]
+    n, c = x.shape[:2]
     rows_needed = (oh - 1) * sh + (kh - 1) * dh + 1
-    out = empty_like_layout(padded, (n, c, oh, ow))
-    for images, channels in _blocks(padded):
-        block, target = padded[images, channels, :rows_needed], out[images, channels]
+    out = empty_like_layout(x, (n, c, oh, ow))
+    for images, channels in _blocks(x):
+        block = pad_for_pooling(x[images, channels], kernel, stride, padding, dilation, out_hw, pad_value)
+        block, target = block[:, :, :rows_needed], out[images, channels]
         rows = block[..., 0: sw * (ow - 1) + 1: sw].copy(order="K")
         for j in range(1, kw):
             combine(rows, block[..., j * dw: j * dw + sw * (ow - 1) + 1: sw], out=rows)
@@ -92,8 +95,7 @@ def max_pool2d(x: np.ndarray, kernel: tuple[int, int], stride: tuple[int, int],
                padding: tuple[int, int], dilation: tuple[int, int], ceil_mode: bool) -> np.ndarray:
     """Max pooling of NCHW ``x``; padding counts as -inf, NaN propagates as in PyTorch."""
     out_hw = pool_output_hw(x, kernel, stride, padding, dilation, ceil_mode)
-    padded = pad_for_pooling(x, kernel, stride, padding, dilation, out_hw, -np.inf)
-    return _reduce_taps(padded, kernel, stride, dilation, out_hw, np.maximum)
+    return _reduce_taps(x, kernel, stride, padding, dilation, out_hw, np.maximum, -np.inf)
 
 
 def _window_counts(size: int, kernel: int, stride: int, padding: int, out: int
@@ -117,8 +119,7 @@ def avg_pool2d(x: np.ndarray, kernel: tuple[int, int], stride: tuple[int, int],
     """
     dilation = (1, 1)
     out_hw = pool_output_hw(x, kernel, stride, padding, dilation, ceil_mode)
-    padded = pad_for_pooling(x, kernel, stride, padding, dilation, out_hw, 0.0)
-    out = _reduce_taps(padded, kernel, stride, dilation, out_hw, np.add)
+    out = _reduce_taps(x, kernel, stride, padding, dilation, out_hw, np.add, 0.0)
     if divisor_override:
         out /= np.float32(divisor_override)
         return out
