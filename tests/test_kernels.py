@@ -10,7 +10,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from kuiperinfer.kernels.depthwise import PIXELS_MIN_CHANNELS, DepthwiseWeight, depthwise_conv2d
-from kuiperinfer.kernels import im2col, parallel
+from kuiperinfer.kernels import depthwise_stripes, im2col, parallel
 from kuiperinfer.kernels.elementwise import Epilogue, InplaceActivation
 from kuiperinfer.kernels.im2col import BLOCK_BYTES as IM2COL_BLOCK_BYTES
 from kuiperinfer.kernels.im2col import im2col_conv2d, pack_weight
@@ -243,6 +243,33 @@ def test_planar_columns_for_few_channels_match_pytorch(channels, kernel, stride,
         np.testing.assert_allclose(nchw(ours), expected, atol=1e-4, rtol=1e-4)
 
 
+@pytest.mark.parametrize("kernel, stride, pads", [((3, 3), (1, 1), ((1, 1), (1, 1))), ((3, 3), (2, 2), ((1, 1), (1, 1))),
+                                                  ((5, 5), (2, 2), ((2, 2), (2, 2))), ((3, 5), (1, 3), ((0, 1), (2, 1))),
+                                                  ((4, 4), (2, 3), ((1, 2), (0, 3)))])
+@pytest.mark.parametrize("stripe_bytes", [1 << 20, 3000])       # whole images, or stripes of a few rows
+@pytest.mark.parametrize("pointwise", [False, True])
+def test_depthwise_in_stripes_matches_pytorch(kernel, stride, pads, stripe_bytes, pointwise, monkeypatch):
+    monkeypatch.setattr(depthwise_stripes, "STRIPE_BYTES", stripe_bytes)
+    x = RNG.standard_normal((3, 5, 17, 14), dtype=np.float32)
+    expand = RNG.standard_normal((8, 5, 1, 1), dtype=np.float32)
+    expand_bias = RNG.standard_normal(8, dtype=np.float32)
+    channels = 8 if pointwise else 5
+    weight = RNG.standard_normal((channels, 1, *kernel), dtype=np.float32)
+    bias = RNG.standard_normal(channels, dtype=np.float32)
+    (top, bottom), (left, right) = pads
+    t = torch.from_numpy(x)
+    if pointwise:
+        t = F.relu6(F.conv2d(t, torch.from_numpy(expand), torch.from_numpy(expand_bias)))
+    expected = F.hardswish(F.conv2d(F.pad(t, (left, right, top, bottom)), torch.from_numpy(weight),
+                                    torch.from_numpy(bias), stride=stride, groups=channels)).numpy()
+    product = dict(pointwise=pack_weight(expand, 1)[0],
+                   pointwise_epilogue=Epilogue(expand_bias, InplaceActivation("clip", (0.0, 6.0))))
+    ours = depthwise_stripes.depthwise_in_stripes(
+        np.ascontiguousarray(nhwc(x)) if pointwise else nhwc(x), DepthwiseWeight(weight), stride, pads,
+        expected.shape[2:], Epilogue(bias, InplaceActivation("hardswish")), **(product if pointwise else {}))
+    np.testing.assert_allclose(nchw(ours), expected, atol=1e-4, rtol=1e-4)
+
+
 class ThreadRecorder:
     """An epilogue that records which threads ran it (and applies nothing)."""
 
@@ -255,16 +282,18 @@ class ThreadRecorder:
             self.threads.add(threading.get_ident())
 
 
-@pytest.mark.parametrize("kind", ["im2col", "pointwise", "winograd", "depthwise rows", "depthwise pixels",
-                                  "few pixels"])
+@pytest.mark.parametrize("kind", ["im2col", "pointwise", "winograd", "depthwise", "depthwise strided",
+                                  "depthwise dilated rows", "depthwise dilated pixels", "few pixels"])
 def test_kernels_share_their_blocks_among_intra_op_threads(kind, monkeypatch):
     monkeypatch.setattr(parallel, "MIN_PARALLEL_WORK", 0)
-    c, stride = (PIXELS_MIN_CHANNELS, 2) if kind == "depthwise pixels" else (16, 1)
+    c, stride = (PIXELS_MIN_CHANNELS, 2) if kind in ("depthwise strided", "depthwise dilated pixels") else (16, 1)
+    dilation = 2 if "dilated" in kind else 1    # dilated: depthwise_conv2d, else stripes
     kernel = (1, 1) if kind == "pointwise" else (3, 3)   # "few pixels": output channels shared
     groups = c if kind.startswith("depthwise") else 1
     x = RNG.standard_normal((1, c, 40, 36) if kind != "few pixels" else (1, c, 7, 7), dtype=np.float32)
     weight = RNG.standard_normal((c, c // groups, *kernel), dtype=np.float32) / np.float32(4 * c)
-    geometry = ConvGeometry(kernel, (stride, stride), (1, 1), ((1, 1), (1, 1)) if kernel == (3, 3) else ((0, 0), (0, 0)),
+    padding = dilation if kernel == (3, 3) else 0
+    geometry = ConvGeometry(kernel, (stride, stride), (dilation, dilation), ((padding, padding), (padding, padding)),
                             "zeros", groups)
     recorder = ThreadRecorder()
     token = parallel.INTRA_OP_THREADS.set(2)
@@ -272,8 +301,8 @@ def test_kernels_share_their_blocks_among_intra_op_threads(kind, monkeypatch):
         ours = conv2d(x, PackedWeight(weight, groups, winograd=kind == "winograd"), geometry, recorder)
     finally:
         parallel.INTRA_OP_THREADS.reset(token)
-    expected = F.conv2d(torch.from_numpy(x), torch.from_numpy(weight), stride=stride,
-                        padding=1 if kernel == (3, 3) else 0, groups=groups).numpy()
+    expected = F.conv2d(torch.from_numpy(x), torch.from_numpy(weight), stride=stride, padding=padding,
+                        dilation=dilation, groups=groups).numpy()
     np.testing.assert_allclose(nchw(ours), expected, atol=1e-5, rtol=1e-4)
     assert len(recorder.threads) == 2
 

@@ -10,7 +10,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from kuiperinfer.errors import GraphError
-from kuiperinfer.kernels import parallel, pointwise_depthwise
+from kuiperinfer.kernels import depthwise_stripes, parallel
 from kuiperinfer.kernels.layout import is_channels_last
 from kuiperinfer.optimizer import optimize
 from kuiperinfer.pnnx.ir import Attribute, Graph, Parameter
@@ -239,7 +239,7 @@ def test_pointwise_then_depthwise_fused(kernel, stride, activation, tmp_path):
 
 def test_pointwise_then_depthwise_in_stripes_and_shared_among_threads(tmp_path, monkeypatch):
     model = randomize_batchnorm(InvertedResidual(8, 32, 3, 2, nn.Hardswish)).eval()
-    monkeypatch.setattr(pointwise_depthwise, "STRIPE_BYTES", 40 * 32 * 4 * 6)   # six padded rows
+    monkeypatch.setattr(depthwise_stripes, "STRIPE_BYTES", 40 * 32 * 4 * 6)   # six padded rows
     param = export(model, (torch.rand(1, 8, 40, 37),), tmp_path)
     graph, rewrites = built(param, True)
     assert rewrites["fuse_pointwise_depthwise"] == 1

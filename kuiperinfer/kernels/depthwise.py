@@ -38,14 +38,15 @@ def takes_pixels(channels: int, stride: tuple[int, int], dilation: tuple[int, in
 
 class DepthwiseWeight:
     """A (C, 1, kh, kw) depthwise weight as taps (kh, kw, C), with the tiled row taps of
-    :func:`depthwise_conv2d` made once per output width and stride: at build time for the
-    output width the model was exported with (``out_width``), else on first use."""
+    :func:`phased_rows` made once per output width and stride: at build time for the
+    output width the model was exported with (``out_width``) when the convolution computes
+    in rows (``in_rows``), else on first use."""
 
     def __init__(self, weight: np.ndarray, out_width: int | None = None, stride: tuple[int, int] = (1, 1),
-                 dilation: tuple[int, int] = (1, 1)):
+                 in_rows: bool = False):
         self.taps = np.ascontiguousarray(weight[:, 0].transpose(1, 2, 0), dtype=np.float32)
         self._rows: dict[tuple[int, int], np.ndarray] = {}
-        if out_width is not None and not takes_pixels(weight.shape[0], stride, dilation):
+        if out_width is not None and in_rows:
             self.row_taps(out_width, stride[1])
 
     def row_taps(self, out_width: int, stride: int) -> np.ndarray:
@@ -91,7 +92,7 @@ def depthwise_rows(x: np.ndarray, weight: DepthwiseWeight, stride: tuple[int, in
                    dilation: tuple[int, int], out: np.ndarray) -> Callable[[slice], None]:
     """The depthwise convolution of padded NHWC ``x`` into the contiguous NHWC ``out`` as a
     function that computes the output rows it is given (a slice), in the calling thread."""
-    n, _, width, c = x.shape
+    n, _, _, c = x.shape
     (sh, sw), (dh, dw), (_, oh, ow, _) = stride, dilation, out.shape
     kh, kw = weight.taps.shape[:2]
     if takes_pixels(c, stride, dilation):
@@ -103,20 +104,36 @@ def depthwise_rows(x: np.ndarray, weight: DepthwiseWeight, stride: tuple[int, in
             np.einsum("nyxijc,ijc->nyxc", windows[:, part], weight.taps, out=out[:, part])
         return pixels
 
-    if sw > 1:  # phases of the columns: phased[n, h, q, m] = x[n, h, m * sw + q]
-        phase_width = -(-width // sw)
-        phased = np.zeros((n, x.shape[1], sw, phase_width, c), dtype=np.float32)
-        for q in range(sw):
-            columns = x[:, :, q::sw]
-            phased[:, :, q, :columns.shape[2]] = columns
-        x = phased
-        s_n, s_h, s_q, s_w, s_c = x.strides
-    else:
-        s_n, s_h, s_w, s_c = x.strides
-        s_q, s_w = 0, s_w * dw
+    if sw > 1:
+        return phased_rows(phase_columns(x, sw), weight, sh, dh, out)
+    return phased_rows(x[:, :, None], weight, sh, dh, out, column_step=dw)
+
+
+def phase_columns(x: np.ndarray, stride: int) -> np.ndarray:
+    """NHWC ``x`` with its columns split into ``stride`` phases: a new (N, H, stride, W', C)
+    array ``phased[n, h, q, m] = x[n, h, m * stride + q]``, zero past the last column."""
+    n, h, width, c = x.shape
+    phased = np.zeros((n, h, stride, -(-width // stride), c), dtype=np.float32)
+    for q in range(stride):
+        columns = x[:, :, q::stride]
+        phased[:, :, q, :columns.shape[2]] = columns
+    return phased
+
+
+def phased_rows(phased: np.ndarray, weight: DepthwiseWeight, stride: int, dilation: int, out: np.ndarray,
+                column_step: int = 1) -> Callable[[slice], None]:
+    """The row form over an input whose columns are split into as many phases as the width
+    stride (``phased``, (N, H, sw, W', C); one phase for stride 1), into the contiguous NHWC
+    ``out``, as a function computing the output rows it is given. ``stride`` and
+    ``dilation`` are along the height; ``column_step`` is the width dilation of a single
+    phase."""
+    n, _, sw, _, c = phased.shape
+    _, oh, ow, _ = out.shape
+    kh = weight.taps.shape[0]
     taps = weight.row_taps(ow, sw)
-    rows = as_strided(x, (n, kh, sw, taps.shape[2], oh, ow * c), (s_n, s_h * dh, s_q, s_w, s_h * sh, s_c),
-                      writeable=False)
+    s_n, s_h, s_q, s_w, s_c = phased.strides
+    rows = as_strided(phased, (n, kh, sw, taps.shape[2], oh, ow * c),
+                      (s_n, s_h * dilation, s_q, s_w * column_step, s_h * stride, s_c), writeable=False)
     out_rows = out.reshape(n, oh, ow * c)
 
     def whole_rows(part: slice) -> None:

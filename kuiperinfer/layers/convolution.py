@@ -22,10 +22,11 @@ import numpy as np
 from kuiperinfer.errors import InferError, InferStatus, ParseParameterAttrStatus as Status
 from kuiperinfer.kernels.col2im import col2im
 from kuiperinfer.kernels.depthwise import DepthwiseWeight, depthwise_conv2d
+from kuiperinfer.kernels.depthwise_stripes import depthwise_in_stripes
 from kuiperinfer.kernels.im2col import (PLANAR_MAX_CHANNELS, im2col_conv2d, output_size, pack_planar_weight,
                                         pack_weight, planar_conv2d)
 from kuiperinfer.kernels.elementwise import Epilogue, InplaceActivation
-from kuiperinfer.kernels.layout import nchw, pad_nhwc
+from kuiperinfer.kernels.layout import nchw, nhwc, pad_nhwc
 from kuiperinfer.kernels.padding import PAD_MODES, pad_last_dims
 from kuiperinfer.kernels.winograd import winograd_conv3x3, winograd_pays, winograd_weight
 from kuiperinfer.layers.activation import read_fused_activation
@@ -133,6 +134,11 @@ class ConvGeometry:
         return (self.kernel == (3, 3) and self.stride == (1, 1) and self.dilation == (1, 1)
                 and self.groups == 1 and self.padding_mode in ("zeros", "constant"))
 
+    def in_stripes(self) -> bool:
+        """Whether a depthwise convolution of this geometry goes a stripe of rows at a time
+        (:mod:`kuiperinfer.kernels.depthwise_stripes`): zero padding, no dilation."""
+        return self.padding_mode in ("zeros", "constant") and self.dilation == (1, 1)
+
     def pad_nhwc(self, x: np.ndarray) -> np.ndarray:
         """NCHW ``x`` (any memory layout) padded, as a contiguous NHWC array."""
         return pad_nhwc(x, self.padding, self.padding_mode)
@@ -213,8 +219,8 @@ class PackedWeight:
         self.in_channels = weight.shape[1] * groups
         self.depthwise = None
         if is_depthwise(weight, groups):
-            sweep = {} if geometry is None else {"stride": geometry.stride, "dilation": geometry.dilation}
-            self.depthwise = DepthwiseWeight(weight, out_width, **sweep)
+            self.depthwise = DepthwiseWeight(weight, out_width, geometry.stride if geometry else (1, 1),
+                                             geometry is not None and geometry.in_stripes())
         self.gemm = None if self.depthwise is not None else pack_weight(weight, groups)
         self.planar = pack_planar_weight(weight) if groups == 1 and weight.shape[1] <= PLANAR_MAX_CHANNELS else None
         self.winograd = winograd_weight(weight) if winograd else None
@@ -227,25 +233,26 @@ def conv2d(x: np.ndarray, weight: PackedWeight, geometry: ConvGeometry,
     :func:`~kuiperinfer.kernels.layout.nchw` views as NCHW.
 
     Winograd computes it where ``weight`` has its transform and the call has enough tiles
-    to pay for it; a row-major input of very few channels is padded as it is and goes to
-    the planar columns; otherwise the input is padded into NHWC and goes to im2col or, for
-    a depthwise weight, the depthwise kernel.
+    to pay for it; a zero-padded, undilated depthwise convolution goes a stripe of rows at
+    a time (padding each stripe); a row-major input of very few channels is padded as it
+    is and goes to the planar columns; otherwise the input is padded into NHWC and goes to
+    im2col or, for a depthwise weight, the depthwise kernel.
     """
     check_channels(x, weight.in_channels)
-    if weight.winograd is not None:
-        (top, bottom), (left, right) = geometry.padding
-        out_hw = (x.shape[2] + top + bottom - 2, x.shape[3] + left + right - 2)
-        if min(out_hw) >= 1 and winograd_pays(x.shape[0], x.shape[1], out_hw):
-            return winograd_conv3x3(x, weight.winograd, geometry.padding, epilogue)
-    planar = weight.planar is not None and x.flags.c_contiguous
-    padded = pad_last_dims(x, geometry.padding, geometry.padding_mode) if planar else geometry.pad_nhwc(x)
-    oh, ow = geometry.output_hw(padded.shape[2:] if planar else padded.shape[1:3])
+    (top, bottom), (left, right) = geometry.padding
+    oh, ow = geometry.output_hw((x.shape[2] + top + bottom, x.shape[3] + left + right))
     if oh < 1 or ow < 1:
         raise InferError(f"input {x.shape} is too small for kernel {geometry.kernel} "
                          f"with padding {geometry.padding}", status=InferStatus.kInferFailedOutputSizeError)
-    if planar:
+    if weight.winograd is not None and winograd_pays(x.shape[0], x.shape[1], (oh, ow)):
+        return winograd_conv3x3(x, weight.winograd, geometry.padding, epilogue)
+    if weight.depthwise is not None and geometry.in_stripes():
+        return depthwise_in_stripes(nhwc(x), weight.depthwise, geometry.stride, geometry.padding, (oh, ow), epilogue)
+    if weight.planar is not None and x.flags.c_contiguous:
+        padded = pad_last_dims(x, geometry.padding, geometry.padding_mode)
         return planar_conv2d(padded, weight.planar, geometry.kernel, geometry.stride, geometry.dilation, (oh, ow),
                              epilogue)
+    padded = geometry.pad_nhwc(x)
     if weight.depthwise is not None:
         return depthwise_conv2d(padded, weight.depthwise, geometry.stride, geometry.dilation, (oh, ow), epilogue)
     return im2col_conv2d(padded, weight.gemm, geometry.kernel, geometry.stride, geometry.dilation, (oh, ow),

@@ -2,7 +2,7 @@
 
 * ``kuiper.PointwiseDepthwise``: a 1x1 convolution and the depthwise convolution that
   alone reads it (the expansion and filter of a MobileNet/EfficientNet block), computed
-  a stripe of rows at a time (:mod:`kuiperinfer.kernels.pointwise_depthwise`), so the
+  a stripe of rows at a time (:mod:`kuiperinfer.kernels.depthwise_stripes`), so the
   expanded tensor never exists whole. The operator is the depthwise one, with the 1x1
   convolution's weight, bias and activation under the ``pointwise.`` prefix.
 * ``kuiper.SqueezeExcitation``: a squeeze-and-excitation gate (MobileNetV3, EfficientNet):
@@ -22,7 +22,7 @@ import numpy as np
 
 from kuiperinfer.errors import ParseParameterAttrStatus as Status
 from kuiperinfer.kernels.layout import nchw, nhwc
-from kuiperinfer.kernels.pointwise_depthwise import pointwise_depthwise
+from kuiperinfer.kernels.depthwise_stripes import depthwise_in_stripes
 from kuiperinfer.kernels.pooling import global_avg_pool2d
 from kuiperinfer.layers.activation import read_fused_activation
 from kuiperinfer.layers.base import Layer
@@ -73,9 +73,9 @@ class PointwiseDepthwise(Layer):
         x, geometry = as_2d(inputs[0], 2), self.depthwise.geometry
         check_channels(x, self.pointwise.packed.in_channels)
         padded_hw = [size + before + after for size, (before, after) in zip(x.shape[2:], geometry.padding)]
-        out = pointwise_depthwise(np.ascontiguousarray(nhwc(x)), self.pointwise.packed.gemm[0],
-                                  self.pointwise.epilogue, self.depthwise.packed.depthwise, geometry.stride,
-                                  geometry.padding, geometry.output_hw(padded_hw), self.depthwise.epilogue)
+        out = depthwise_in_stripes(np.ascontiguousarray(nhwc(x)), self.depthwise.packed.depthwise, geometry.stride,
+                                   geometry.padding, geometry.output_hw(padded_hw), self.depthwise.epilogue,
+                                   self.pointwise.packed.gemm[0], self.pointwise.epilogue)
         out = nchw(out)
         return [out if self.depthwise.channels_last else np.ascontiguousarray(out)]
 

@@ -9,7 +9,7 @@
   ``activation_type``), and its operator disappears.
 * :func:`fuse_pointwise_depthwise`: a 1x1 convolution whose output only a depthwise
   convolution reads becomes one operator with it, computed a stripe of rows at a time
-  (:mod:`kuiperinfer.kernels.pointwise_depthwise`).
+  (:mod:`kuiperinfer.kernels.depthwise_stripes`).
 * :func:`fuse_squeeze_excitation`: global average pooling, two 1x1 convolutions and the
   multiplication of the pooled input by their result (a squeeze-and-excitation gate)
   become one operator.
