@@ -14,6 +14,11 @@ one of two forms:
 * **Pixels**: ``out[n, y, x, c] = sum_ij window[n, y, x, i, j, c] * taps[i, j, c]``, whose
   inner loop runs along the C channels of one pixel. It wins for a strided width with
   many channels, where the phase copy and the zero taps cost more than short loops.
+
+Zero-padded, undilated convolutions (nearly all) go a stripe of rows at a time through
+:mod:`~kuiperinfer.kernels.depthwise_stripes`, which writes its stripes already split into
+phases and so always takes the row form (:func:`phased_rows`); :func:`depthwise_conv2d`
+computes the others from a padded copy.
 """
 
 from __future__ import annotations
