@@ -14,6 +14,11 @@ the OpenBLAS threads of kuiperinfer's NumPy through ``OPENBLAS_THREAD_TIMEOUT=4`
 interleaved rounds on a small machine one engine's spinning threads would otherwise steal
 the cores of the engine timed next.
 
+Beside the three times the table shows kuiperinfer's floor (:mod:`benchmarks.floor`): the
+model's multiply-adds at the best rates of kuiperinfer's kernels on this machine, shared
+perfectly among the threads, and its ratio to onnxruntime's time. Where that ratio is above
+a target, no work around the kernels reaches the target; only faster kernels would.
+
 Writes ``latest.md`` (the table) and ``latest.json`` (everything) into ``--out``.
 """
 
@@ -33,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.engines import ENGINES, added_peak_memory, make_engine, model_files, sample_batch
+from benchmarks.floor import KernelRates, measure_rates, model_work
 from benchmarks.models import MODELS
 from kuiperinfer.benchmark import blas_description, blas_threads
 from kuiperinfer.errors import KuiperError
@@ -89,7 +95,7 @@ def peak_memory(model: str, batch: int, param: Path, onnx_path: Path, threads: i
     return result
 
 
-def bench_case(name: str, batch: int, args: argparse.Namespace) -> dict[str, Any]:
+def bench_case(name: str, batch: int, args: argparse.Namespace, rates: KernelRates) -> dict[str, Any]:
     model = MODELS[name]
     param, onnx_path = model_files(model, args.cache)
     engines = {engine: make_engine(engine, model, param, onnx_path, args.threads) for engine in ENGINES}
@@ -106,6 +112,8 @@ def bench_case(name: str, batch: int, args: argparse.Namespace) -> dict[str, Any
                         "runs_ms": [t * 1e3 for t in times[engine]],
                         "peak_memory_added_bytes": memory.get(engine)}
     kuiper = case["kuiperinfer"]["median_ms"]
+    case["floor_ms"] = model_work(param).floor_ms(rates, batch, args.threads)
+    case["floor_vs_onnxruntime"] = case["floor_ms"] / case["onnxruntime"]["median_ms"]
     case["ratio_vs_onnxruntime"] = kuiper / case["onnxruntime"]["median_ms"]
     case["ratio_vs_torch"] = kuiper / case["torch"]["median_ms"]
     case["max_abs_diff_vs_onnxruntime"] = _max_diff(outputs["kuiperinfer"], outputs["onnxruntime"])
@@ -135,22 +143,27 @@ def machine() -> dict[str, Any]:
 
 
 def markdown(report: dict[str, Any]) -> str:
-    m = report["machine"]
+    m, rates = report["machine"], report["kernel_rates"]
     lines = [f"`{report['command']}` on {m['cpu']} ({m['cpus']} CPUs), {report['threads']} threads per "
              f"engine, median of {report['runs']} interleaved runs (min in brackets), "
-             f"numpy {m['numpy']} ({m['blas']}), onnxruntime {m['onnxruntime']}, torch {m['torch']}.",
+             f"numpy {m['numpy']} ({m['blas']}), onnxruntime {m['onnxruntime']}, torch {m['torch']}. "
+             f"Floor: the model's multiply-adds at kuiperinfer's best kernel rates here (one thread: "
+             f"matrix products {rates['gemm'] / 1e9:.1f} GMAC/s, depthwise {rates['depthwise'] / 1e9:.1f} "
+             f"GMAC/s; 3x3 convolutions at a quarter of their multiply-adds, for Winograd) over "
+             f"{report['threads']} threads.",
              "",
-             "| model | batch | kuiperinfer ms | onnxruntime ms | torch ms | kuiper/ort | kuiper/torch "
-             "| peak MB added (kuiper / ort / torch) | max abs diff (ort / torch) |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "| model | batch | kuiperinfer ms | onnxruntime ms | torch ms | floor ms | kuiper/ort | floor/ort "
+             "| kuiper/torch | peak MB added (kuiper / ort / torch) | max abs diff (ort / torch) |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for c in report["cases"]:
         if "error" in c:
-            lines.append(f"| {c['model']} | {c['batch']} | failed: {c['error'][:120]} |||||||")
+            lines.append(f"| {c['model']} | {c['batch']} | failed: {c['error'][:120]} |||||||||")
             continue
         cells = [f"{c[e]['median_ms']:.1f} ({c[e]['min_ms']:.1f})" for e in ENGINES]
         mem = " / ".join("-" if c[e]["peak_memory_added_bytes"] is None
                          else f"{c[e]['peak_memory_added_bytes'] / MB:.0f}" for e in ENGINES)
-        lines.append(f"| {c['model']} | {c['batch']} | {' | '.join(cells)} | {c['ratio_vs_onnxruntime']:.2f} "
+        lines.append(f"| {c['model']} | {c['batch']} | {' | '.join(cells)} | {c['floor_ms']:.1f} "
+                     f"| {c['ratio_vs_onnxruntime']:.2f} | {c['floor_vs_onnxruntime']:.2f} "
                      f"| {c['ratio_vs_torch']:.2f} | {mem} | {c['max_abs_diff_vs_onnxruntime']:.1e} / "
                      f"{c['max_abs_diff_vs_torch']:.1e} |")
     return "\n".join(lines) + "\n"
@@ -162,13 +175,15 @@ def main(argv: list[str] | None = None) -> int:
     report: dict[str, Any] = {
         "command": "python -m benchmarks " + shlex.join(sys.argv[1:] if argv is None else argv),
         "threads": args.threads, "runs": args.runs, "warmup": args.warmup, "machine": machine(), "cases": []}
+    rates = measure_rates()
+    report["kernel_rates"] = {"gemm": rates.gemm, "depthwise": rates.depthwise}
     with blas_threads(args.threads):
         for name in args.models.split(","):
             batches = [int(b) for b in args.batches.split(",")] if args.batches else MODELS[name].batches
             for batch in batches:
                 print(f"{name} batch {batch} ...", file=sys.stderr, flush=True)
                 try:
-                    report["cases"].append(bench_case(name, batch, args))
+                    report["cases"].append(bench_case(name, batch, args, rates))
                 except KuiperError as exc:   # e.g. an operator not supported yet: report, go on
                     print(f"  {name} batch {batch} failed: {exc}", file=sys.stderr)
                     report["cases"].append({"model": name, "batch": batch, "error": str(exc)})
