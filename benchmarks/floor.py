@@ -5,15 +5,16 @@ products in NumPy's BLAS (im2col and 1x1 convolutions, Winograd's products, line
 layers) and ``np.einsum`` over strided windows (depthwise convolutions). Measured on
 this machine at their best (one thread, warm caches, a large square product and a
 depthwise stripe that fits in cache), their rates turn a model's multiply-adds into a
-time no engine built on those kernels can beat, whatever it does around them:
+floor: the time it would take if every multiply-add ran at those rates, on every thread,
+and nothing else took any time:
 
     floor = batch * (dense / gemm_rate + winograd / 4 / gemm_rate + depthwise / depthwise_rate) / threads
 
 ``winograd`` are the multiply-adds of 3x3 stride-1 convolutions, which Winograd F(4x4, 3x3)
 computes with a quarter of them (36 products per 4x4 output tile instead of 144); the
 transforms, column copies, epilogues and hand-offs between threads are left out. Set
-beside onnxruntime's time, the floor says which targets more work on kuiperinfer can
-reach and which need faster kernels than NumPy's.
+beside onnxruntime's time, the floor tells the targets that work around the kernels can
+still reach from those that need faster kernels than NumPy's.
 """
 
 from __future__ import annotations
