@@ -23,7 +23,11 @@ _GELU_TANH_SATURATION = 10.0
 
 def sigmoid(x: np.ndarray) -> np.ndarray:
     """The logistic function 1 / (1 + exp(-x)), as 0.5 * (1 + tanh(x / 2))."""
-    return sigmoid_(x.astype(np.result_type(x, np.float32)))
+    y = np.asarray(np.multiply(x, 0.5, dtype=np.result_type(x, np.float32)))   # 0-d stays an array
+    np.tanh(y, out=y)
+    y += 1
+    y *= 0.5
+    return y
 
 
 def softplus(x: np.ndarray) -> np.ndarray:
