@@ -599,9 +599,12 @@ def test_no_numpy_warnings_escape(recwarn):
 # --------------------------------------------------------------------------- random trees
 
 
-# Continuous, well-conditioned functions only: NumPy's and torch's float32 sin/tanh/...
-# may differ in the last bit, and exp(exp(.)) or remainder(1e5 x, tanh(x)) would turn
-# that into a visible difference. The discontinuous ones are tested exactly above.
+# Continuous functions only: NumPy's and torch's float32 sin/tanh/... may differ in the
+# last bit, and exp(exp(.)) or remainder(1e5 x, tanh(x)) would turn that into a visible
+# difference. The discontinuous ones are tested exactly above. Compositions can still be
+# ill-conditioned (sin(tanh(x) / (1e-5 x)) takes the sine of ~1e5, where one float32 ulp
+# is 0.008): the comparison skips the elements where torch's own float32 result is not
+# within tolerance of its float64 one.
 RANDOM_UNARY = ["abs", "neg", "tanh", "sin", "sqrt", "square", "erf", "atan"]
 RANDOM_BINARY = ["add", "sub", "mul", "div", "maximum", "min", "atan2"]
 LITERALS = ["0.5", "-2.0", "3", "1.000000e-5", "-1"]
@@ -642,6 +645,9 @@ def test_random_float32_expressions_match_torch(text):
     inputs = [(rng.standard_normal(shape) * 3).astype(np.float32)
               for shape in ((2, 3, 4), (1, 3, 1), (4,))]
     expected = _torch_eval(text, [torch.from_numpy(x) for x in inputs])
+    exact = _torch_eval(text, [torch.from_numpy(x.astype(np.float64)) for x in inputs])
     got = compile_expression(text).evaluate(inputs)
-    assert isinstance(got, np.ndarray) and got.dtype == np.float32
-    torch.testing.assert_close(torch.from_numpy(got), expected, rtol=1e-4, atol=1e-4, equal_nan=True)
+    assert isinstance(got, np.ndarray) and got.dtype == np.float32 and got.shape == tuple(expected.shape)
+    conditioned = torch.isclose(expected.double(), exact, rtol=1e-4, atol=1e-4, equal_nan=True)
+    torch.testing.assert_close(torch.from_numpy(got)[conditioned], expected[conditioned],
+                               rtol=1e-4, atol=1e-4, equal_nan=True)
