@@ -22,12 +22,17 @@ _GELU_TANH_SATURATION = 10.0
 
 
 def sigmoid(x: np.ndarray) -> np.ndarray:
-    """The logistic function 1 / (1 + exp(-x)), as 0.5 * (1 + tanh(x / 2))."""
-    y = np.asarray(np.multiply(x, 0.5, dtype=np.result_type(x, np.float32)))   # 0-d stays an array
-    np.tanh(y, out=y)
-    y += 1
-    y *= 0.5
-    return y
+    """The logistic function 1 / (1 + exp(-x)), as 0.5 * (1 + tanh(x / 2)); the halving
+    makes the float copy (a 0-d input stays an array)."""
+    return _sigmoid_of_halves(np.asarray(np.multiply(x, 0.5, dtype=np.result_type(x, np.float32))))
+
+
+def _sigmoid_of_halves(h: np.ndarray) -> np.ndarray:
+    """sigmoid(2h) = 0.5 * (1 + tanh(h)), in place of ``h``."""
+    np.tanh(h, out=h)
+    h += 1
+    h *= 0.5
+    return h
 
 
 def softplus(x: np.ndarray) -> np.ndarray:
@@ -93,10 +98,7 @@ def leaky_relu_(y: np.ndarray, negative_slope: float) -> np.ndarray:
 
 def sigmoid_(y: np.ndarray) -> np.ndarray:
     y *= 0.5
-    np.tanh(y, out=y)
-    y += 1
-    y *= 0.5
-    return y
+    return _sigmoid_of_halves(y)
 
 
 def silu_(y: np.ndarray) -> np.ndarray:
