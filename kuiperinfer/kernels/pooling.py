@@ -35,22 +35,6 @@ def pool_output_hw(x: np.ndarray, kernel: tuple[int, int], stride: tuple[int, in
     return out_hw
 
 
-def pad_for_pooling(x: np.ndarray, kernel: tuple[int, int], stride: tuple[int, int],
-                    padding: tuple[int, int], dilation: tuple[int, int],
-                    out_hw: tuple[int, int], value: float) -> np.ndarray:
-    """Pad H and W with ``value`` so that every one of the ``out_hw`` windows lies inside."""
-    n, c, h, w = x.shape
-    need_h = (out_hw[0] - 1) * stride[0] + dilation[0] * (kernel[0] - 1) + 1
-    need_w = (out_hw[1] - 1) * stride[1] + dilation[1] * (kernel[1] - 1) + 1
-    bottom, right = max(need_h - h - padding[0], 0), max(need_w - w - padding[1], 0)
-    if not (padding[0] or padding[1] or bottom or right):
-        return x
-    out = empty_like_layout(x, (n, c, padding[0] + h + bottom, padding[1] + w + right))
-    out.fill(value)
-    out[:, :, padding[0]:padding[0] + h, padding[1]:padding[1] + w] = x
-    return out
-
-
 BLOCK_BYTES = 1 << 20
 """Input bytes pooled at a time (row-major input): a block of channels small enough to stay in cache while
 every tap passes over it (one pass over a whole batch would stream it from memory
@@ -67,27 +51,62 @@ def _blocks(x: np.ndarray) -> list[tuple[slice, slice]]:
     return [(slice(None), slice(start, start + step)) for start in range(0, c, step)]
 
 
+def _tap_spans(size: int, kernel: int, stride: int, padding: int, dilation: int,
+               out: int) -> list[tuple[int, int, int]]:
+    """For each tap of a window sweeping an axis of ``size`` (padded by ``padding`` before
+    it): the outputs ``first:end`` whose tap falls inside the input proper, and the input
+    index the first of them reads. Taps that reach no output are left out."""
+    spans = []
+    for tap in range(kernel):
+        offset = tap * dilation - padding            # input index of output 0's tap
+        first = max(0, -(offset // stride))
+        end = min(out, (size - 1 - offset) // stride + 1)
+        if first < end:
+            spans.append((first, end, first * stride + offset))
+    return spans
+
+
+def _along(array: np.ndarray, axis: int, start: int, stop: int, step: int = 1) -> np.ndarray:
+    index = [slice(None)] * array.ndim
+    index[axis] = slice(start, stop, step)
+    return array[tuple(index)]
+
+
+def _reduce_axis(x: np.ndarray, out: np.ndarray, axis: int, kernel: int, stride: int, padding: int,
+                 dilation: int, combine: np.ufunc, pad_value: float) -> None:
+    """``out`` = ``combine`` over the windows sweeping ``axis`` of ``x``, padding counting as
+    ``pad_value``. Each tap combines into just the outputs it reaches inside ``x``, so no
+    padded copy is made; a tap every output reaches is copied first, instead of a fill."""
+    spans = _tap_spans(x.shape[axis], kernel, stride, padding, dilation, out.shape[axis])
+    whole = next((span for span in spans if span[:2] == (0, out.shape[axis])), None)
+    if whole is None:
+        out.fill(pad_value)
+    else:
+        spans.remove(whole)
+        spans.insert(0, whole)
+    for number, (first, end, source) in enumerate(spans):
+        taps = _along(x, axis, source, source + stride * (end - first - 1) + 1, stride)
+        target = _along(out, axis, first, end)
+        if number == 0 and whole is not None:
+            np.copyto(target, taps)
+        else:
+            combine(target, taps, out=target)
+
+
 def _reduce_taps(x: np.ndarray, kernel: tuple[int, int], stride: tuple[int, int], padding: tuple[int, int],
                  dilation: tuple[int, int], out_hw: tuple[int, int], combine: np.ufunc,
                  pad_value: float) -> np.ndarray:
     """``combine`` (np.maximum, np.add) over each output pixel's window of ``x`` padded with
-    ``pad_value``, a block at a time: each block is padded on its own, so the padded copy
-    is never made whole (the result has ``x``'s memory layout). A window is a rectangle,
-    so it is reduced in two steps: across the kernel's columns into the rows each output
-    column needs, then across its rows (kh + kw passes instead of kh * kw)."""
-    (kh, kw), (sh, sw), (dh, dw), (oh, ow) = kernel, stride, dilation, out_hw
-    n, c = x.shape[:2]
-    rows_needed = (oh - 1) * sh + (kh - 1) * dh + 1
-    out = empty_like_layout(x, (n, c, oh, ow))
+    ``pad_value``, a block at a time (the result has ``x``'s memory layout). A window is a
+    rectangle, so it is reduced in two steps: across the kernel's columns into the rows
+    each output column needs, then across its rows (kh + kw passes instead of kh * kw)."""
+    n, c, h, _ = x.shape
+    out = empty_like_layout(x, (n, c, *out_hw))
     for images, channels in _blocks(x):
-        block = pad_for_pooling(x[images, channels], kernel, stride, padding, dilation, out_hw, pad_value)
-        block, target = block[:, :, :rows_needed], out[images, channels]
-        rows = block[..., 0: sw * (ow - 1) + 1: sw].copy(order="K")
-        for j in range(1, kw):
-            combine(rows, block[..., j * dw: j * dw + sw * (ow - 1) + 1: sw], out=rows)
-        np.copyto(target, rows[:, :, 0: sh * (oh - 1) + 1: sh])
-        for i in range(1, kh):
-            combine(target, rows[:, :, i * dh: i * dh + sh * (oh - 1) + 1: sh], out=target)
+        block, target = x[images, channels], out[images, channels]
+        rows = empty_like_layout(block, (*block.shape[:3], out_hw[1]))
+        _reduce_axis(block, rows, 3, kernel[1], stride[1], padding[1], dilation[1], combine, pad_value)
+        _reduce_axis(rows, target, 2, kernel[0], stride[0], padding[0], dilation[0], combine, pad_value)
     return out
 
 
