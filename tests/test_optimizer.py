@@ -11,7 +11,9 @@ import torch.nn.functional as F
 
 from kuiperinfer.errors import GraphError
 from kuiperinfer.kernels import depthwise_stripes, parallel
+from kuiperinfer.kernels.elementwise import InplaceActivation
 from kuiperinfer.kernels.layout import is_channels_last
+from kuiperinfer.layers.convolution import add_residual
 from kuiperinfer.optimizer import optimize
 from kuiperinfer.pnnx.ir import Attribute, Graph, Parameter
 from kuiperinfer.runtime.graph import RuntimeGraph
@@ -97,18 +99,60 @@ def test_activation_fused_into_linear(tmp_path):
     assert types(graph) == ["pnnx.Input", "nn.Linear", "pnnx.Output"]
 
 
-def test_activation_fused_into_residual_addition(tmp_path):
-    class Residual(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.conv = nn.Conv2d(4, 4, 3, padding=1)
+class Residual(nn.Module):
+    """``conv(x)`` plus a residual: ``x`` itself, ``x`` through another convolution (a
+    downsampling branch) or ``x`` averaged over its pixels (a sum that broadcasts)."""
 
-        def forward(self, x):
-            return F.relu(self.conv(x) + x)
+    def __init__(self, residual: str = "identity", activation: str = "relu"):
+        super().__init__()
+        self.conv = nn.Conv2d(4, 4, 3, padding=1)
+        self.branch = nn.Conv2d(4, 4, 1)
+        self.residual, self.activation = residual, activation
 
+    def forward(self, x):
+        y = self.conv(x)
+        if self.activation == "silu before":           # YOLOv5's bottleneck: x + silu(conv(x))
+            y = F.silu(y)
+        if self.residual == "branch":
+            r = self.branch(x)
+        elif self.residual == "mean":
+            r = x.mean((2, 3), keepdim=True)
+        else:
+            r = x
+        return F.relu(y + r) if self.activation == "relu" else y + r
+
+
+def test_residual_addition_and_its_activation_fused_into_convolution(tmp_path):
     graph, rewrites = compare(Residual(), (1, 4, 10, 10), tmp_path)
-    assert rewrites["fuse_activation"] == 1
-    assert types(graph) == ["pnnx.Input", "nn.Conv2d", "pnnx.Expression", "pnnx.Output"]
+    assert rewrites["fuse_activation"] == 1 and rewrites["fuse_residual_add"] == 1
+    assert types(graph) == ["pnnx.Input", "nn.Conv2d", "pnnx.Output"]
+    (conv,) = [op.layer for op in graph.operators if op.type == "nn.Conv2d"]
+    assert conv.residual and conv.residual_activation.name == "relu" and conv.activation is None
+
+
+@pytest.mark.parametrize("residual, activation", [("branch", "relu"), ("identity", "silu before"),
+                                                  ("branch", "silu before")])
+def test_residual_addition_fused_after_a_fused_activation_or_from_a_second_convolution(
+        residual, activation, tmp_path):
+    graph, rewrites = compare(Residual(residual, activation), (1, 4, 10, 10), tmp_path)
+    assert rewrites["fuse_residual_add"] == 1 and "pnnx.Expression" not in types(graph)
+    (fused,) = [op.layer for op in graph.operators if op.type == "nn.Conv2d" and op.layer.residual]
+    assert (fused.activation is None) == (activation == "relu" or fused.geometry.kernel == (1, 1))
+
+
+def test_residual_addition_that_broadcasts_stays(tmp_path):
+    graph, rewrites = compare(Residual("mean"), (1, 4, 10, 10), tmp_path)
+    assert rewrites["fuse_residual_add"] == 0 and "pnnx.Expression" in types(graph)
+
+
+def test_residual_added_in_place_unless_the_sum_broadcasts_to_a_larger_shape():
+    out, residual = np.ones((1, 4, 1, 5), np.float32), np.arange(60, dtype=np.float32).reshape(1, 4, 3, 5)
+    summed = add_residual(out, residual, None)
+    np.testing.assert_array_equal(summed, 1 + residual)
+    assert summed.shape == (1, 4, 3, 5) and out.max() == 1
+    smaller = -np.arange(5, dtype=np.float32)
+    assert add_residual(out, smaller, InplaceActivation("relu")) is out
+    np.testing.assert_array_equal(out, np.maximum(1 - np.arange(5), 0) * np.ones((1, 4, 1, 5)))
 
 
 def test_nothing_fused_where_the_value_is_also_read_elsewhere(tmp_path):

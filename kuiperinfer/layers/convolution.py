@@ -77,6 +77,10 @@ channels-last memory (:mod:`kuiperinfer.kernels.layout`) instead of row-major NC
 PADS = "pads"
 """Parameter (top, bottom, left, right) by which the graph optimiser gives an nn.Conv2d
 padding that differs per side (a zero padding operator folded in); it replaces ``padding``."""
+RESIDUAL = "residual"
+"""Parameter by which the graph optimiser lets an nn.Conv2d add its second input (a
+residual) to its output in place, then apply the activation recorded under the prefix
+``residual.``."""
 
 
 # -- geometry ----------------------------------------------------------------------------
@@ -259,6 +263,16 @@ def conv2d(x: np.ndarray, weight: PackedWeight, geometry: ConvGeometry,
                          epilogue)
 
 
+def add_residual(out: np.ndarray, residual: np.ndarray, activation: InplaceActivation | None) -> np.ndarray:
+    """``activation(out + residual)``, in ``out`` (a fresh convolution output) unless the
+    sum broadcasts to a larger shape."""
+    if np.broadcast_shapes(out.shape, residual.shape) == out.shape:
+        out += residual
+    else:
+        out = out + residual
+    return out if activation is None else activation(out)
+
+
 @register_layer("nn.Conv1d", "nn.Conv2d")
 class Convolution(ParamLayer):
     """nn.Conv1d / nn.Conv2d with the weight (and bias) stored in the model."""
@@ -267,7 +281,8 @@ class Convolution(ParamLayer):
 
     def __init__(self, layer_name: str, weight: np.ndarray, bias: np.ndarray | None,
                  geometry: ConvGeometry, rank: int, activation: InplaceActivation | None = None,
-                 winograd: bool = False, channels_last: bool = False, out_width: int | None = None):
+                 winograd: bool = False, channels_last: bool = False, out_width: int | None = None,
+                 residual: bool = False, residual_activation: InplaceActivation | None = None):
         self.geometry, self.rank = geometry, rank
         self.out_width = out_width
         """The output width the model was exported with, for which weights are prepared
@@ -279,6 +294,11 @@ class Convolution(ParamLayer):
         self.channels_last = channels_last
         """Whether the output stays in the kernels' channels-last memory (the optimiser
         selects it); otherwise it is copied to row-major NCHW."""
+        self.residual = residual
+        """Whether the output has the second input added to it (the optimiser fuses a
+        residual addition in): in place, after the activation."""
+        self.residual_activation = residual_activation
+        """The activation applied in place after the residual addition."""
         super().__init__(layer_name, weight, bias)
 
     @classmethod
@@ -288,9 +308,13 @@ class Convolution(ParamLayer):
         geometry = ConvGeometry.from_operator(op, kernel)
         c_in, c_out = _read_channels(op, geometry)
         weight = op.weight("weight", (c_out, c_in // geometry.groups, *kernel))
+        residual = op.param_bool(RESIDUAL, default=False)
+        if residual and len(op.input_operands_seq) != 2:
+            raise op.error(f"a convolution adding a residual takes 2 inputs, not {len(op.input_operands_seq)}",
+                           Status.kParameterInvalidValue)
         return cls(op.name, weight, _read_bias(op, c_out), geometry, rank, read_fused_activation(op),
                    op.param_bool(WINOGRAD, default=False), op.param_bool(CHANNELS_LAST, default=False),
-                   _recorded_width(op))
+                   _recorded_width(op), residual, read_fused_activation(op, RESIDUAL + "."))
 
     def prepare(self) -> None:
         weight_2d = self._weight.reshape(*self._weight.shape[:2], *self.geometry.kernel)
@@ -300,10 +324,13 @@ class Convolution(ParamLayer):
         """Bias and fused activation, applied in place on each block of output."""
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
-        out = nchw(conv2d(as_2d(inputs[0], self.rank), self.packed, self.geometry, self.epilogue))
+        out = from_2d(nchw(conv2d(as_2d(inputs[0], self.rank), self.packed, self.geometry, self.epilogue)),
+                      self.rank)
+        if self.residual:
+            out = add_residual(out, inputs[1], self.residual_activation)
         if not self.channels_last:
             out = np.ascontiguousarray(out)
-        return [from_2d(out, self.rank)]
+        return [out]
 
 
 @register_layer("F.conv1d", "F.conv2d")

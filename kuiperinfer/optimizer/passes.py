@@ -13,6 +13,8 @@
 * :func:`fuse_squeeze_excitation`: global average pooling, two 1x1 convolutions and the
   multiplication of the pooled input by their result (a squeeze-and-excitation gate)
   become one operator.
+* :func:`fuse_residual_add`: the addition of a residual to a convolution's output (with
+  any activation fused into it) is done by the convolution, in place on its fresh output.
 * :func:`select_winograd`: 3x3 stride-1 convolutions take Winograd F(4x4, 3x3)
   (:mod:`kuiperinfer.kernels.winograd`) where it pays.
 * :func:`select_channels_last`: convolutions hand on their output in channels-last
@@ -30,7 +32,7 @@ import numpy as np
 from kuiperinfer.errors import GraphError
 from kuiperinfer.kernels.winograd import MIN_CHANNELS
 from kuiperinfer.layers.activation import InplaceActivationLayer, read_fused_activation, write_fused_activation
-from kuiperinfer.layers.convolution import CHANNELS_LAST, PADS, WINOGRAD, ConvGeometry
+from kuiperinfer.layers.convolution import CHANNELS_LAST, PADS, RESIDUAL, WINOGRAD, ConvGeometry
 from kuiperinfer.layers.fused import EXPAND, POINTWISE, POINTWISE_DEPTHWISE, REDUCE, SQUEEZE_EXCITATION
 from kuiperinfer.layers.normalization import BatchNorm, fold_batch_norm as batch_norm_scale_shift
 from kuiperinfer.layers.padding import Pad
@@ -121,6 +123,47 @@ def fuse_activation(graph: RuntimeGraph) -> int:
             continue
         write_fused_activation(op, layer.inplace())
         absorb_consumer(graph, op, act)
+        fused += 1
+    return fused
+
+
+def _residual_conv(graph: RuntimeGraph, add: RuntimeOperator) -> RuntimeOperator | None:
+    """The nn.Conv2d whose output ``add``, a float32 ``add(@0,@1)`` of two different operands
+    of the same recorded shape, alone reads (the first such of its two inputs)."""
+    if (add.type != "pnnx.Expression" or add.param_text("expr") not in ("add(@0,@1)", "add(@1,@0)")
+            or len(add.input_operands_seq) != 2 or len(add.output_operands) != 1):
+        return None
+    operands = add.input_operands_seq + add.output_operands
+    shapes = {tuple(operand.shapes) for operand in operands}
+    if (operands[0] is operands[1] or len(shapes) != 1 or min(next(iter(shapes)), default=0) < 1
+            or any(numpy_dtype(operand.type) != np.float32 for operand in operands)):
+        return None
+    for operand in add.input_operands_seq:
+        conv = operator_named(graph, operand.producer) if operand.producer else None
+        if (conv is not None and conv.type == "nn.Conv2d" and "weight" in conv.attribute
+                and not conv.param_bool(RESIDUAL, default=False) and operand.consumers == [add.name]):
+            return conv
+    return None
+
+
+def fuse_residual_add(graph: RuntimeGraph) -> int:
+    """conv -> ``add(@0,@1)`` of its output and a residual (and any activation fused into
+    the addition) becomes the convolution adding its new second input in place and then
+    applying that activation: no operator and no new array for the sum."""
+    fused = 0
+    for add in list(graph.operators):
+        conv = _residual_conv(graph, add)
+        if conv is None:
+            continue
+        (residual,) = [operand for operand in add.input_operands_seq if operand is not conv.output_operands[0]]
+        conv.input_operands_seq.append(residual)
+        conv.input_operands.setdefault(residual.producer, []).append(residual)
+        residual.consumers.append(conv.name)
+        conv.params[RESIDUAL] = RuntimeParameter(T.kParameterBool, True, "True")
+        activation = read_fused_activation(add)
+        if activation is not None:
+            write_fused_activation(conv, activation, RESIDUAL + ".")
+        absorb_consumer(graph, conv, add)
         fused += 1
     return fused
 
@@ -243,7 +286,7 @@ def select_channels_last(graph: RuntimeGraph) -> int:
 
 
 PASSES: tuple[Pass, ...] = (fold_batch_norm, fold_zero_padding, fuse_activation, fuse_pointwise_depthwise,
-                            fuse_squeeze_excitation, select_winograd, select_channels_last)
+                            fuse_squeeze_excitation, fuse_residual_add, select_winograd, select_channels_last)
 
 
 def optimize(graph: RuntimeGraph, passes: tuple[Pass, ...] = PASSES) -> dict[str, int]:
