@@ -2,6 +2,7 @@
 channels-last memory, pooling, the in-place activations, and Winograd-sized convolutions."""
 
 import threading
+from functools import partial
 
 import numpy as np
 import pytest
@@ -10,7 +11,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from kuiperinfer.kernels.depthwise import PIXELS_MIN_CHANNELS, DepthwiseWeight, depthwise_conv2d
-from kuiperinfer.kernels import depthwise_stripes, im2col, parallel
+from kuiperinfer.kernels import depthwise_stripes, im2col, parallel, pooling
 from kuiperinfer.kernels.elementwise import Epilogue, InplaceActivation
 from kuiperinfer.kernels.im2col import BLOCK_BYTES as IM2COL_BLOCK_BYTES
 from kuiperinfer.kernels.im2col import im2col_conv2d, pack_weight
@@ -312,6 +313,33 @@ def test_kernels_share_their_blocks_among_intra_op_threads(kind, monkeypatch):
     assert len(recorder.threads) == 2
     if kind in ("few pixels", "winograd few tiles"):
         assert recorder.channels == {(0, c // 2), (c // 2, c)}
+
+
+@pytest.mark.parametrize("kind, kernel, stride, padding, ceil_mode", [
+    ("max", 3, 2, 1, False), ("max", 3, 2, 1, True), ("max", 5, 1, 2, False), ("avg", 3, 2, 1, True)])
+def test_pooling_of_one_channels_last_image_shares_bands_of_rows_among_intra_op_threads(
+        kind, kernel, stride, padding, ceil_mode, monkeypatch):
+    monkeypatch.setattr(parallel, "MIN_PARALLEL_WORK", 0)
+    threads, reduce_axis = set(), pooling._reduce_axis
+
+    def recording(*args):
+        threads.add(threading.get_ident())
+        reduce_axis(*args)
+
+    monkeypatch.setattr(pooling, "_reduce_axis", recording)
+    x = nchw(RNG.standard_normal((1, 14, 11, 8), dtype=np.float32))
+    token = parallel.INTRA_OP_THREADS.set(2)
+    try:
+        if kind == "max":
+            ours = max_pool2d(x, (kernel,) * 2, (stride,) * 2, (padding,) * 2, (1, 1), ceil_mode)
+        else:
+            ours = avg_pool2d(x, (kernel,) * 2, (stride,) * 2, (padding,) * 2, ceil_mode, False, None)
+    finally:
+        parallel.INTRA_OP_THREADS.reset(token)
+    pool = F.max_pool2d if kind == "max" else partial(F.avg_pool2d, count_include_pad=False)
+    expected = pool(torch.from_numpy(np.ascontiguousarray(x)), kernel, stride, padding, ceil_mode=ceil_mode)
+    np.testing.assert_allclose(ours, expected.numpy(), atol=1e-6, rtol=1e-5)
+    assert len(threads) == 2 and is_channels_last(ours)
 
 
 def test_small_kernels_stay_in_the_calling_thread():
