@@ -62,6 +62,20 @@ def model_files(model: BenchModel, cache: Path) -> tuple[Path, Path]:
     return param, onnx_path
 
 
+def onnxruntime_session(onnx_path: Path, threads: int, profile: bool = False):
+    """An onnxruntime CPU session on ``threads`` intra-op threads whose idle threads sleep
+    (so that they do not slow the engine timed next); with ``profile``, it records every
+    node's time (``session.end_profiling()`` writes them to a JSON file)."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options.enable_profiling = profile
+    return ort.InferenceSession(str(onnx_path), options, providers=["CPUExecutionProvider"])
+
+
 def make_engine(engine: str, model: BenchModel, param: Path, onnx_path: Path, threads: int) -> Engine:
     """Load ``model`` into ``engine``, running on ``threads`` threads."""
     if engine == "kuiperinfer":
@@ -70,14 +84,7 @@ def make_engine(engine: str, model: BenchModel, param: Path, onnx_path: Path, th
         graph = kuiperinfer.load(param, workers=threads)
         return lambda x: graph.run(x)[0]
     if engine == "onnxruntime":
-        import onnxruntime as ort
-
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
-        # idle threads sleep instead of spinning, so they do not slow the engine timed next
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        session = ort.InferenceSession(str(onnx_path), options, providers=["CPUExecutionProvider"])
+        session = onnxruntime_session(onnx_path, threads)
         return lambda x: session.run(None, {"input": x})[0]
     if engine == "torch":
         import torch
