@@ -5,7 +5,7 @@ a slice of it through the whole graph, with BLAS limited to one thread. A single
 runs whole in one thread, where only the matrix products would use every core. For a
 graph whose work is mostly in large operators (:func:`sharing_pays`) the graph then sets
 :data:`INTRA_OP_THREADS` and limits BLAS to one thread, and the kernels (im2col, Winograd,
-depthwise convolution) hand their blocks to :func:`run_parts`, which runs a large
+depthwise convolution, pooling) hand their blocks to :func:`run_parts`, which runs a large
 operator's blocks on that many threads at once: the column copies, transforms and
 epilogues in parallel as well as the products. NumPy and BLAS release the GIL inside
 their loops. Graphs of small operators leave the parallelism to BLAS: their hand-offs
