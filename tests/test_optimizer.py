@@ -99,6 +99,36 @@ def test_activation_fused_into_linear(tmp_path):
     assert types(graph) == ["pnnx.Input", "nn.Linear", "pnnx.Output"]
 
 
+def test_activation_fused_through_reshapes_and_permutations(tmp_path):
+    class DetectHead(nn.Module):            # YOLOv5's: conv, (N, anchors, outputs, H, W), sigmoid
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(4, 2 * 6, 1)
+
+        def forward(self, x):
+            y = self.conv(x).reshape(-1, 2, 6, 5, 7).permute(0, 1, 3, 4, 2)
+            return torch.sigmoid(y).reshape(-1, 2 * 5 * 7, 6)
+
+    graph, rewrites = compare(DetectHead(), (1, 4, 5, 7), tmp_path)
+    assert rewrites["fuse_activation"] == 1
+    assert types(graph) == ["pnnx.Input", "nn.Conv2d", "Tensor.reshape", "Tensor.permute", "Tensor.reshape",
+                            "pnnx.Output"]
+
+
+def test_activation_not_fused_through_a_reshape_whose_output_is_read_elsewhere(tmp_path):
+    class TwoReaders(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(3, 4, 1)
+
+        def forward(self, x):
+            y = self.conv(x).reshape(-1, 4 * 6 * 6)
+            return torch.sigmoid(y), y * 2
+
+    graph, rewrites = compare(TwoReaders(), (1, 3, 6, 6), tmp_path)
+    assert rewrites["fuse_activation"] == 0 and "F.sigmoid" in types(graph)
+
+
 class Residual(nn.Module):
     """``conv(x)`` plus a residual: ``x`` itself, ``x`` through another convolution (a
     downsampling branch) or ``x`` averaged over its pixels (a sum that broadcasts)."""

@@ -5,8 +5,9 @@
 * :func:`fold_zero_padding`: zero padding right before a convolution becomes the
   convolution's own (per-side) padding.
 * :func:`fuse_activation`: an activation right after a convolution, a linear layer or
-  an arithmetic expression is applied in place on that operator's fresh output (ncnn's
-  ``activation_type``), and its operator disappears.
+  an arithmetic expression (or after reshapes and permutations of its output) is applied
+  in place on that operator's fresh output (ncnn's ``activation_type``), and its operator
+  disappears.
 * :func:`fuse_pointwise_depthwise`: a 1x1 convolution whose output only a depthwise
   convolution reads becomes one operator with it, computed a stripe of rows at a time
   (:mod:`kuiperinfer.kernels.depthwise_stripes`).
@@ -111,18 +112,36 @@ def _makes_fresh_array(op: RuntimeOperator) -> bool:
     return False
 
 
+SHAPE_ONLY = ("Tensor.reshape", "Tensor.view", "torch.reshape", "Tensor.permute", "torch.permute",
+              "torch.transpose", "Tensor.transpose", "torch.flatten", "Tensor.flatten",
+              "torch.squeeze", "Tensor.squeeze", "torch.unsqueeze", "Tensor.unsqueeze")
+"""Operators that only rearrange their one input: an elementwise activation after them
+gives the values it would give before them."""
+
+
+def _activation_reading(graph: RuntimeGraph, op: RuntimeOperator) -> tuple[RuntimeOperator | None, RuntimeOperator]:
+    """The operator that alone reads ``op``'s output, directly or through a chain of
+    :data:`SHAPE_ONLY` operators that each alone read the one before; and the operator
+    whose output it reads (``op`` or the chain's last)."""
+    reader, last = sole_consumer(graph, op), op
+    while reader is not None and reader.type in SHAPE_ONLY:
+        reader, last = sole_consumer(graph, reader), reader
+    return reader, last
+
+
 def fuse_activation(graph: RuntimeGraph) -> int:
-    """producer -> activation becomes the producer applying the activation in place."""
+    """producer -> activation becomes the producer applying the activation in place, also
+    when reshapes or permutations stand between them (a detection head's sigmoid)."""
     fused = 0
     for op in list(graph.operators):
-        act = sole_consumer(graph, op) if _makes_fresh_array(op) else None
-        if act is None or read_fused_activation(op) is not None:
+        if not _makes_fresh_array(op) or read_fused_activation(op) is not None:
             continue
-        layer = LayerRegisterer.create_layer(act) if LayerRegisterer.has(act.type) else None
+        act, last = _activation_reading(graph, op)
+        layer = LayerRegisterer.create_layer(act) if act is not None and LayerRegisterer.has(act.type) else None
         if not isinstance(layer, InplaceActivationLayer):
             continue
         write_fused_activation(op, layer.inplace())
-        absorb_consumer(graph, op, act)
+        absorb_consumer(graph, last, act)
         fused += 1
     return fused
 
