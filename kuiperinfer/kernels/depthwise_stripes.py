@@ -97,11 +97,17 @@ class _Stripes:
         self.kernel_height = depthwise.taps.shape[0]
         phases = stride[1]
         rows = (stripe - 1) * stride[0] + self.kernel_height
-        # zero once: the border columns and the columns past the last phase stay zero
-        self.buffer = np.zeros((count, rows, phases, -(-(left + w + right) // phases), channels), dtype=np.float32)
+        self.buffer = np.empty((count, rows, phases, -(-(left + w + right) // phases), channels), dtype=np.float32)
         # the image's column j is padded column left + j: phase (left + j) % phases
         self.columns = [(q, (left + j) // phases, slice(j, None, phases))
                         for q, j in ((q, (q - left) % phases) for q in range(phases)) if j < w]
+        # zeroed once, not whole: the border columns (and those past the last phase) stay
+        # zero, and _fill writes every other column of every row it hands on
+        filled = {q: (start, start + len(range(w)[columns])) for q, start, columns in self.columns}
+        for q in range(phases):
+            first, end = filled.get(q, (0, 0))
+            self.buffer[:, :, q, :first] = 0
+            self.buffer[:, :, q, end:] = 0
         self.products = None if pointwise is None else np.empty((count * rows * w, channels), dtype=np.float32)
         self.held = (0, 0)
         """The padded rows [start, stop) the buffer holds, from its top."""
