@@ -78,20 +78,19 @@ def _reduce_axis(x: np.ndarray, out: np.ndarray, axis: int, kernel: int, stride:
     """``out`` = ``combine`` over the windows sweeping ``axis`` of ``x``, padding counting as
     ``pad_value``. Each tap combines into just the outputs it reaches inside ``x``, so no
     padded copy is made; a tap every output reaches is copied first, instead of a fill."""
+    def taps(first: int, end: int, source: int) -> np.ndarray:
+        return _along(x, axis, source, source + stride * (end - first - 1) + 1, stride)
+
     spans = _tap_spans(x.shape[axis], kernel, stride, padding, dilation, out.shape[axis])
     whole = next((span for span in spans if span[:2] == (0, out.shape[axis])), None)
     if whole is None:
         out.fill(pad_value)
     else:
         spans.remove(whole)
-        spans.insert(0, whole)
-    for number, (first, end, source) in enumerate(spans):
-        taps = _along(x, axis, source, source + stride * (end - first - 1) + 1, stride)
+        np.copyto(out, taps(*whole))
+    for first, end, source in spans:
         target = _along(out, axis, first, end)
-        if number == 0 and whole is not None:
-            np.copyto(target, taps)
-        else:
-            combine(target, taps, out=target)
+        combine(target, taps(first, end, source), out=target)
 
 
 def _reduce_taps(x: np.ndarray, kernel: tuple[int, int], stride: tuple[int, int], padding: tuple[int, int],
@@ -108,7 +107,7 @@ def _reduce_taps(x: np.ndarray, kernel: tuple[int, int], stride: tuple[int, int]
     (kh, kw), (sh, sw), (ph, pw), (dh, dw) = kernel, stride, padding, dilation
     blocks = _blocks(x)
     work = TAP_WORK * out.size * (kh + kw)
-    bands = threads_for(work) if len(blocks) == 1 else 1
+    bands = min(threads_for(work), out_hw[0]) if len(blocks) == 1 else 1
 
     def reduce(part: tuple[tuple[slice, slice], int]) -> None:
         (images, channels), band = part
