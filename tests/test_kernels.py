@@ -11,7 +11,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from kuiperinfer.kernels.depthwise import PIXELS_MIN_CHANNELS, DepthwiseWeight, depthwise_conv2d
-from kuiperinfer.kernels import depthwise_stripes, im2col, parallel, pooling
+from kuiperinfer.kernels import depthwise_stripes, im2col, parallel, pooling, winograd
 from kuiperinfer.kernels.elementwise import Epilogue, InplaceActivation
 from kuiperinfer.kernels.im2col import BLOCK_BYTES as IM2COL_BLOCK_BYTES
 from kuiperinfer.kernels.im2col import im2col_conv2d, pack_weight
@@ -54,6 +54,44 @@ def test_winograd_without_bias_leaves_the_input_alone():
     ours = winograd_conv3x3(x, winograd_weight(weight), ((1, 1), (1, 1)))
     np.testing.assert_array_equal(x, before)
     np.testing.assert_allclose(ours, torch_reference(x, weight, None, ((1, 1), (1, 1))), atol=1e-4)
+
+
+def test_winograd_weight_made_in_blocks_of_output_channels_equals_the_whole(monkeypatch):
+    weight = RNG.standard_normal((7, 5, 3, 3), dtype=np.float32)
+    whole = winograd_weight(weight)
+    monkeypatch.setattr(winograd, "TRANSFORM_BYTES", 36 * 5 * 8 * 3)    # 3 output channels at a time
+    np.testing.assert_array_equal(winograd_weight(weight), whole)
+    expected = np.einsum("ai,kcij,bj->abck", winograd._G, weight.astype(np.float64), winograd._G)
+    np.testing.assert_allclose(whole, expected.reshape(36, 5, 7), rtol=1e-6, atol=1e-7)
+
+
+def test_gemm_operand_is_made_on_first_use_when_winograd_computes_the_exported_shape():
+    weight = RNG.standard_normal((6, 8, 3, 3), dtype=np.float32)
+    bias = RNG.standard_normal(6, dtype=np.float32)
+    geometry = ConvGeometry((3, 3), (1, 1), (1, 1), ((1, 1), (1, 1)), "zeros", 1)
+    assert PackedWeight(weight, 1, winograd=True, geometry=geometry, recorded=(1, 8, 8))._gemm is not None
+    packed = PackedWeight(weight, 1, winograd=True, geometry=geometry, recorded=(1, 16, 16))
+    assert packed._gemm is None                                   # 16 tiles: Winograd
+    for size in (16, 5):                                          # Winograd, then im2col (1 tile)
+        x = RNG.standard_normal((1, 8, size, size), dtype=np.float32)
+        ours = conv2d(x, packed, geometry, Epilogue(bias))
+        np.testing.assert_allclose(ours, torch_reference(x, weight, bias, ((1, 1), (1, 1))), atol=1e-4)
+    assert packed._gemm is not None
+
+
+@pytest.mark.parametrize("shape, groups", [((1, 6, 1, 1), 1), ((4, 1, 3, 3), 4), ((1, 3, 3, 3), 1)])
+def test_weights_packed_from_an_unaligned_read_only_view_are_aligned(shape, groups):
+    values = RNG.standard_normal(shape, dtype=np.float32)
+    stored = np.frombuffer(b"\0" + values.tobytes(), dtype=np.float32, offset=1).reshape(shape)
+    stored.flags.writeable = False
+    assert not stored.flags.aligned
+    packed = PackedWeight(stored, groups)
+    operands = [packed.depthwise.taps] if packed.depthwise else [packed.gemm] + [packed.planar] * (shape[1] <= 4)
+    assert all(a.flags.aligned and a.flags.c_contiguous for a in operands)
+    x = RNG.standard_normal((2, shape[1] * groups, 9, 9), dtype=np.float32)
+    geometry = ConvGeometry(shape[2:], (1, 1), (1, 1), ((1, 1), (1, 1)), "zeros", groups)
+    expected = F.conv2d(torch.from_numpy(x), torch.from_numpy(values), padding=1, groups=groups).numpy()
+    np.testing.assert_allclose(nchw(conv2d(x, packed, geometry)), expected, atol=1e-5)
 
 
 def test_winograd_pays_only_with_enough_tiles_and_channels():

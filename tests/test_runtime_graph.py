@@ -9,6 +9,8 @@ import handmade
 import kuiperinfer
 from kuiperinfer.errors import (GraphError, InferError, InputError, KuiperError, UnknownOperatorError,
                                 WeightError)
+from kuiperinfer.pnnx import Attribute
+from kuiperinfer.runtime.attribute import RuntimeAttribute
 from kuiperinfer.runtime.graph import GraphState, RuntimeGraph
 
 # Two inputs, an expression, a linear layer with weights in the .bin, a split with two
@@ -178,6 +180,31 @@ def test_one_graph_serves_many_threads(model_path):
     for t in threads:
         t.join()
     assert failures == []
+
+
+def test_layer_weights_are_read_only_views_of_the_model_file(model_path):
+    graph = kuiperinfer.load(model_path)
+    fc = next(op for op in graph.operators if op.name == "fc")
+    weight = fc.layer.weights()
+    assert np.shares_memory(weight, fc.attribute["weight"].attribute.numpy())
+    assert not weight.flags.writeable
+    np.testing.assert_array_equal(weight, WEIGHT)
+    fc.layer.set_weights(WEIGHT * 2)                  # replacing them is how weights change
+    a, b = np.ones((1, 4), np.float32), np.zeros((1, 4), np.float32)
+    y = np.concatenate(graph(a, b), axis=1)
+    np.testing.assert_allclose(y, np.maximum(a + b, 0) @ (2 * WEIGHT).T + BIAS, rtol=1e-6)
+    np.testing.assert_array_equal(fc.attribute["weight"].attribute.numpy(), WEIGHT)
+
+
+def test_runtime_attribute_copies_unless_told_not_to_and_never_hands_out_writable_shared_data():
+    stored = RuntimeAttribute(Attribute.from_numpy(np.arange(6, dtype=np.float32).reshape(2, 3)))
+    copied = stored.get()
+    assert copied.flags.writeable and not np.shares_memory(copied, stored.attribute.numpy())
+    view = stored.get(copy=False)
+    assert np.shares_memory(view, stored.attribute.numpy()) and not view.flags.writeable
+    decoded = stored.get(np.float64, copy=False)                # another type: a read-only copy
+    assert decoded.dtype == np.float64 and not decoded.flags.writeable
+    np.testing.assert_array_equal(decoded, copied)
 
 
 def test_unknown_operator_lists_the_closest_types(tmp_path):

@@ -49,7 +49,7 @@ class DepthwiseWeight:
 
     def __init__(self, weight: np.ndarray, out_width: int | None = None, stride: tuple[int, int] = (1, 1),
                  in_rows: bool = False):
-        self.taps = np.ascontiguousarray(weight[:, 0].transpose(1, 2, 0), dtype=np.float32)
+        self.taps = np.require(weight[:, 0].transpose(1, 2, 0), np.float32, "CA")
         self._rows: dict[tuple[int, int], np.ndarray] = {}
         if out_width is not None and in_rows:
             self.row_taps(out_width, stride[1])

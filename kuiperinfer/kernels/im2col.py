@@ -31,8 +31,7 @@ def pack_weight(weight: np.ndarray, groups: int) -> np.ndarray:
     """(K, C/groups, kh, kw) -> the GEMM operand (groups, kh*kw*C/groups, K/groups)."""
     k, c_group, kh, kw = weight.shape
     per_group = weight.reshape(groups, k // groups, c_group, kh, kw)
-    return np.ascontiguousarray(per_group.transpose(0, 3, 4, 2, 1).reshape(groups, kh * kw * c_group, -1),
-                                dtype=np.float32)
+    return np.require(per_group.transpose(0, 3, 4, 2, 1).reshape(groups, kh * kw * c_group, -1), np.float32, "CA")
 
 
 def window_view(x: np.ndarray, kernel: tuple[int, int], stride: tuple[int, int],
@@ -145,7 +144,7 @@ in NHWC a window row is only kw*C adjacent values, in NCHW an output row is OW o
 
 def pack_planar_weight(weight: np.ndarray) -> np.ndarray:
     """(K, C, kh, kw) -> the (C*kh*kw, K) operand of :func:`planar_conv2d`."""
-    return np.ascontiguousarray(weight.reshape(weight.shape[0], -1).T, dtype=np.float32)
+    return np.require(weight.reshape(weight.shape[0], -1).T, np.float32, "CA")
 
 
 def planar_conv2d(x: np.ndarray, packed: np.ndarray, kernel: tuple[int, int], stride: tuple[int, int],

@@ -61,10 +61,21 @@ _AT = np.array([[1, 1, 1, 1, 1, 0],
                 [0, 1, -1, 8, -8, 1]], dtype=np.float32)
 
 
+TRANSFORM_BYTES = 16 << 20
+"""Bytes of float64 transformed weight computed at a time by :func:`winograd_weight` (the
+whole at once would need 8 times the weight's size)."""
+
+
 def winograd_weight(weight: np.ndarray) -> np.ndarray:
-    """The transformed weight ``U`` (36, C, K) of a (K, C, 3, 3) weight, computed in float64."""
-    u = np.einsum("ai,kcij,bj->abck", _G, weight.astype(np.float64), _G)
-    return np.ascontiguousarray(u.reshape(36, weight.shape[1], weight.shape[0]), dtype=np.float32)
+    """The transformed weight ``U`` (36, C, K) of a (K, C, 3, 3) weight, computed in float64
+    a block of output channels at a time."""
+    k, c = weight.shape[:2]
+    u = np.empty((6, 6, c, k), dtype=np.float32)
+    step = max(1, TRANSFORM_BYTES // (36 * c * 8))
+    for start in range(0, k, step):
+        block = weight[start:start + step].astype(np.float64)
+        u[..., start:start + step] = np.einsum("ai,kcij,bj->abck", _G, block, _G)
+    return u.reshape(36, c, k)
 
 
 def tile_counts(out_hw: tuple[int, int]) -> tuple[int, int]:

@@ -111,7 +111,8 @@ class ParamLayer(Layer):
         self.prepare()
 
     def weights(self) -> np.ndarray:
-        """The weight, in PyTorch's layout."""
+        """The weight, in PyTorch's layout. Layers built from a model read it straight from
+        the model file, read-only: :meth:`set_weights` replaces it."""
         return self._weight
 
     def bias(self) -> np.ndarray | None:

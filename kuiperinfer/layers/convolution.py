@@ -172,10 +172,15 @@ def _read_bias(op: RuntimeOperator, c_out: int) -> np.ndarray | None:
     return op.weight("bias", (c_out,), Status.kAttrMissingBias) if use_bias else None
 
 
-def _recorded_width(op: RuntimeOperator) -> int | None:
-    """The output width pnnx recorded for ``op`` at export, if it did."""
+def _recorded_output(op: RuntimeOperator) -> tuple[int, int, int]:
+    """(batch, height, width) of the output pnnx recorded for ``op`` at export, 0 where it
+    did not (a 1-D output has height 1)."""
     shape = op.output_operands[0].shapes if op.output_operands else []
-    return shape[-1] if shape and shape[-1] > 0 else None
+    rank = spatial_rank(op)
+    if len(shape) != rank + 2:
+        return 0, 0, 0
+    batch, height, width = (max(d, 0) for d in (shape[0], 1 if rank == 1 else shape[2], shape[-1]))
+    return batch, height, width
 
 
 def _weight_operand_kernel(op: RuntimeOperator) -> tuple[int, ...]:
@@ -212,22 +217,41 @@ def is_depthwise(weight: np.ndarray, groups: int) -> bool:
 
 
 class PackedWeight:
-    """A (Cout, Cin/groups, kh, kw) convolution weight in the form its kernel takes, made
-    once at build time: the taps of a depthwise convolution (tiled for ``out_width`` with
-    the stride and dilation of ``geometry``, when given), else the GEMM operand of im2col
-    (and, for very few input channels, of the planar columns), plus the transformed weight
-    of Winograd when asked for."""
+    """A (Cout, Cin/groups, kh, kw) convolution weight in the forms its kernels take, made
+    once at build time: the taps of a depthwise convolution (tiled for the ``recorded``
+    output width with the stride of ``geometry``, when given), else the GEMM operand of
+    im2col (and, for very few input channels, of the planar columns), plus the transformed
+    weight of Winograd when asked for.
+
+    ``recorded`` is the output's (batch, height, width) at export (0 where unknown). When
+    Winograd computes that shape, and so every larger batch, the GEMM operand is made only
+    if a call needs it (a smaller image): the weight is not held twice more than it must be.
+    """
 
     def __init__(self, weight: np.ndarray, groups: int, winograd: bool = False,
-                 geometry: ConvGeometry | None = None, out_width: int | None = None):
+                 geometry: ConvGeometry | None = None, recorded: tuple[int, int, int] = (0, 0, 0)):
         self.in_channels = weight.shape[1] * groups
         self.depthwise = None
         if is_depthwise(weight, groups):
-            self.depthwise = DepthwiseWeight(weight, out_width, geometry.stride if geometry else (1, 1),
+            self.depthwise = DepthwiseWeight(weight, recorded[2] or None, geometry.stride if geometry else (1, 1),
                                              geometry is not None and geometry.in_stripes())
-        self.gemm = None if self.depthwise is not None else pack_weight(weight, groups)
         self.planar = pack_planar_weight(weight) if groups == 1 and weight.shape[1] <= PLANAR_MAX_CHANNELS else None
         self.winograd = winograd_weight(weight) if winograd else None
+        self._weight, self._groups = weight, groups
+        self._gemm = None
+        winograd_at_export = (self.winograd is not None and min(recorded) > 0
+                              and winograd_pays(recorded[0], self.in_channels, recorded[1:]))
+        if self.depthwise is None and not winograd_at_export:
+            self._gemm = pack_weight(weight, groups)
+
+    @property
+    def gemm(self) -> np.ndarray:
+        """The GEMM operand of im2col (made on first use if not at build time; threads
+        asking at once may each make it, and all get the same values)."""
+        gemm = self._gemm
+        if gemm is None:
+            gemm = self._gemm = pack_weight(self._weight, self._groups)
+        return gemm
 
 
 def conv2d(x: np.ndarray, weight: PackedWeight, geometry: ConvGeometry,
@@ -281,12 +305,13 @@ class Convolution(ParamLayer):
 
     def __init__(self, layer_name: str, weight: np.ndarray, bias: np.ndarray | None,
                  geometry: ConvGeometry, rank: int, activation: InplaceActivation | None = None,
-                 winograd: bool = False, channels_last: bool = False, out_width: int | None = None,
-                 residual: bool = False, residual_activation: InplaceActivation | None = None):
+                 winograd: bool = False, channels_last: bool = False,
+                 recorded: tuple[int, int, int] = (0, 0, 0), residual: bool = False,
+                 residual_activation: InplaceActivation | None = None):
         self.geometry, self.rank = geometry, rank
-        self.out_width = out_width
-        """The output width the model was exported with, for which weights are prepared
-        (any other width works too)."""
+        self.recorded = recorded
+        """The output's (batch, height, width) at export (0 where unknown), for which the
+        weights are prepared (any other shape works too)."""
         self.activation = activation
         """An activation the graph optimiser fused in, applied in place on the output."""
         self.winograd = winograd and geometry.winograd_applies()
@@ -307,18 +332,18 @@ class Convolution(ParamLayer):
         kernel = op.param_ints("kernel_size", rank, Status.kParameterMissingKernel)
         geometry = ConvGeometry.from_operator(op, kernel)
         c_in, c_out = _read_channels(op, geometry)
-        weight = op.weight("weight", (c_out, c_in // geometry.groups, *kernel))
+        weight = op.weight("weight", (c_out, c_in // geometry.groups, *kernel), copy=False)
         residual = op.param_bool(RESIDUAL, default=False)
         if residual and len(op.input_operands_seq) != 2:
             raise op.error(f"a convolution adding a residual takes 2 inputs, not {len(op.input_operands_seq)}",
                            Status.kParameterInvalidValue)
         return cls(op.name, weight, _read_bias(op, c_out), geometry, rank, read_fused_activation(op),
                    op.param_bool(WINOGRAD, default=False), op.param_bool(CHANNELS_LAST, default=False),
-                   _recorded_width(op), residual, read_fused_activation(op, RESIDUAL + "."))
+                   _recorded_output(op), residual, read_fused_activation(op, RESIDUAL + "."))
 
     def prepare(self) -> None:
         weight_2d = self._weight.reshape(*self._weight.shape[:2], *self.geometry.kernel)
-        self.packed = PackedWeight(weight_2d, self.geometry.groups, self.winograd, self.geometry, self.out_width)
+        self.packed = PackedWeight(weight_2d, self.geometry.groups, self.winograd, self.geometry, self.recorded)
         """The weight in the form the kernels take (made again when the weights change)."""
         self.epilogue = Epilogue(self._bias, self.activation)
         """Bias and fused activation, applied in place on each block of output."""
@@ -359,7 +384,7 @@ def pack_transposed_weight(weight: np.ndarray, groups: int) -> np.ndarray:
     """(Cin, Cout/groups, kh, kw) -> the GEMM operand (groups, Cout/groups*kh*kw, Cin/groups)."""
     c_in = weight.shape[0]
     per_group = weight.reshape(groups, c_in // groups, -1)
-    return np.ascontiguousarray(per_group.transpose(0, 2, 1))
+    return np.require(per_group.transpose(0, 2, 1), np.float32, "CA")
 
 
 def conv_transpose2d(x: np.ndarray, packed: np.ndarray, bias: np.ndarray | None,
@@ -415,7 +440,7 @@ class TransposedConvolution(ParamLayer):
         kernel = op.param_ints("kernel_size", rank, Status.kParameterMissingKernel)
         geometry, output_padding = _read_transposed_geometry(op, kernel)
         c_in, c_out = _read_channels(op, geometry)
-        weight = op.weight("weight", (c_in, c_out // geometry.groups, *kernel))
+        weight = op.weight("weight", (c_in, c_out // geometry.groups, *kernel), copy=False)
         return cls(op.name, weight, _read_bias(op, c_out), geometry, output_padding, rank)
 
     def prepare(self) -> None:

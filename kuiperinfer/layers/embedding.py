@@ -40,7 +40,7 @@ class Embedding(ParamLayer):
     def create(cls, op: RuntimeOperator) -> "Embedding":
         rows = op.param_int("num_embeddings", Status.kParameterMissingNumFeatures)
         dim = op.param_int("embedding_dim", Status.kParameterMissingOutChannel)
-        return cls(op.name, op.weight("weight", (rows, dim)))
+        return cls(op.name, op.weight("weight", (rows, dim), copy=False))
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         return [embedding(inputs[0], self._weight)]

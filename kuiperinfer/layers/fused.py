@@ -41,7 +41,7 @@ POINTWISE_GEOMETRY = ConvGeometry((1, 1), (1, 1), (1, 1), ((0, 0), (0, 0)), "zer
 
 def read_pointwise(op: RuntimeOperator, prefix: str) -> Convolution:
     """The 1x1 convolution whose weight, bias and activation ``op`` carries under ``prefix``."""
-    weight = op.weight(prefix + "weight")
+    weight = op.weight(prefix + "weight", copy=False)
     if weight.ndim != 4 or weight.shape[2:] != (1, 1):
         raise op.error(f"{prefix}weight has shape {weight.shape}, expected (out, in, 1, 1)",
                        Status.kAttrWrongSize)

@@ -40,7 +40,7 @@ class Linear(ParamLayer):
     def create(cls, op: RuntimeOperator) -> "Linear":
         out_features = op.param_int("out_features", Status.kAttrMissingOutFeatures)
         in_features = op.param_int("in_features", Status.kParameterMissingInChannel)
-        weight = op.weight("weight", (out_features, in_features))
+        weight = op.weight("weight", (out_features, in_features), copy=False)
         use_bias = op.param_bool("bias", Status.kParameterMissingUseBias, default=op.has_weight("bias"))
         bias = op.weight("bias", (out_features,), Status.kAttrMissingBias) if use_bias else None
         layer = cls(op.name, weight, bias, read_fused_activation(op))
@@ -48,7 +48,7 @@ class Linear(ParamLayer):
         return layer
 
     def prepare(self) -> None:
-        self._weight_t = np.ascontiguousarray(self._weight.T)
+        self._weight_t = np.require(self._weight.T, np.float32, "CA")
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         y = linear(inputs[0], self._weight_t, self._bias)

@@ -2,7 +2,8 @@
 
 The raw bytes stay where the PNNX reader left them (a zero-copy view into the
 memory-mapped ``.pnnx.bin``); :meth:`RuntimeAttribute.get` decodes them to an array
-in the type a layer asks for, once, when the layer is built.
+in the type a layer asks for, once, when the layer is built, or hands out the stored
+values themselves when they already have that type and the layer only reads them.
 """
 
 from __future__ import annotations
@@ -36,6 +37,13 @@ class RuntimeAttribute:
         """The raw bytes, as stored in the archive (no copy)."""
         return memoryview(self.attribute.data)
 
-    def get(self, dtype: np.dtype | type = np.float32) -> np.ndarray:
-        """The weight decoded to a new, aligned, writable array of ``dtype``."""
-        return np.array(self.attribute.numpy(), dtype=dtype, copy=True)
+    def get(self, dtype: np.dtype | type = np.float32, copy: bool = True) -> np.ndarray:
+        """The weight decoded to a new, aligned, writable array of ``dtype``; with
+        ``copy=False``, the stored values themselves when they are of ``dtype`` (a read-only
+        view of the archive, which costs no memory of its own), else a read-only copy."""
+        values = self.attribute.numpy()
+        if not copy and values.dtype == np.dtype(dtype):
+            return values
+        decoded = np.array(values, dtype=dtype, copy=True)
+        decoded.flags.writeable = copy
+        return decoded

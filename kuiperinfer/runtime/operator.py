@@ -171,8 +171,11 @@ class RuntimeOperator:
     # -- weights -------------------------------------------------------------------
 
     def weight(self, key: str, shape: Sequence[int] | None = None,
-               status: Status = Status.kAttrMissingWeight, dtype: Any = np.float32) -> np.ndarray:
-        """Decode weight attribute ``key`` (checking its shape when given) to a new array."""
+               status: Status = Status.kAttrMissingWeight, dtype: Any = np.float32,
+               copy: bool = True) -> np.ndarray:
+        """Decode weight attribute ``key`` (checking its shape when given) to a new array;
+        ``copy=False`` for a read-only one, the stored values themselves where they can be
+        (:meth:`RuntimeAttribute.get`)."""
         attribute = self.attribute.get(key)
         if attribute is None:
             raise WeightError(f"missing weight attribute {key!r}", self.name, self.type, status)
@@ -181,7 +184,7 @@ class RuntimeOperator:
                 f"weight attribute {key!r} has shape {tuple(attribute.shape)}, expected {tuple(shape)}",
                 self.name, self.type, Status.kAttrWrongSize,
             )
-        return attribute.get(dtype)
+        return attribute.get(dtype, copy)
 
     def has_weight(self, key: str) -> bool:
         return key in self.attribute
