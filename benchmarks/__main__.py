@@ -4,9 +4,10 @@ For each model and batch, in one process: export (cached), load the three engine
 the same thread count (kuiperinfer's workers and BLAS, onnxruntime's intra-op threads,
 ``torch.set_num_threads``), check that their outputs agree, warm each up, then time them
 round-robin -- one run of each engine per round, the order rotating -- so that drifts in
-the machine's load hit all three alike. The peak memory each engine adds to its process
-while inferring is measured in a fresh spawned process per engine (in one shared process
-the allocator would keep what one engine freed and hide the next one's peak).
+the machine's load hit all three alike. The memory each engine adds to its process, by
+loading the model and at its peak while inferring, is measured in a fresh spawned process
+per engine (in one shared process the allocator would keep what one engine freed and hide
+the next one's peak).
 
 Idle threads sleep instead of spinning in every engine (PyTorch's OpenMP threads through
 ``OMP_WAIT_POLICY=PASSIVE``, onnxruntime's through ``session.intra_op.allow_spinning=0``,
@@ -37,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.engines import ENGINES, added_peak_memory, make_engine, model_files, sample_batch
+from benchmarks.engines import ENGINES, make_engine, memory_use, model_files, sample_batch
 from benchmarks.floor import KernelRates, measure_rates, model_work
 from benchmarks.models import MODELS
 from kuiperinfer.benchmark import blas_description, blas_threads
@@ -84,14 +85,15 @@ def time_round_robin(engines: dict[str, Any], x: np.ndarray, runs: int, warmup: 
     return times
 
 
-def peak_memory(model: str, batch: int, param: Path, onnx_path: Path, threads: int, runs: int) -> dict[str, int]:
-    """Added peak RSS per engine, each in a fresh spawned process, one after another."""
+def memory_uses(model: str, batch: int, param: Path, onnx_path: Path, threads: int,
+                runs: int) -> dict[str, dict[str, int | None]]:
+    """:func:`~benchmarks.engines.memory_use` per engine, each in a fresh spawned process,
+    one after another."""
     context = multiprocessing.get_context("spawn")
     result = {}
     for engine in ENGINES:
         with context.Pool(1) as pool:
-            result[engine] = pool.apply(added_peak_memory,
-                                        (engine, model, batch, str(param), str(onnx_path), threads, runs))
+            result[engine] = pool.apply(memory_use, (engine, model, batch, str(param), str(onnx_path), threads, runs))
     return result
 
 
@@ -103,14 +105,15 @@ def bench_case(name: str, batch: int, args: argparse.Namespace, rates: KernelRat
     outputs = {engine: np.asarray(run(x)) for engine, run in engines.items()}
     times = time_round_robin(engines, x, args.runs, args.warmup)
     del engines
-    memory = (peak_memory(name, batch, param, onnx_path, args.threads, args.memory_runs)
+    memory = (memory_uses(name, batch, param, onnx_path, args.threads, args.memory_runs)
               if args.memory_runs else {})
     case: dict[str, Any] = {"model": name, "batch": batch, "input_shape": [batch, *model.input_shape]}
     for engine in ENGINES:
         case[engine] = {"median_ms": statistics.median(times[engine]) * 1e3,
                         "min_ms": min(times[engine]) * 1e3,
                         "runs_ms": [t * 1e3 for t in times[engine]],
-                        "peak_memory_added_bytes": memory.get(engine)}
+                        "loaded_memory_bytes": memory.get(engine, {}).get("loaded"),
+                        "peak_memory_added_bytes": memory.get(engine, {}).get("peak_added")}
     kuiper = case["kuiperinfer"]["median_ms"]
     case["floor_ms"] = model_work(param).floor_ms(rates, batch, args.threads)
     case["floor_vs_onnxruntime"] = case["floor_ms"] / case["onnxruntime"]["median_ms"]
@@ -153,18 +156,19 @@ def markdown(report: dict[str, Any]) -> str:
              f"{report['threads']} threads.",
              "",
              "| model | batch | kuiperinfer ms | onnxruntime ms | torch ms | floor ms | kuiper/ort | floor/ort "
-             "| kuiper/torch | peak MB added (kuiper / ort / torch) | max abs diff (ort / torch) |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "| kuiper/torch | MB loaded (kuiper / ort / torch) | peak MB added (kuiper / ort / torch) "
+             "| max abs diff (ort / torch) |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for c in report["cases"]:
         if "error" in c:
-            lines.append(f"| {c['model']} | {c['batch']} | failed: {c['error'][:120]} |||||||||")
+            lines.append(f"| {c['model']} | {c['batch']} | failed: {c['error'][:120]} ||||||||||")
             continue
         cells = [f"{c[e]['median_ms']:.1f} ({c[e]['min_ms']:.1f})" for e in ENGINES]
-        mem = " / ".join("-" if c[e]["peak_memory_added_bytes"] is None
-                         else f"{c[e]['peak_memory_added_bytes'] / MB:.0f}" for e in ENGINES)
+        loaded, peak = (" / ".join("-" if c[e][key] is None else f"{c[e][key] / MB:.0f}" for e in ENGINES)
+                        for key in ("loaded_memory_bytes", "peak_memory_added_bytes"))
         lines.append(f"| {c['model']} | {c['batch']} | {' | '.join(cells)} | {c['floor_ms']:.1f} "
                      f"| {c['ratio_vs_onnxruntime']:.2f} | {c['floor_vs_onnxruntime']:.2f} "
-                     f"| {c['ratio_vs_torch']:.2f} | {mem} | {c['max_abs_diff_vs_onnxruntime']:.1e} / "
+                     f"| {c['ratio_vs_torch']:.2f} | {loaded} | {peak} | {c['max_abs_diff_vs_onnxruntime']:.1e} / "
                      f"{c['max_abs_diff_vs_torch']:.1e} |")
     return "\n".join(lines) + "\n"
 

@@ -104,20 +104,30 @@ def sample_batch(model: BenchModel, batch: int, seed: int = 0) -> np.ndarray:
     return np.random.default_rng(seed).random((batch, *model.input_shape), dtype=np.float32)
 
 
-def added_peak_memory(engine: str, model_name: str, batch: int, param: str, onnx_path: str,
-                      threads: int, runs: int) -> int:
-    """Bytes the resident set grows by at its peak over ``runs`` inferences after loading.
+ENGINE_MODULES = {"kuiperinfer": "kuiperinfer", "onnxruntime": "onnxruntime", "torch": "torch"}
+
+
+def memory_use(engine: str, model_name: str, batch: int, param: str, onnx_path: str,
+               threads: int, runs: int) -> dict[str, int | None]:
+    """What ``engine`` adds to the resident set (bytes): ``loaded``, by loading the model
+    (its library imported beforehand, so not counted), and ``peak_added``, at its peak
+    over ``runs`` inferences after that.
 
     Meant to run in a fresh (spawned) process per engine: in a shared process the
     allocator keeps what earlier engines freed, hiding later peaks.
     """
-    from kuiperinfer.benchmark import PeakMemory, blas_threads
+    import importlib
 
+    from kuiperinfer.benchmark import PeakMemory, blas_threads, resident_bytes
+
+    importlib.import_module(ENGINE_MODULES[engine])
     model = MODELS[model_name]
     with blas_threads(threads):
+        before = resident_bytes()
         run = make_engine(engine, model, Path(param), Path(onnx_path), threads)
+        after = resident_bytes()
         x = sample_batch(model, batch)
         with PeakMemory() as memory:
             for _ in range(runs):
                 run(x)
-    return memory.growth
+    return {"loaded": None if before is None or after is None else after - before, "peak_added": memory.growth}

@@ -86,6 +86,15 @@ def _proc_status_bytes(field: str) -> int:
     raise ValueError(f"{PROC_STATUS} has no {field}")
 
 
+def resident_bytes() -> int | None:
+    """The process's resident set size (RSS) now, in bytes; None where the system does not
+    say (no ``/proc``)."""
+    try:
+        return _proc_status_bytes("VmRSS")
+    except (OSError, ValueError):
+        return None
+
+
 def _max_rss() -> int:
     """The peak RSS of the process so far, in bytes."""
     import resource
