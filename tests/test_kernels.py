@@ -11,7 +11,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from kuiperinfer.kernels.depthwise import PIXELS_MIN_CHANNELS, DepthwiseWeight, depthwise_conv2d
-from kuiperinfer.kernels import depthwise_stripes, im2col, parallel, pooling, winograd
+from kuiperinfer.kernels import blockwise_transposed, depthwise_stripes, im2col, parallel, pooling, winograd
 from kuiperinfer.kernels.elementwise import Epilogue, InplaceActivation
 from kuiperinfer.kernels.im2col import BLOCK_BYTES as IM2COL_BLOCK_BYTES
 from kuiperinfer.kernels.im2col import im2col_conv2d, pack_weight
@@ -378,6 +378,35 @@ def test_pooling_of_one_channels_last_image_shares_bands_of_rows_among_intra_op_
     expected = pool(torch.from_numpy(np.ascontiguousarray(x)), kernel, stride, padding, ceil_mode=ceil_mode)
     np.testing.assert_allclose(ours, expected.numpy(), atol=1e-6, rtol=1e-5)
     assert len(threads) == 2 and is_channels_last(ours)
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_blockwise_transposed_convolution_matches_pytorch_in_blocks_shared_among_threads(channels_last,
+                                                                                        monkeypatch):
+    monkeypatch.setattr(parallel, "MIN_PARALLEL_WORK", 0)
+    monkeypatch.setattr(blockwise_transposed, "BLOCK_BYTES", 4096)     # a few input rows per block
+    x = RNG.standard_normal((2, 6, 9, 7), dtype=np.float32)
+    weight = RNG.standard_normal((6, 5, 2, 3), dtype=np.float32)
+    bias = RNG.standard_normal(5, dtype=np.float32)
+    source = nchw(np.ascontiguousarray(nhwc(x))) if channels_last else x
+    threads, matmul = set(), np.matmul
+
+    def recording(*args, **kwargs):
+        threads.add(threading.get_ident())
+        return matmul(*args, **kwargs)
+
+    monkeypatch.setattr(blockwise_transposed.np, "matmul", recording)
+    token = parallel.INTRA_OP_THREADS.set(2)
+    try:
+        ours = blockwise_transposed.blockwise_conv_transpose2d(
+            source, blockwise_transposed.pack_blockwise_weight(weight), (2, 3), bias)
+    finally:
+        parallel.INTRA_OP_THREADS.reset(token)
+    expected = F.conv_transpose2d(torch.from_numpy(x), torch.from_numpy(weight), torch.from_numpy(bias),
+                                  stride=(2, 3)).numpy()
+    assert ours.shape == (2, 18, 21, 5) and ours.flags.c_contiguous
+    np.testing.assert_allclose(nchw(ours), expected, atol=1e-5, rtol=1e-5)
+    assert len(threads) == 2
 
 
 def test_small_kernels_stay_in_the_calling_thread():

@@ -67,6 +67,7 @@ CONV_T2D_CASES = [
     dict(cin=4, cout=6, k=3, stride=2, padding=1, output_padding=1, groups=2, dilation=2),
     dict(cin=6, cout=6, k=4, stride=2, padding=1, groups=6),                  # depthwise upsampling
     dict(cin=3, cout=2, k=2, stride=2),                                        # U-Net style
+    dict(cin=5, cout=3, k=(2, 3), stride=(2, 3), bias=False),                  # blocks, not square
     dict(cin=2, cout=3, k=5, stride=3, padding=2, output_padding=2),
     dict(cin=2, cout=4, k=3, stride=(2, 3), padding=(1, 0), output_padding=(0, 2), dilation=(1, 2)),
     dict(cin=2, cout=2, k=3, stride=1, padding=1, dilation=3, output_padding=2),  # op < dilation
@@ -101,7 +102,8 @@ def test_conv_transpose2d_with_output_size(tmp_path):
 @pytest.mark.parametrize("case", [dict(cin=3, cout=5, k=3), dict(cin=4, cout=6, k=4, stride=2, padding=1),
                                   dict(cin=4, cout=4, k=3, stride=3, padding=1, output_padding=2, groups=2,
                                        bias=False),
-                                  dict(cin=2, cout=2, k=3, dilation=2, padding=2)], ids=case_id)
+                                  dict(cin=2, cout=2, k=3, dilation=2, padding=2),
+                                  dict(cin=4, cout=3, k=2, stride=2)], ids=case_id)
 def test_conv_transpose1d(case, tmp_path):
     case = dict(case)
     cin, cout, k = case.pop("cin"), case.pop("cout"), case.pop("k")
@@ -120,6 +122,8 @@ def test_functional_conv_transpose_with_bias_input(tmp_path):
              directory=tmp_path)
     check_op(lambda x, w, b: F.conv_transpose2d(x, w, b, stride=2, padding=1), (1, 4, 5, 4), (4, 2, 3, 3),
              (2,), directory=tmp_path)
+    check_op(lambda x, w, b: F.conv_transpose2d(x, w, b, stride=2), (1, 4, 5, 4), (4, 2, 2, 2), (2,),
+             directory=tmp_path)
 
 
 class EncoderDecoder1d(nn.Module):

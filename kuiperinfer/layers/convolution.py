@@ -3,7 +3,9 @@
 * nn.Conv1d / nn.Conv2d / F.conv1d / F.conv2d: im2col plus one GEMM per group;
   depthwise convolutions take a dedicated kernel.
 * nn.ConvTranspose1d / nn.ConvTranspose2d / F.conv_transpose1d / F.conv_transpose2d:
-  one GEMM per group plus col2im, then the padding is cropped off.
+  one GEMM per group plus col2im, then the padding is cropped off; with a stride equal
+  to the kernel and nothing else (learned 2x upsampling), one GEMM in channels-last memory
+  whose rows fill separate output blocks.
 
 1-D operators run the 2-D code on inputs of unit height: a 1-D kernel of width k is a
 2-D kernel of size (1, k) with stride 1, dilation 1 and no padding along the height.
@@ -20,6 +22,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from kuiperinfer.errors import InferError, InferStatus, ParseParameterAttrStatus as Status
+from kuiperinfer.kernels.blockwise_transposed import blockwise_conv_transpose2d, pack_blockwise_weight
 from kuiperinfer.kernels.col2im import col2im
 from kuiperinfer.kernels.depthwise import DepthwiseWeight, depthwise_conv2d
 from kuiperinfer.kernels.depthwise_stripes import depthwise_in_stripes
@@ -137,6 +140,13 @@ class ConvGeometry:
         one group, zero padding."""
         return (self.kernel == (3, 3) and self.stride == (1, 1) and self.dilation == (1, 1)
                 and self.groups == 1 and self.padding_mode in ("zeros", "constant"))
+
+    def blockwise_transposed(self, output_padding: tuple[int, int]) -> bool:
+        """Whether a transposed convolution of this geometry fills separate output blocks
+        (:mod:`kuiperinfer.kernels.blockwise_transposed`): stride equal to the kernel, no
+        padding, dilation, groups or output padding."""
+        return (self.stride == self.kernel and self.padding == ((0, 0), (0, 0)) and self.dilation == (1, 1)
+                and self.groups == 1 and output_padding == (0, 0))
 
     def in_stripes(self) -> bool:
         """Whether a depthwise convolution of this geometry goes a stripe of rows at a time
@@ -387,9 +397,24 @@ def pack_transposed_weight(weight: np.ndarray, groups: int) -> np.ndarray:
     return np.require(per_group.transpose(0, 2, 1), np.float32, "CA")
 
 
+def pack_conv_transpose_weight(weight: np.ndarray, geometry: ConvGeometry,
+                               output_padding: tuple[int, int]) -> np.ndarray:
+    """A (Cin, Cout/groups, kh, kw) transposed-convolution weight as the GEMM operand
+    :func:`conv_transpose2d` takes for ``geometry``."""
+    if geometry.blockwise_transposed(output_padding):
+        return pack_blockwise_weight(weight)
+    return pack_transposed_weight(weight, geometry.groups)
+
+
 def conv_transpose2d(x: np.ndarray, packed: np.ndarray, bias: np.ndarray | None,
                      geometry: ConvGeometry, output_padding: tuple[int, int]) -> np.ndarray:
-    """Transposed 2-D convolution of NCHW ``x`` with a :func:`pack_transposed_weight` operand."""
+    """Transposed 2-D convolution of NCHW ``x`` with a :func:`pack_transposed_weight` operand
+    (or, for a :meth:`ConvGeometry.blockwise_transposed` geometry, a
+    :func:`~kuiperinfer.kernels.blockwise_transposed.pack_blockwise_weight` operand, and
+    then the result is in channels-last memory)."""
+    if geometry.blockwise_transposed(output_padding):
+        check_channels(x, packed.shape[0])
+        return nchw(blockwise_conv_transpose2d(x, packed, geometry.kernel, bias))
     groups, rows, c_in_group = packed.shape
     check_channels(x, c_in_group * groups)
     n, _, h, w = x.shape
@@ -430,8 +455,12 @@ class TransposedConvolution(ParamLayer):
     batch_independent = True
 
     def __init__(self, layer_name: str, weight: np.ndarray, bias: np.ndarray | None,
-                 geometry: ConvGeometry, output_padding: tuple[int, int], rank: int):
+                 geometry: ConvGeometry, output_padding: tuple[int, int], rank: int,
+                 channels_last: bool = False):
         self.geometry, self.output_padding, self.rank = geometry, output_padding, rank
+        self.channels_last = channels_last
+        """Whether an output computed in channels-last memory stays so (the optimiser
+        selects it); otherwise it is copied to row-major NCHW."""
         super().__init__(layer_name, weight, bias)
 
     @classmethod
@@ -441,14 +470,18 @@ class TransposedConvolution(ParamLayer):
         geometry, output_padding = _read_transposed_geometry(op, kernel)
         c_in, c_out = _read_channels(op, geometry)
         weight = op.weight("weight", (c_in, c_out // geometry.groups, *kernel), copy=False)
-        return cls(op.name, weight, _read_bias(op, c_out), geometry, output_padding, rank)
+        return cls(op.name, weight, _read_bias(op, c_out), geometry, output_padding, rank,
+                   op.param_bool(CHANNELS_LAST, default=False))
 
     def prepare(self) -> None:
-        self._packed = pack_transposed_weight(self._weight, self.geometry.groups)
+        self._packed = pack_conv_transpose_weight(self._weight.reshape(*self._weight.shape[:2], *self.geometry.kernel),
+                                                  self.geometry, self.output_padding)
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
-        x = as_2d(inputs[0], self.rank)
-        out = conv_transpose2d(x, self._packed, self._bias, self.geometry, self.output_padding)
+        out = conv_transpose2d(as_2d(inputs[0], self.rank), self._packed, self._bias, self.geometry,
+                               self.output_padding)
+        if not self.channels_last:
+            out = np.ascontiguousarray(out)
         return [from_2d(out, self.rank)]
 
 
@@ -473,7 +506,7 @@ class FunctionalTransposedConvolution(Layer):
             raise InferError(f"weight of shape {weight.shape} does not split into "
                              f"{self.geometry.groups} groups",
                              status=InferStatus.kInferFailedWeightParameterError)
-        packed = pack_transposed_weight(weight, self.geometry.groups)
+        packed = pack_conv_transpose_weight(weight, self.geometry, self.output_padding)
         bias = inputs[2] if len(inputs) > 2 else None
         out = conv_transpose2d(x, packed, bias, self.geometry, self.output_padding)
-        return [from_2d(out, self.rank)]
+        return [from_2d(np.ascontiguousarray(out), self.rank)]

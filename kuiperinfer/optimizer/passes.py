@@ -18,8 +18,8 @@
   any activation fused into it) is done by the convolution, in place on its fresh output.
 * :func:`select_winograd`: 3x3 stride-1 convolutions take Winograd F(4x4, 3x3)
   (:mod:`kuiperinfer.kernels.winograd`) where it pays.
-* :func:`select_channels_last`: convolutions hand on their output in channels-last
-  memory (:mod:`kuiperinfer.kernels.layout`), as they compute it.
+* :func:`select_channels_last`: convolutions (and learned 2x upsampling) hand on their
+  output in channels-last memory (:mod:`kuiperinfer.kernels.layout`), as they compute it.
 
 A pass takes the graph and returns how many rewrites it made.
 """
@@ -292,13 +292,13 @@ def select_winograd(graph: RuntimeGraph) -> int:
 
 
 def select_channels_last(graph: RuntimeGraph) -> int:
-    """Let every convolution hand on its output in the channels-last memory its kernels
-    compute in, so that the next convolution reads it without a transpose. The layout
-    never changes a result: everything downstream sees NCHW arrays (see
-    :mod:`kuiperinfer.kernels.layout`)."""
+    """Let every convolution (and every transposed one that computes in channels-last
+    memory) hand on its output in the channels-last memory its kernels compute in, so that
+    the next convolution reads it without a transpose. The layout never changes a result:
+    everything downstream sees NCHW arrays (see :mod:`kuiperinfer.kernels.layout`)."""
     selected = 0
     for op in graph.operators:
-        if op.type in CONVOLUTIONS + (POINTWISE_DEPTHWISE,):
+        if op.type in CONVOLUTIONS + (POINTWISE_DEPTHWISE, "nn.ConvTranspose2d"):
             op.params[CHANNELS_LAST] = RuntimeParameter(T.kParameterBool, True, "True")
             selected += 1
     return selected
