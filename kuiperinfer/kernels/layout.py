@@ -12,9 +12,17 @@ Only operators that reshape or flatten pay a copy back to row-major order.
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import numpy as np
 
 from kuiperinfer.kernels.padding import NUMPY_MODES
+from kuiperinfer.kernels.parallel import run_parts, threads_for
+
+COPY_WORK = 16
+"""Multiply-adds that copying one value counts as when deciding whether to share a copy
+among threads: about its cost here, cold, in a matrix product's multiply-adds (as
+pooling's taps)."""
 
 
 def nhwc(x: np.ndarray) -> np.ndarray:
@@ -40,6 +48,31 @@ def empty_like_layout(x: np.ndarray, shape: tuple[int, int, int, int]) -> np.nda
     return np.empty(shape, dtype=x.dtype)
 
 
+def copy_in_bands(copies: Sequence[tuple[np.ndarray, np.ndarray]]) -> None:
+    """``target[...] = source`` for each (target, source) pair, all (N, H, ...) arrays of one
+    height H: large copies go in bands of rows shared among the intra-op threads
+    (:mod:`~kuiperinfer.kernels.parallel`), each band copying its rows of every pair."""
+    height = copies[0][0].shape[1]
+    work = COPY_WORK * sum(target.size for target, _ in copies)
+    threads = min(threads_for(work), height)
+
+    def copy_rows(rows: slice) -> None:
+        for target, source in copies:
+            np.copyto(target[:, rows], source[:, rows])
+
+    run_parts([slice(height * i // threads, height * (i + 1) // threads) for i in range(threads)], work, copy_rows)
+
+
+def concatenate_channels(arrays: Sequence[np.ndarray]) -> np.ndarray:
+    """``np.concatenate(arrays, axis=1)`` of channels-last (N, C_i, H, W) arrays of one dtype,
+    itself channels-last: each array copied into its channels by :func:`copy_in_bands`."""
+    n, _, h, w = arrays[0].shape
+    bounds = np.cumsum([0] + [a.shape[1] for a in arrays])
+    out = np.empty((n, h, w, bounds[-1]), dtype=arrays[0].dtype)
+    copy_in_bands([(out[..., start:stop], nhwc(a)) for a, start, stop in zip(arrays, bounds, bounds[1:])])
+    return nchw(out)
+
+
 def pad_nhwc(x: np.ndarray, pads: tuple[tuple[int, int], tuple[int, int]],
              mode: str = "zeros") -> np.ndarray:
     """The NCHW array ``x`` padded along H and W by ``pads`` ((top, bottom), (left, right)),
@@ -50,8 +83,8 @@ def pad_nhwc(x: np.ndarray, pads: tuple[tuple[int, int], tuple[int, int]],
     (top, bottom), (left, right) = pads
     source = nhwc(x)
     if mode in ("zeros", "constant"):
-        if not (top or bottom or left or right):
-            return np.ascontiguousarray(source)
+        if not (top or bottom or left or right) and source.flags.c_contiguous:
+            return source
         n, h, w, c = source.shape
         out = np.empty((n, top + h + bottom, left + w + right, c), dtype=x.dtype)
         # only the border is zeroed: np.zeros would first write the whole buffer
@@ -60,7 +93,7 @@ def pad_nhwc(x: np.ndarray, pads: tuple[tuple[int, int], tuple[int, int]],
         out[:, top + h:] = 0
         out[:, top:top + h, :left] = 0
         out[:, top:top + h, left + w:] = 0
-        out[:, top:top + h, left:left + w] = source
+        copy_in_bands([(out[:, top:top + h, left:left + w], source)])
         return out
     return np.ascontiguousarray(np.pad(source, ((0, 0), (top, bottom), (left, right), (0, 0)),
                                        mode=NUMPY_MODES[mode]))

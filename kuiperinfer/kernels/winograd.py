@@ -25,7 +25,7 @@ from typing import Callable
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from kuiperinfer.kernels.layout import nhwc
+from kuiperinfer.kernels.layout import pad_nhwc
 from kuiperinfer.kernels.parallel import run_parts, threads_for
 
 TILE = 4
@@ -107,8 +107,7 @@ def winograd_conv3x3(x: np.ndarray, u: np.ndarray, padding: tuple[tuple[int, int
     oh, ow = h + top + bottom - 2, w + left + right - 2
     th, tw = tile_counts((oh, ow))
     # zero padding out to whole tiles, in NHWC: the extra outputs are cropped at the end
-    padded = np.zeros((n, TILE * th + 2, TILE * tw + 2, c), dtype=np.float32)
-    padded[:, top:top + h, left:left + w] = nhwc(x)
+    padded = pad_nhwc(x, ((top, TILE * th + 2 - h - top), (left, TILE * tw + 2 - w - left)))
     out = np.empty((n, th, TILE, tw, TILE, k), dtype=np.float32)
     work = 36 * n * th * tw * c * k
     threads = threads_for(work)

@@ -10,6 +10,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from kuiperinfer.errors import InferError, InferStatus, ParseParameterAttrStatus as Status
+from kuiperinfer.kernels.layout import concatenate_channels, is_channels_last
 from kuiperinfer.layers.base import NonParamLayer, keeps_batch
 from kuiperinfer.layers.registry import register_layer
 from kuiperinfer.runtime.operator import RuntimeOperator
@@ -37,7 +38,11 @@ class Cat(DimLayer):
         return layer
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
-        return [np.concatenate(_tensor_list(inputs), axis=self.dim)]
+        tensors = _tensor_list(inputs)
+        if self.dim in (1, -3) and all(isinstance(t, np.ndarray) and is_channels_last(t) for t in tensors) \
+                and len({(t.dtype, t.shape[0], *t.shape[2:]) for t in tensors}) == 1:
+            return [concatenate_channels(tensors)]     # the channels of images, kept channels-last
+        return [np.concatenate(tensors, axis=self.dim)]
 
 
 @register_layer("torch.stack")
