@@ -132,6 +132,25 @@ def test_inplace_activations_match_pytorch_and_work_in_place(activation, referen
     assert y.dtype == np.float32
 
 
+@pytest.mark.parametrize("activation", ["silu", "sigmoid"])
+@pytest.mark.parametrize("kind", ["im2col", "winograd", "depthwise", "planar"])
+def test_halved_weights_give_the_activation_exactly_the_same_values(activation, kind):
+    """Weights and bias halved (exact in floating point) and the activation's halving pass
+    skipped: the same bits as the whole product followed by the whole activation."""
+    c, groups = {"depthwise": (8, 8), "planar": (3, 1)}.get(kind, (8, 1))
+    x = RNG.standard_normal((1, c, 12, 12), dtype=np.float32)
+    weight = RNG.standard_normal((8, c // groups, 3, 3), dtype=np.float32)
+    bias = RNG.standard_normal(8, dtype=np.float32)
+    geometry = ConvGeometry((3, 3), (1, 1), (1, 1), ((1, 1), (1, 1)), "zeros", groups)
+    fn = InplaceActivation(activation)
+    assert fn.takes_halves and not InplaceActivation("relu").takes_halves
+    whole = PackedWeight(weight, groups, winograd=kind == "winograd")
+    halved = PackedWeight(weight, groups, winograd=kind == "winograd", scale=0.5)
+    expected = conv2d(x, whole, geometry, Epilogue(bias, fn))
+    ours = conv2d(x, halved, geometry, Epilogue(bias * np.float32(0.5), fn, halved=True))
+    np.testing.assert_array_equal(ours, expected)
+
+
 def test_unknown_inplace_activation_is_refused():
     with pytest.raises(ValueError, match="unknown in-place activation"):
         InplaceActivation("swoosh")

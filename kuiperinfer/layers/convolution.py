@@ -236,23 +236,29 @@ class PackedWeight:
     ``recorded`` is the output's (batch, height, width) at export (0 where unknown). When
     Winograd computes that shape, and so every larger batch, the GEMM operand is made only
     if a call needs it (a smaller image): the weight is not held twice more than it must be.
+    Every form is of ``scale`` times the weight (see :class:`Epilogue`'s ``halved``).
     """
 
     def __init__(self, weight: np.ndarray, groups: int, winograd: bool = False,
-                 geometry: ConvGeometry | None = None, recorded: tuple[int, int, int] = (0, 0, 0)):
+                 geometry: ConvGeometry | None = None, recorded: tuple[int, int, int] = (0, 0, 0),
+                 scale: float = 1.0):
         self.in_channels = weight.shape[1] * groups
+        self._weight, self._groups, self._scale = weight, groups, scale
+        scaled = self._scaled()
         self.depthwise = None
         if is_depthwise(weight, groups):
-            self.depthwise = DepthwiseWeight(weight, recorded[2] or None, geometry.stride if geometry else (1, 1),
+            self.depthwise = DepthwiseWeight(scaled, recorded[2] or None, geometry.stride if geometry else (1, 1),
                                              geometry is not None and geometry.in_stripes())
-        self.planar = pack_planar_weight(weight) if groups == 1 and weight.shape[1] <= PLANAR_MAX_CHANNELS else None
-        self.winograd = winograd_weight(weight) if winograd else None
-        self._weight, self._groups = weight, groups
+        self.planar = pack_planar_weight(scaled) if groups == 1 and weight.shape[1] <= PLANAR_MAX_CHANNELS else None
+        self.winograd = winograd_weight(scaled) if winograd else None
         self._gemm = None
         winograd_at_export = (self.winograd is not None and min(recorded) > 0
                               and winograd_pays(recorded[0], self.in_channels, recorded[1:]))
         if self.depthwise is None and not winograd_at_export:
-            self._gemm = pack_weight(weight, groups)
+            self._gemm = pack_weight(scaled, groups)
+
+    def _scaled(self) -> np.ndarray:
+        return self._weight if self._scale == 1 else self._weight * np.float32(self._scale)
 
     @property
     def gemm(self) -> np.ndarray:
@@ -260,7 +266,7 @@ class PackedWeight:
         asking at once may each make it, and all get the same values)."""
         gemm = self._gemm
         if gemm is None:
-            gemm = self._gemm = pack_weight(self._weight, self._groups)
+            gemm = self._gemm = pack_weight(self._scaled(), self._groups)
         return gemm
 
 
@@ -353,9 +359,15 @@ class Convolution(ParamLayer):
 
     def prepare(self) -> None:
         weight_2d = self._weight.reshape(*self._weight.shape[:2], *self.geometry.kernel)
-        self.packed = PackedWeight(weight_2d, self.geometry.groups, self.winograd, self.geometry, self.recorded)
+        # an activation that starts by halving (SiLU, sigmoid) gets the product halved
+        # instead: exactly, by halved weights and bias, one pass over the output fewer
+        halved = self.activation is not None and self.activation.takes_halves
+        scale = np.float32(0.5 if halved else 1)
+        self.packed = PackedWeight(weight_2d, self.geometry.groups, self.winograd, self.geometry, self.recorded,
+                                   scale)
         """The weight in the form the kernels take (made again when the weights change)."""
-        self.epilogue = Epilogue(self._bias, self.activation)
+        bias = self._bias if self._bias is None or not halved else self._bias * scale
+        self.epilogue = Epilogue(bias, self.activation, halved)
         """Bias and fused activation, applied in place on each block of output."""
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
