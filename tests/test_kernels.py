@@ -281,6 +281,20 @@ def test_pooling_in_channel_blocks_matches_pytorch():
                                atol=1e-6, rtol=1e-5)
 
 
+
+@pytest.mark.parametrize("channels_last", [False, True])
+@pytest.mark.parametrize("kernel, stride, padding, dilation, ceil_mode", [
+    ((3, 2), (2, 1), (1, 0), (1, 1), False),    # two taps cover every output along the width only
+    ((2, 3), (1, 3), (0, 1), (1, 1), True),
+    ((3, 3), (2, 2), (1, 1), (2, 1), True),     # dilated rows: no tap covers every output row
+    ((1, 4), (3, 2), (0, 2), (1, 2), False)])
+def test_max_pooling_of_rectangular_windows_in_either_layout_matches_pytorch(
+        kernel, stride, padding, dilation, ceil_mode, channels_last):
+    x = RNG.standard_normal((2, 5, 13, 11), dtype=np.float32)
+    source = nchw(np.ascontiguousarray(nhwc(x))) if channels_last else x
+    expected = F.max_pool2d(torch.from_numpy(x), kernel, stride, padding, dilation, ceil_mode).numpy()
+    np.testing.assert_array_equal(max_pool2d(source, kernel, stride, padding, dilation, ceil_mode), expected)
+
 @pytest.mark.parametrize("channels_last", [False, True])
 def test_global_average_pooling_in_either_layout_matches_pytorch(channels_last):
     x = RNG.standard_normal((3, 40, 13, 9), dtype=np.float32)
