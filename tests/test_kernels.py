@@ -151,6 +151,27 @@ def test_halved_weights_give_the_activation_exactly_the_same_values(activation, 
     np.testing.assert_array_equal(ours, expected)
 
 
+@pytest.mark.parametrize("channels", [3, 16, 100, 1024, 1500])
+@pytest.mark.parametrize("pixels", [1, 7, 200])
+def test_epilogue_adds_the_bias_along_the_channels_of_any_block(channels, pixels):
+    """Whole blocks go over rows of the repeated bias with a remainder of single pixels;
+    a block of some channels, or in strided memory, gets just those channels' biases."""
+    bias = RNG.standard_normal(channels, dtype=np.float32)
+    block = RNG.standard_normal((pixels, channels), dtype=np.float32)
+    expected = np.maximum(block + bias, 0)
+    whole = block.copy()
+    Epilogue(bias, InplaceActivation("relu"))(whole)
+    np.testing.assert_array_equal(whole, expected)
+    part = slice(channels // 3, channels)
+    columns = block.copy()
+    Epilogue(bias)(columns[:, part], part)
+    np.testing.assert_array_equal(columns[:, part], block[:, part] + bias[part])
+    np.testing.assert_array_equal(columns[:, :part.start], block[:, :part.start])
+    strided = block[::-1].copy()[::-1]
+    Epilogue(bias)(strided)
+    np.testing.assert_array_equal(strided, block + bias)
+
+
 def test_unknown_inplace_activation_is_refused():
     with pytest.raises(ValueError, match="unknown in-place activation"):
         InplaceActivation("swoosh")
