@@ -1,4 +1,5 @@
-"""run_parts: parts shared among the caller and helper threads, failures, many callers, fork."""
+"""run_parts: parts shared among the caller and helper threads, failures, many callers, fork;
+even_step: blocks that the threads share evenly."""
 
 import os
 import threading
@@ -101,3 +102,15 @@ def test_a_forked_child_starts_helpers_of_its_own(two_threads):
         time.sleep(0.01)
     os.kill(pid, 9)
     pytest.fail("the forked child hung waiting for a helper that did not survive the fork")
+
+
+@pytest.mark.parametrize("length, step, threads, images, expected", [
+    (112, 15, 2, 1, 14),    # 8 blocks of 14 rows instead of 7 of 15 and one of 7
+    (112, 200, 2, 1, 56),   # one block would leave a thread idle
+    (320, 7, 2, 1, 7),      # 46 blocks already share evenly
+    (10, 10, 2, 3, 5),      # 3 images: 2 blocks each, 3 per thread
+    (1, 4, 2, 1, 1),        # too few rows to share
+    (9, 0, 1, 1, 1),
+])
+def test_even_step_cuts_rows_into_blocks_the_threads_share_evenly(length, step, threads, images, expected):
+    assert parallel.even_step(length, step, threads, images) == expected

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from kuiperinfer.kernels.layout import nhwc
-from kuiperinfer.kernels.parallel import run_parts, threads_for
+from kuiperinfer.kernels.parallel import even_step, run_parts, threads_for
 
 BLOCK_BYTES = 1 << 20
 """Bytes of products made at a time: a block of input rows whose products stay in cache
@@ -42,9 +42,7 @@ def blockwise_conv_transpose2d(x: np.ndarray, packed: np.ndarray, kernel: tuple[
     out = np.empty((n, h, kh, w, kw, k), dtype=np.float32)
     work = n * h * w * c * packed.shape[1]
     threads = threads_for(work)
-    step = max(1, BLOCK_BYTES // (w * packed.shape[1] * packed.itemsize))
-    if n < threads:
-        step = min(step, -(-h // threads))
+    step = even_step(h, BLOCK_BYTES // (w * packed.shape[1] * packed.itemsize), threads, n)
 
     def multiply(block: tuple[int, int]) -> None:
         image, start = block

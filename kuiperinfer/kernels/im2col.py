@@ -19,7 +19,7 @@ from typing import Callable
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from kuiperinfer.kernels.parallel import run_parts, threads_for
+from kuiperinfer.kernels.parallel import even_step, run_parts, threads_for
 
 
 def output_size(size: int, kernel: int, stride: int, dilation: int) -> int:
@@ -94,9 +94,7 @@ def im2col_conv2d(x: np.ndarray, packed: np.ndarray, kernel: tuple[int, int], st
         if n * oh * row_bytes <= WHOLE_BYTES and threads == 1:
             blocks = [(windows, out.reshape(-1, k))]
         else:
-            step = max(1, BLOCK_BYTES // row_bytes)
-            if n < threads:
-                step = min(step, -(-oh // threads))
+            step = even_step(oh, BLOCK_BYTES // row_bytes, threads, n)
             blocks = [(windows[image, start:start + step], out[image, start:start + step].reshape(-1, k))
                       for image in range(n) for start in range(0, oh, step)]
 
@@ -161,10 +159,8 @@ def planar_conv2d(x: np.ndarray, packed: np.ndarray, kernel: tuple[int, int], st
     depth, k = packed.shape
     (kh, kw), (sh, sw), (dh, dw), (oh, ow) = kernel, stride, dilation, out_hw
     out = np.empty((n, oh, ow, k), dtype=np.float32)
-    step = max(1, BLOCK_BYTES // (depth * ow * x.itemsize))
     work = n * oh * ow * k * depth
-    if n < threads_for(work):
-        step = min(step, -(-oh // threads_for(work)))
+    step = even_step(oh, BLOCK_BYTES // (depth * ow * x.itemsize), threads_for(work), n)
     s_n, s_c, s_h, s_w = x.strides
 
     def multiply(block: tuple[int, int]) -> None:

@@ -26,7 +26,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from kuiperinfer.kernels.layout import pad_nhwc
-from kuiperinfer.kernels.parallel import run_parts, threads_for
+from kuiperinfer.kernels.parallel import even_step, run_parts, threads_for
 
 TILE = 4
 """Output tile size; input tiles are ``TILE + 2`` wide."""
@@ -122,8 +122,8 @@ def winograd_conv3x3(x: np.ndarray, u: np.ndarray, padding: tuple[tuple[int, int
     else:
         # a block's product re-reads all of U: a large U needs many tiles per block to pay for it
         min_tiles = 16 * -(-u.nbytes // BLOCK_BYTES)
-        step = max(1, BLOCK_BYTES // (36 * c * n * tw * padded.itemsize), -(-min_tiles // (n * tw)))
-        step = min(step, -(-th // threads))
+        step = max(BLOCK_BYTES // (36 * c * n * tw * padded.itemsize), -(-min_tiles // (n * tw)))
+        step = even_step(th, step, threads)
 
         def multiply_block(start: int) -> None:
             rows = min(step, th - start)
