@@ -22,7 +22,7 @@ __version__ = "0.1.0"
 
 def load(param_path: str | os.PathLike, bin_path: str | os.PathLike | None = None, *,
          optimize: bool = True, workers: int | None = None,
-         max_tensor_bytes: int | None = None,
+         max_tensor_bytes: int | None = None, warmup: bool = True,
          graph_class: type[RuntimeGraph] = RuntimeGraph) -> RuntimeGraph:
     """Load a pnnx export and build it, ready to run.
 
@@ -34,7 +34,10 @@ def load(param_path: str | os.PathLike, bin_path: str | os.PathLike | None = Non
     (optimised loading tunes it once to keep freed memory for the next run, see
     :mod:`kuiperinfer.runtime.memory`). ``max_tensor_bytes`` bounds what the model may
     declare for one weight or operand (default 4 GiB): larger ones are refused before
-    anything is allocated. ``graph_class`` may be a subclass of RuntimeGraph that overrides
+    anything is allocated. ``warmup`` runs the built graph once on zeros of its declared
+    input shapes before returning (:meth:`RuntimeGraph.warm_up`), so that the first call
+    is as fast and adds as little memory as the rest; an error there is raised from
+    ``load``. ``graph_class`` may be a subclass of RuntimeGraph that overrides
     ``run_node`` to trace or profile (as :class:`kuiperinfer.profiler.ProfilingGraph`
     does). Raises a :class:`KuiperError` subclass for anything wrong with the files or an
     unsupported operator.
@@ -47,4 +50,6 @@ def load(param_path: str | os.PathLike, bin_path: str | os.PathLike | None = Non
         optimizer.optimize(graph)
         keep_freed_memory()
     graph.build()
+    if warmup:
+        graph.warm_up()
     return graph

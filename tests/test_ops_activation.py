@@ -144,6 +144,6 @@ def test_invalid_parameters_fail_at_build_time(op_type, params, word, tmp_path):
 
 def test_prelu_weight_that_does_not_fit_the_channels_fails_at_run_time(tmp_path):
     graph = kuiperinfer.load(one_operator_model(tmp_path, "nn.PReLU", "num_parameters=3 @weight=(3)f32",
-                                                {"op.weight": np.ones(3)}, "1,4,4,5"))
+                                                {"op.weight": np.ones(3)}, "1,4,4,5"), warmup=False)
     with pytest.raises(InferError, match="'op' \\(nn.PReLU\\).*PReLU weight has 3 values"):
         graph.run(np.ones((1, 4, 4, 5), np.float32))

@@ -10,6 +10,7 @@ import kuiperinfer
 from kuiperinfer.errors import (GraphError, InferError, InputError, KuiperError, UnknownOperatorError,
                                 WeightError)
 from kuiperinfer.pnnx import Attribute
+from kuiperinfer.profiler import ProfilingGraph
 from kuiperinfer.runtime.attribute import RuntimeAttribute
 from kuiperinfer.runtime.graph import GraphState, RuntimeGraph
 
@@ -145,6 +146,42 @@ def test_run_node_hook_sees_every_operator_in_order(model_path):
     assert seen == [op.name for op in graph.operators if op.layer is not None]
 
 
+class Counting(RuntimeGraph):
+    """Counts the operators it runs."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.ran = 0
+
+    def run_node(self, op):
+        self.ran += 1
+        super().run_node(op)
+
+
+def test_load_warms_up_on_zeros_of_the_declared_shapes_unless_told_not_to(model_path):
+    warm = kuiperinfer.load(model_path, graph_class=Counting)
+    cold = kuiperinfer.load(model_path, graph_class=Counting, warmup=False)
+    assert (warm.ran, cold.ran) == (len(warm._plan), 0) and warm.ran > 0
+    assert all(operand.data is None for operand in warm.operands.values())
+    a, b = np.ones((3, 4)), np.full((3, 4), -0.5)
+    for got, want in zip(warm.run(a, b), cold.run(a, b)):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_warm_up_skips_inputs_of_undeclared_shape_and_needs_a_built_graph(tmp_path):
+    graph = RuntimeGraph(write_model(tmp_path, PARAM.replace("#a=(1,4)f32", "#a=(?,4)f32")))
+    with pytest.raises(GraphError, match="build"):
+        graph.warm_up()
+    graph.build()
+    assert graph.warm_up() is False
+
+
+def test_warm_up_is_not_profiled(model_path):
+    graph = kuiperinfer.load(model_path, graph_class=ProfilingGraph)
+    assert graph.runs == []
+    assert graph.warm_up() is True and graph.runs == []
+
+
 def test_intermediate_values_are_freed_after_their_last_use(model_path):
     live = []
 
@@ -225,7 +262,7 @@ def test_missing_and_wrong_sized_weights_name_operator_and_attribute(tmp_path):
 
 def test_layer_failure_at_run_time_names_the_operator(tmp_path):
     bad = PARAM.replace("split_size_or_sections=(2,3)", "split_size_or_sections=(2,2)")
-    graph = kuiperinfer.load(write_model(tmp_path, bad))
+    graph = kuiperinfer.load(write_model(tmp_path, bad), warmup=False)
     with pytest.raises(InferError, match="'split' \\(torch.split\\)"):
         graph.run(np.ones((1, 4)), np.ones((1, 4)))
 
@@ -238,6 +275,6 @@ def test_tensor_size_limit_is_configurable_from_load(model_path):
 
 def test_expression_failure_at_run_time_names_the_operator(tmp_path):
     bad = PARAM.replace("expr=add(@0,@1)", "expr=lshift(@0,@1)")
-    graph = kuiperinfer.load(write_model(tmp_path, bad))
+    graph = kuiperinfer.load(write_model(tmp_path, bad), warmup=False)
     with pytest.raises(InferError, match="'add' \\(pnnx.Expression\\)"):
         graph.run(np.ones((1, 4)), np.ones((1, 4)))

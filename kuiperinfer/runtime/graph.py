@@ -305,7 +305,30 @@ class RuntimeGraph:
             kwargs, args = {**args[0], **kwargs}, ()
         elif len(args) == 1 and isinstance(args[0], (list, tuple)) and len(self.input_operators) > 1:
             args = tuple(args[0])
-        values = self._bind_inputs(args, kwargs)
+        return self._execute(self._bind_inputs(args, kwargs))
+
+    def warm_up(self) -> bool:
+        """Run the graph once on zeros of its declared input shapes and discard the result.
+
+        A graph's first run pays one-off costs that later runs do not: the memory its
+        values take (which an optimised load's allocator keeps for the next run), BLAS's
+        buffers, the intra-op helper thread. Warming up pays them now, so the first real
+        call is as fast and adds as little memory as any other. It goes around
+        :meth:`run`, so a profiling graph does not record it. Returns False, without
+        running, when an input's shape is not fully declared.
+        """
+        if self.graph_state != GraphState.Complete:
+            raise GraphError(f"the graph is in state {self.graph_state.name}; call build() first")
+        operands = self.graph_input_operands()
+        if not operands or any(not o.shapes or min(o.shapes) < 1 for o in operands):
+            return False
+        zeros = [np.zeros(o.shapes, numpy_dtype(o.type) or np.float32) for o in operands]
+        with np.errstate(all="ignore"):  # zeros may divide by zero where real inputs do not
+            self._execute(zeros)
+        return True
+
+    def _execute(self, values: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """Run checked input values: split over the workers or whole; row-major outputs."""
         slices = self._batch_slices(values)
         if len(slices) >= 2:
             outputs = self._run_split(values, slices)
