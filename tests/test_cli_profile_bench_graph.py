@@ -104,12 +104,14 @@ def test_bench_reports_latency_throughput_and_memory(capsys):
     lines = out.splitlines()
     assert lines[0] == "demo_cnn.pnnx.param: batch 2, 4 timed runs after 1 warm-up runs"
     assert lines[1].startswith("BLAS:        ")
-    numbers = re.fullmatch(r"latency: +min (\S+) ms  median (\S+) ms  p90 (\S+) ms  mean (\S+) ms", lines[2])
+    assert re.fullmatch(r"load: +\d+\.\d ms, \+\d+(\.\d)? (B|KiB|MiB) resident set \(its warm-up run included\)",
+                        lines[2])
+    numbers = re.fullmatch(r"latency: +min (\S+) ms  median (\S+) ms  p90 (\S+) ms  mean (\S+) ms", lines[3])
     low, median, p90, mean = map(float, numbers.groups())
     assert 0 < low <= median <= p90 and low <= mean
-    assert re.fullmatch(r"throughput:  \d+\.\d items/s", lines[3])
+    assert re.fullmatch(r"throughput:  \d+\.\d items/s", lines[4])
     assert re.fullmatch(r"peak memory: \+\d+(\.\d)? (B|KiB|MiB) resident set growth during the runs "
-                        r"\(.+\)", lines[4])
+                        r"\(.+\)", lines[5])
 
 
 def test_bench_json(capsys):
@@ -121,6 +123,7 @@ def test_bench_json(capsys):
     assert latency["min"] <= latency["median"] <= latency["p90"]
     assert data["throughput_items_per_s"] == pytest.approx(1e3 / latency["mean"])
     assert data["peak_rss_growth_bytes"] >= 0 and data["memory_method"] and data["blas"]
+    assert data["load_ms"] > 0 and isinstance(data["load_rss_growth_bytes"], int)
 
 
 def test_bench_threads_limits_the_blas(capsys):

@@ -1,11 +1,13 @@
 """Measure a model's latency, throughput and peak memory.
 
-The model runs --warmup times untimed, then --runs timed forward passes on random
-inputs of the declared shapes (--batch replaces the first dimension). Reported: the
-latency of one forward pass (min, median, 90th percentile, mean), the throughput in
-items (batch elements) per second, and the peak memory: how far the resident set
-size grew during the runs, warm-up included, above its size after loading the model
-(the output says how it was measured).
+The model loads (loading ends with one run on zeros, so that the first call pays no
+one-off costs), runs --warmup times untimed, then --runs timed forward passes on random
+inputs of the declared shapes (--batch replaces the first dimension). Reported: how
+long loading took and how far it grew the resident set, the latency of one forward pass
+(min, median, 90th percentile, mean), the throughput in items (batch elements) per
+second, and the peak memory: how far the resident set size grew during the runs,
+warm-up included, above its size after loading the model (the output says how it was
+measured).
 --threads T runs with T threads in all: a batch is split over T worker threads (each
 with one BLAS thread), a single image uses T BLAS threads (through threadpoolctl).
 Compare --threads 1 with the default to see what the threads bring.
@@ -21,9 +23,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
 
 import kuiperinfer
-from kuiperinfer.benchmark import BenchmarkResult, benchmark, blas_description, blas_threads
+from kuiperinfer import RuntimeGraph
+from kuiperinfer.benchmark import BenchmarkResult, benchmark, blas_description, blas_threads, resident_bytes
 from kuiperinfer.cli._common import (add_model_argument, add_progress_argument, add_timing_arguments,
                                      model_path, positive_int, progress_bar, random_inputs, size_text)
 
@@ -39,25 +45,49 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     path = model_path(args.model)
-    graph = kuiperinfer.load(path, workers=args.threads)
-    inputs = list(random_inputs(graph, args.batch, args.seed).values())
     threads = blas_threads(args.threads) if args.threads else contextlib.nullcontext()
-    with threads, progress_bar(args, "benchmarking", "runs") as bar:
-        blas = blas_description()
-        result = benchmark(graph, inputs, args.runs, args.warmup, bar)
+    with threads:
+        load = measure_load(path, args.threads)
+        inputs = list(random_inputs(load.graph, args.batch, args.seed).values())
+        with progress_bar(args, "benchmarking", "runs") as bar:
+            blas = blas_description()
+            result = benchmark(load.graph, inputs, args.runs, args.warmup, bar)
     if args.json:
-        print(json.dumps({"model": str(path), "blas": blas, **result.to_dict()}, indent=2))
+        print(json.dumps({"model": str(path), "blas": blas, "load_ms": load.seconds * 1e3,
+                          "load_rss_growth_bytes": load.rss_growth, **result.to_dict()}, indent=2))
     else:
-        print(report(path.name, result, blas))
+        print(report(path.name, result, blas, load))
     return 0
 
 
-def report(name: str, result: BenchmarkResult, blas: str) -> str:
-    """Five lines: the setting, latency, throughput and peak memory."""
+@dataclass(frozen=True)
+class Load:
+    """A loaded model, how long loading took and how far it grew the resident set."""
+
+    graph: RuntimeGraph
+    seconds: float
+    rss_growth: int | None
+    """Bytes; None where the system does not say."""
+
+
+def measure_load(path: Path, workers: int | None) -> Load:
+    """Load the model as ``kuiperinfer.load`` does (its warm-up run included), timed."""
+    before = resident_bytes()
+    start = time.perf_counter()
+    graph = kuiperinfer.load(path, workers=workers)
+    seconds = time.perf_counter() - start
+    after = resident_bytes()
+    return Load(graph, seconds, None if before is None or after is None else after - before)
+
+
+def report(name: str, result: BenchmarkResult, blas: str, load: Load) -> str:
+    """Six lines: the setting, loading, latency, throughput and peak memory."""
+    grown = "?" if load.rss_growth is None else size_text(max(load.rss_growth, 0))
     return "\n".join([
         f"{name}: batch {result.batch}, {len(result.latencies_s)} timed runs after "
         f"{result.warmup} warm-up runs",
         f"BLAS:        {blas}",
+        f"load:        {load.seconds * 1e3:.1f} ms, +{grown} resident set (its warm-up run included)",
         f"latency:     min {result.min_s * 1e3:.3f} ms  median {result.median_s * 1e3:.3f} ms  "
         f"p90 {result.p90_s * 1e3:.3f} ms  mean {result.mean_s * 1e3:.3f} ms",
         f"throughput:  {result.throughput:.1f} items/s",
