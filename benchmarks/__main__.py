@@ -7,7 +7,8 @@ round-robin -- one run of each engine per round, the order rotating -- so that d
 the machine's load hit all three alike. The memory each engine adds to its process, by
 loading the model and at its peak while inferring, is measured in a fresh spawned process
 per engine (in one shared process the allocator would keep what one engine freed and hide
-the next one's peak).
+the next one's peak). kuiperinfer's loading ends with a warm-up run on zeros, so what its
+first inference would allocate counts as loaded; compare the sum of the two columns.
 
 Idle threads sleep instead of spinning in every engine (PyTorch's OpenMP threads through
 ``OMP_WAIT_POLICY=PASSIVE``, onnxruntime's through ``session.intra_op.allow_spinning=0``,
