@@ -302,7 +302,6 @@ def test_pooling_in_channel_blocks_matches_pytorch():
                                atol=1e-6, rtol=1e-5)
 
 
-
 @pytest.mark.parametrize("channels_last", [False, True])
 @pytest.mark.parametrize("kernel, stride, padding, dilation, ceil_mode", [
     ((3, 2), (2, 1), (1, 0), (1, 1), False),    # two taps cover every output along the width only

@@ -14,7 +14,6 @@ from kuiperinfer.profiler import (NodeEvent, ProfilingGraph, RunRecord, chrome_t
 from kuiperinfer.runtime.graph import INPUT_TYPE, OUTPUT_TYPE
 
 
-
 @pytest.fixture(scope="module")
 def graph() -> ProfilingGraph:
     graph = ProfilingGraph(DEMO)

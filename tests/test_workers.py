@@ -146,7 +146,6 @@ def test_workers_must_be_positive(small_net):
         kuiperinfer.load(param, workers=0)
 
 
-
 class PerSampleShapes(nn.Module):
     """Shape operators that keep samples apart: pad, reshape with the batch in front,
     permute and transpose that leave dimension 0, split, chunk and slices on other dimensions."""

@@ -98,7 +98,6 @@ def im2col_conv2d(x: np.ndarray, packed: np.ndarray, kernel: tuple[int, int], st
             blocks = [(windows[image, start:start + step], out[image, start:start + step].reshape(-1, k))
                       for image in range(n) for start in range(0, oh, step)]
 
-
     def multiply(block: tuple[np.ndarray, np.ndarray]) -> None:
         source, target = block
         _multiply_block(source, packed, target)

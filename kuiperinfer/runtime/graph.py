@@ -68,9 +68,9 @@ class RuntimeGraph:
         if workers < 1:
             raise GraphError(f"workers must be at least 1, got {workers}")
         self.workers = workers
+        """Threads a batch is split over (1: every run whole in the calling thread)."""
         self.max_tensor_bytes = max_tensor_bytes
         """Largest weight or operand the model may declare (None: the reader's default)."""
-        """Threads a batch is split over (1: every run whole in the calling thread)."""
         self.param_path = None if param_path is None else os.fspath(param_path)
         self.bin_path = None if bin_path is None else os.fspath(bin_path)
         self.graph_state = GraphState.NeedInit
@@ -436,8 +436,6 @@ class RuntimeGraph:
     def __repr__(self) -> str:
         return (f"RuntimeGraph({self.param_path!r}, state={self.graph_state.name}, "
                 f"operators={len(self.operators)})")
-
-
 
 
 def _row_major(value: Any) -> Any:
