@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import tempfile
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -73,6 +74,8 @@ def onnxruntime_session(onnx_path: Path, threads: int, profile: bool = False):
     options.inter_op_num_threads = 1
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     options.enable_profiling = profile
+    if profile:   # the JSON goes to the temporary directory, never the working tree
+        options.profile_file_prefix = os.path.join(tempfile.gettempdir(), "kuiper-onnxruntime-profile")
     return ort.InferenceSession(str(onnx_path), options, providers=["CPUExecutionProvider"])
 
 
