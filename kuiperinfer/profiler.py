@@ -91,17 +91,16 @@ class ProfilingGraph(RuntimeGraph):
             self._record.reset(token)
             self.runs.append(record)
 
-    def run_node(self, op: RuntimeOperator) -> None:
+    def run_node(self, op: RuntimeOperator, inputs: list[Any]) -> list[Any]:
         record = self._record.get()
         if record is None:
-            super().run_node(op)
-            return
-        inputs = tuple(_shape_of(operand.data) for operand in op.input_operands_seq)
+            return super().run_node(op, inputs)
         start = time.perf_counter_ns()
-        super().run_node(op)
+        outputs = super().run_node(op, inputs)
         end = time.perf_counter_ns()
-        outputs = tuple(_shape_of(operand.data) for operand in op.output_operands)
-        record.events.append(NodeEvent(op.name, op.type, start, end, inputs, outputs, threading.get_ident()))
+        record.events.append(NodeEvent(op.name, op.type, start, end, tuple(map(_shape_of, inputs)),
+                                       tuple(map(_shape_of, outputs)), threading.get_ident()))
+        return outputs
 
     def clear(self) -> None:
         """Forget the recorded runs."""

@@ -89,7 +89,6 @@ def test_threads_give_exactly_the_serial_results(model_path, workers):
         for c in range(CALLS):
             for ours, reference in zip(got[t][c], expected[t][c]):
                 np.testing.assert_array_equal(ours, reference, err_msg=f"thread {t} call {c}")
-    assert all(operand.data is None for operand in graph.operands.values())
 
 
 def test_failing_calls_do_not_disturb_other_threads(model_path):

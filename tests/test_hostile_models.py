@@ -26,7 +26,7 @@ from kuiperinfer.errors import (BinArchiveError, ExpressionError, GraphError, In
                                 LayerCreateError, ModelFormatError, OperatorError, ParamSyntaxError,
                                 UnknownOperatorError)
 from kuiperinfer.expression import FUNCTIONS, compile_expression
-from kuiperinfer.layers.registry import LayerRegisterer
+from kuiperinfer.runtime.registry import LayerRegisterer
 from kuiperinfer.pnnx import Graph, StoreZipWriter
 from kuiperinfer.runtime.graph import RuntimeGraph
 
@@ -276,7 +276,11 @@ def test_a_cycle_made_in_memory_is_a_graph_error(tmp_path):
         RuntimeGraph().init(pnnx_graph)
     graph = RuntimeGraph(write_param(tmp_path, text))
     graph.init()
-    graph.operands["z"].consumers.append("a")  # the same loop, made after init
+    a = next(op for op in graph.operators if op.name == "a")
+    x, z = graph.operands["x"], graph.operands["z"]
+    a.input_operands_seq[0] = z  # the same loop, made after init, with consistent links
+    x.consumers.remove(a)
+    z.consumers.append(a)
     with pytest.raises(GraphError, match="cycle through operator"):
         graph.build()
 

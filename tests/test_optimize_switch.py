@@ -1,7 +1,8 @@
 """load(..., optimize=False) switches every optimisation off, and changes no result.
 
 Each network of the benchmark suite is exported once (small inputs where the network
-allows) and run optimised (graph passes, batch-parallel workers) and unoptimised.
+allows) and run optimised (graph passes, batch-parallel workers) and unoptimised; every
+optimiser pass keeps the graph's invariants on each of them.
 """
 
 from __future__ import annotations
@@ -11,8 +12,11 @@ import pytest
 import torch
 
 import kuiperinfer
-from kuiperinfer.errors import UnknownOperatorError
+from kuiperinfer.errors import GraphError
 from kuiperinfer.models import efficientnet_lite0_path
+from kuiperinfer.optimizer import PASSES
+from kuiperinfer.pnnx import read_param
+from kuiperinfer.runtime.graph import RuntimeGraph
 from networks import mobilenet_v3_small, resnet18, unet, yolov5s
 from oracle import export
 
@@ -39,26 +43,63 @@ def assert_agree(fast: list[np.ndarray], plain: list[np.ndarray]) -> None:
         np.testing.assert_allclose(a, b, atol=1e-4, rtol=1e-3)
 
 
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    """The .pnnx.param of each network, exported on first use."""
+    params = {"efficientnet_lite0": efficientnet_lite0_path()}
+
+    def param(name: str):
+        if name not in params:
+            build, shape = NETWORKS[name]
+            params[name] = export(build(), (torch.rand(1, *shape),), tmp_path_factory.mktemp(name))
+        return params[name]
+
+    return param
+
+
 @pytest.mark.parametrize("name", NETWORKS)
-def test_optimised_and_plain_agree(tmp_path, name):
+def test_optimised_and_plain_agree(exported, name):
     build, shape = NETWORKS[name]
-    param = export(build(), (torch.rand(1, *shape),), tmp_path)
+    param = exported(name)
     batch = 1 if name == "yolov5s" else 3   # yolov5's Detect views with the exported batch
     x = np.random.default_rng(0).standard_normal((batch, *shape), dtype=np.float32)
     assert_agree(*run_both(param, x))
 
 
 def test_bundled_efficientnet_lite0_agrees():
-    try:
-        kuiperinfer.load(efficientnet_lite0_path(), optimize=False)
-    except UnknownOperatorError as exc:
-        pytest.skip(f"the bundled model is not supported yet: {exc}")
     x = np.random.default_rng(1).random((2, 3, 224, 224), dtype=np.float32)
     assert_agree(*run_both(efficientnet_lite0_path(), x))
+
+
+@pytest.mark.parametrize("name", [*NETWORKS, "efficientnet_lite0"])
+def test_every_pass_keeps_the_graph_invariants(exported, name):
+    graph = RuntimeGraph(exported(name))
+    graph.init()
+    graph.check()
+    rewrites = 0
+    for rewrite in PASSES:
+        rewrites += rewrite(graph)
+        graph.check()
+    assert rewrites > 0
+    for op in graph.operators:   # what check() holds for the residual additions, spelt out
+        assert len(op.input_names) == len(op.input_operands_seq), op.name
+
+
+def test_check_finds_a_broken_link(exported):
+    graph = RuntimeGraph(exported("resnet18"))
+    graph.init()
+    conv = next(op for op in graph.operators if op.type == "nn.Conv2d")
+    conv.input_names.append("")
+    with pytest.raises(GraphError, match="1 inputs and 2 input names"):
+        graph.check()
+    conv.input_names.pop()
+    conv.input_operands_seq[0].consumers.append(conv)
+    with pytest.raises(GraphError, match="do not read it as often"):
+        graph.check()
 
 
 def test_optimize_false_keeps_every_operator(tmp_path):
     param = export(resnet18(), (torch.rand(1, 3, 32, 32),), tmp_path)
     plain = kuiperinfer.load(param, optimize=False)
-    assert len(plain.operators) == len(plain.pnnx_graph.ops)
+    assert len(plain.operators) == len(read_param(param).ops)
     assert len(kuiperinfer.load(param).operators) < len(plain.operators)   # ReLUs fused

@@ -157,7 +157,7 @@ def test_residual_addition_and_its_activation_fused_into_convolution(tmp_path):
     assert rewrites["fuse_activation"] == 1 and rewrites["fuse_residual_add"] == 1
     assert types(graph) == ["pnnx.Input", "nn.Conv2d", "pnnx.Output"]
     (conv,) = [op.layer for op in graph.operators if op.type == "nn.Conv2d"]
-    assert conv.residual and conv.residual_activation.name == "relu" and conv.activation is None
+    assert conv.fused.residual and conv.fused.residual_activation.name == "relu" and conv.fused.activation is None
 
 
 @pytest.mark.parametrize("residual, activation", [("branch", "relu"), ("identity", "silu before"),
@@ -166,8 +166,8 @@ def test_residual_addition_fused_after_a_fused_activation_or_from_a_second_convo
         residual, activation, tmp_path):
     graph, rewrites = compare(Residual(residual, activation), (1, 4, 10, 10), tmp_path)
     assert rewrites["fuse_residual_add"] == 1 and "pnnx.Expression" not in types(graph)
-    (fused,) = [op.layer for op in graph.operators if op.type == "nn.Conv2d" and op.layer.residual]
-    assert (fused.activation is None) == (activation == "relu" or fused.geometry.kernel == (1, 1))
+    (fused,) = [op.layer for op in graph.operators if op.type == "nn.Conv2d" and op.layer.fused.residual]
+    assert (fused.fused.activation is None) == (activation == "relu" or fused.geometry.kernel == (1, 1))
 
 
 def test_residual_addition_that_broadcasts_stays(tmp_path):
@@ -307,7 +307,7 @@ def test_pointwise_then_depthwise_fused(kernel, stride, activation, tmp_path):
     graph, rewrites = compare(model, (1, 6, 23, 19), tmp_path)
     assert rewrites["fuse_pointwise_depthwise"] == 1
     (fused,) = [op.layer for op in graph.operators if op.type == "kuiper.PointwiseDepthwise"]
-    assert fused.pointwise.activation is not None and fused.depthwise.activation is not None
+    assert fused.pointwise.epilogue.activation is not None and fused.depthwise.fused.activation is not None
     assert types(graph).count("nn.Conv2d") == 1    # the projection is left alone
 
 
@@ -386,9 +386,10 @@ def test_squeeze_excitation_not_fused_where_the_gate_is_read_elsewhere_or_gates_
 class LayoutRecorder(RuntimeGraph):
     """Records whether each operator's first output is in channels-last memory."""
 
-    def run_node(self, op):
-        super().run_node(op)
-        self.channels_last[op.name] = is_channels_last(op.output_operands[0].data)
+    def run_node(self, op, inputs):
+        outputs = super().run_node(op, inputs)
+        self.channels_last[op.name] = is_channels_last(outputs[0])
+        return outputs
 
 
 def test_convolutions_hand_on_channels_last_and_outputs_are_row_major(tmp_path):

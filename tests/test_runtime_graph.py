@@ -1,6 +1,7 @@
 """RuntimeGraph: states, execution order, inputs and outputs, errors, threads, the run_node hook."""
 
 import threading
+import weakref
 
 import numpy as np
 import pytest
@@ -63,15 +64,14 @@ def test_runtime_operators_carry_the_seeds_fields(model_path):
     ops = {op.name: op for op in graph.operators}
     add = ops["add"]
     assert [o.name for o in add.input_operands_seq] == ["a", "b"]
-    assert sorted(add.input_operands) == ["in_a", "in_b"]
-    assert add.output_names == ["relu"] and list(add.output_operators) == ["relu"]
+    assert [o.producer.name for o in add.input_operands_seq] == ["in_a", "in_b"]
+    assert add.output_operators == [ops["relu"]] and add.output_operands[0].consumers == [ops["relu"]]
     fc = ops["fc"]
     assert fc.params["out_features"].value == 5
     assert fc.attribute["weight"].shape == (5, 4)
     np.testing.assert_array_equal(fc.attribute["weight"].get(), WEIGHT)
     assert [o.name for o in ops["split"].output_operands] == ["p", "q"]
     order = [op.name for op in graph.operators]
-    assert all(op.forward_index == i for i, op in enumerate(graph.operators))
     assert order.index("add") < order.index("relu") < order.index("fc") < order.index("split")
 
 
@@ -126,19 +126,35 @@ def test_inputs_are_converted_and_never_modified(model_path):
     np.testing.assert_array_equal(b, b_copy)
 
 
-def test_values_are_released_after_the_run(model_path):
+def test_intermediate_values_fetched_by_operand_or_operator_name(model_path):
+    graph = kuiperinfer.load(model_path, optimize=False)
+    a, b = np.full((2, 4), 0.5, np.float32), np.array([[-1, 0, 1, 2]] * 2, np.float32)
+    values = graph.run(a, b, fetch=["s", "relu", "split", "in_a"])
+    assert list(values) == ["s", "relu", "split", "in_a"]
+    np.testing.assert_array_equal(values["s"], a + b)
+    np.testing.assert_array_equal(values["relu"], np.maximum(a + b, 0))
+    for ours, ref in zip(values["split"], reference(a, b)):
+        np.testing.assert_allclose(ours, ref, rtol=1e-6)
+    np.testing.assert_array_equal(values["in_a"], a)
+    assert graph.run(a, b, fetch="fc")["fc"].shape == (2, 5)
+    assert set(graph.value_names) >= {"s", "r", "relu", "fc"}
+
+
+def test_fetching_a_value_the_optimiser_merged_says_how_to_get_it(model_path):
     graph = kuiperinfer.load(model_path)
-    graph.run(np.ones((1, 4)), np.ones((1, 4)))
-    assert all(operand.data is None for operand in graph.operands.values())
+    assert "s" not in graph.value_names and "relu" not in graph.value_names   # the ReLU went into the addition
+    with pytest.raises(GraphError, match="no operand or operator 's'.*optimize=False"):
+        graph.run(np.ones((1, 4)), np.ones((1, 4)), fetch=["s"])
+    np.testing.assert_array_equal(graph.run(np.ones((1, 4)), -np.ones((1, 4)), fetch="r")["r"], np.zeros((1, 4)))
 
 
 def test_run_node_hook_sees_every_operator_in_order(model_path):
     seen = []
 
     class Tracing(RuntimeGraph):
-        def run_node(self, op):
+        def run_node(self, op, inputs):
             seen.append(op.name)
-            super().run_node(op)
+            return super().run_node(op, inputs)
 
     graph = Tracing(model_path)
     graph.build()
@@ -153,16 +169,15 @@ class Counting(RuntimeGraph):
         super().__init__(*args, **kwargs)
         self.ran = 0
 
-    def run_node(self, op):
+    def run_node(self, op, inputs):
         self.ran += 1
-        super().run_node(op)
+        return super().run_node(op, inputs)
 
 
 def test_load_warms_up_on_zeros_of_the_declared_shapes_unless_told_not_to(model_path):
     warm = kuiperinfer.load(model_path, graph_class=Counting)
     cold = kuiperinfer.load(model_path, graph_class=Counting, warmup=False)
     assert (warm.ran, cold.ran) == (len(warm._plan), 0) and warm.ran > 0
-    assert all(operand.data is None for operand in warm.operands.values())
     a, b = np.ones((3, 4)), np.full((3, 4), -0.5)
     for got, want in zip(warm.run(a, b), cold.run(a, b)):
         np.testing.assert_array_equal(got, want)
@@ -183,18 +198,21 @@ def test_warm_up_is_not_profiled(model_path):
 
 
 def test_intermediate_values_are_freed_after_their_last_use(model_path):
-    live = []
+    made, live = {}, {}
 
     class Watching(RuntimeGraph):
-        def run_node(self, op):
-            super().run_node(op)
-            live.append(sorted(n for n, o in self.operands.items() if o.data is not None))
+        def run_node(self, op, inputs):
+            live[op.name] = sorted(name for name, value in made.items() if value() is not None)
+            outputs = super().run_node(op, inputs)
+            made.update((o.name, weakref.ref(v)) for o, v in zip(op.output_operands, outputs)
+                        if isinstance(v, np.ndarray))
+            return outputs
 
     graph = Watching(model_path)
     graph.build()
     graph.run(np.ones((1, 4)), np.ones((1, 4)))
-    by_step = dict(zip([op.name for op in graph.operators if op.layer is not None], live))
-    assert "s" not in by_step["fc"] and "r" not in by_step["split"]
+    assert live["fc"] == ["r"] and live["split"] == ["y"]
+    assert all(value() is None for value in made.values())   # the run kept nothing
 
 
 def test_one_graph_serves_many_threads(model_path):

@@ -43,9 +43,9 @@ class RecordingGraph(RuntimeGraph):
         super().__init__(*args, **kwargs)
         self.threads: set[str] = set()
 
-    def run_node(self, op):
+    def run_node(self, op, inputs):
         self.threads.add(threading.current_thread().name)
-        super().run_node(op)
+        return super().run_node(op, inputs)
 
 
 @pytest.fixture(scope="module")

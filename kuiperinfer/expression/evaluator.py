@@ -39,7 +39,7 @@ from kuiperinfer.expression import promotion
 from kuiperinfer.expression.functions import FUNCTIONS
 from kuiperinfer.expression.promotion import DEFAULT_FLOAT, DEFAULT_INT, result_type
 from kuiperinfer.expression.reverse_polish import Instruction, OpCode
-from kuiperinfer.expression.special import erf as _erf_array
+from kuiperinfer.kernels.special import erf as _erf_array
 
 Scalar = Union[bool, int, float]
 Value = Union[np.ndarray, bool, int, float, list, None]

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from kuiperinfer.errors import KuiperError, LayerCreateError, UnknownOperatorError
-from kuiperinfer.layers.registry import LayerRegisterer
+from kuiperinfer.runtime.registry import LayerRegisterer
 from kuiperinfer.runtime.graph import INPUT_TYPE, OUTPUT_TYPE, RuntimeGraph
 
 

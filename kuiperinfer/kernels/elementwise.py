@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kuiperinfer.expression.special import erf
+from kuiperinfer.kernels.special import erf
 
 _SQRT_HALF = math.sqrt(0.5)
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
@@ -213,3 +213,18 @@ class Epilogue:
         rows, pixels = flat[:whole].reshape(-1, len(row)), flat[whole:].reshape(-1, len(self.bias))
         rows += row
         pixels += self.bias
+
+
+def product_epilogue(bias: np.ndarray | None, activation: InplaceActivation | None) -> tuple[np.float32, Epilogue]:
+    """The epilogue of a product that ``bias`` and then ``activation`` follow, and the scale
+    the product's weights take for it.
+
+    An activation that starts by halving (SiLU, sigmoid) gets the product and the bias
+    halved instead, which is exact and spares a pass over the output: the weights take
+    the scale 0.5 and the epilogue applies the activation of halves.
+    """
+    halved = activation is not None and activation.takes_halves
+    scale = np.float32(0.5 if halved else 1)
+    if halved and bias is not None:
+        bias = bias * scale
+    return scale, Epilogue(bias, activation, halved)

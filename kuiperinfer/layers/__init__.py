@@ -8,7 +8,7 @@ import importlib
 import pkgutil
 
 from kuiperinfer.layers.base import Layer, NonParamLayer, ParamLayer
-from kuiperinfer.layers.registry import LayerRegisterer, register_layer
+from kuiperinfer.runtime.registry import LayerRegisterer, register_layer
 
 for _module in pkgutil.iter_modules(__path__):
     importlib.import_module(f"{__name__}.{_module.name}")

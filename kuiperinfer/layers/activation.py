@@ -16,9 +16,8 @@ import numpy as np
 from kuiperinfer.errors import InferError, InferStatus, ParseParameterAttrStatus as Status
 from kuiperinfer.kernels import elementwise
 from kuiperinfer.layers.base import NonParamLayer, ParamLayer, keeps_batch
-from kuiperinfer.layers.registry import register_layer
+from kuiperinfer.runtime.registry import register_layer
 from kuiperinfer.runtime.operator import RuntimeOperator
-from kuiperinfer.runtime.parameter import RuntimeParameter, RuntimeParameterType as T
 
 
 class ActivationLayer(NonParamLayer):
@@ -37,40 +36,17 @@ class ActivationLayer(NonParamLayer):
         return [self.function(inputs[0])]
 
 
-# The graph optimiser fuses an activation into the operator before it (ncnn's
-# activation_type/activation_params) by writing these two parameters on that operator.
-FUSED_ACTIVATION = "activation"
-FUSED_ACTIVATION_PARAMS = "activation_params"
-
-
-def write_fused_activation(op: RuntimeOperator, activation: elementwise.InplaceActivation,
-                           prefix: str = "") -> None:
-    """Record on ``op`` that it applies ``activation`` to its output (to the part of its
-    computation that ``prefix`` names, for an operator fused from several)."""
-    op.params[prefix + FUSED_ACTIVATION] = RuntimeParameter(T.kParameterString, activation.name, activation.name)
-    params = tuple(float(p) for p in activation.params)
-    op.params[prefix + FUSED_ACTIVATION_PARAMS] = RuntimeParameter(
-        T.kParameterFloatArray, params, "(" + ",".join(repr(p) for p in params) + ")")
-
-
-def read_fused_activation(op: RuntimeOperator, prefix: str = "") -> elementwise.InplaceActivation | None:
-    """The activation the optimiser fused into ``op`` (None when there is none)."""
-    if not op.has_param(prefix + FUSED_ACTIVATION):
-        return None
-    name = op.param_str(prefix + FUSED_ACTIVATION)
-    params = op.param_floats(prefix + FUSED_ACTIVATION_PARAMS, default=())
-    try:
-        return elementwise.InplaceActivation(name, params)
-    except ValueError as exc:
-        raise op.error(str(exc), Status.kParameterInvalidValue) from exc
-
-
 class InplaceActivationLayer(ActivationLayer):
     """An activation with an in-place kernel, which the graph optimiser can fuse into the
     layer producing its input. It computes :meth:`inplace` on a copy of the input."""
 
     def inplace(self) -> elementwise.InplaceActivation:
         raise NotImplementedError
+
+    @classmethod
+    def activation_of(cls, op: RuntimeOperator) -> elementwise.InplaceActivation:
+        """The in-place activation ``op`` computes, from its parameters (raises LayerCreateError)."""
+        return cls.create(op).inplace()
 
     def function(self, x: np.ndarray) -> np.ndarray:
         return self.inplace()(x.astype(np.result_type(x, np.float32)))

@@ -17,7 +17,7 @@ import numpy as np
 from kuiperinfer.errors import InferError, InferStatus, ParseParameterAttrStatus as Status
 from kuiperinfer.layers.base import Layer, NonParamLayer
 from kuiperinfer.layers.linear import linear
-from kuiperinfer.layers.registry import register_layer
+from kuiperinfer.runtime.registry import register_layer
 from kuiperinfer.layers.softmax import softmax
 from kuiperinfer.pnnx.ir import numpy_dtype
 from kuiperinfer.runtime.operator import RuntimeOperator

@@ -1,29 +1,26 @@
 """Layer, NonParamLayer and ParamLayer: the computation behind each operator.
 
-As in the seeds, a layer has two forwards:
+A layer is made from its operator by the classmethod :meth:`Layer.create` (the seeds'
+``GetInstance``), which reads and checks the parameters, reads the optimiser's record
+(``op.fusion``, :mod:`kuiperinfer.layers.fusion`) and prepares the weights once, so that
+:meth:`Layer.forward` receives typed values and pre-packed weights. ``forward`` is pure:
+the input values in, the output values out, on whole batches; the graph's execution loop
+owns the values of a run and hands each layer its inputs.
 
-* :meth:`Layer.forward` takes the input arrays and returns the output arrays. Every
-  layer implements it; it is pure (inputs in, outputs out) and works on whole batches.
-* :meth:`Layer.forward_operator` gathers the inputs from the layer's
-  :class:`RuntimeOperator`, calls :meth:`forward` and stores the outputs in the
-  operator's output operands, where the consumers find them without a copy.
-
-A layer is made from its operator by the classmethod :meth:`Layer.create` (the
-seeds' ``GetInstance``), which reads and checks the parameters and prepares the
-weights once, so that ``forward`` receives typed values and pre-packed weights.
+Class-level facts let the optimiser ask what a type is without building its layer
+(:meth:`LayerRegisterer.layer_class <kuiperinfer.runtime.registry.LayerRegisterer.layer_class>`):
+:attr:`Layer.shape_only`, :meth:`Layer.takes_activation`, and the activation layers'
+:meth:`~kuiperinfer.layers.activation.InplaceActivationLayer.activation_of`.
 """
 
 from __future__ import annotations
 
-import weakref
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, ClassVar, Sequence
 
 import numpy as np
 
-from kuiperinfer.errors import InferError, InferStatus, WeightError, ParseParameterAttrStatus
-
-if TYPE_CHECKING:
-    from kuiperinfer.runtime.operator import RuntimeOperator
+from kuiperinfer.errors import ParseParameterAttrStatus, WeightError
+from kuiperinfer.runtime.operator import RuntimeOperator
 
 
 class Layer:
@@ -36,56 +33,47 @@ class Layer:
     ``create``. The graph splits a batch over its workers only if every layer reading a
     value derived from the inputs says so; the default, False, keeps the batch whole."""
 
+    shape_only: ClassVar[bool] = False
+    """True when the layer only rearranges the elements of its one input (reshape, view,
+    permute, ...): an elementwise function gives the same values before it as after."""
+
+    macs: int = 0
+    """Multiply-adds of one sample at the shapes pnnx recorded (0 where unknown or small):
+    what the graph weighs when it decides whether sharing large operators among threads
+    pays (:func:`~kuiperinfer.kernels.parallel.sharing_pays`)."""
+
+    fusion: ClassVar[type | None] = None
+    """The class of the record (:mod:`kuiperinfer.layers.fusion`) that ``create`` reads
+    from ``op.fusion``; None for layers the optimiser never rewrites."""
+
     def __init__(self, layer_name: str):
         self.layer_name = layer_name
-        self._runtime_operator: weakref.ref | None = None
 
     @classmethod
-    def create(cls, op: "RuntimeOperator") -> "Layer":
+    def create(cls, op: RuntimeOperator) -> Layer:
         """Build the layer for ``op``, reading its parameters and weights (raises LayerCreateError)."""
         raise NotImplementedError(f"{cls.__name__} does not implement create()")
+
+    @classmethod
+    def takes_activation(cls, op: RuntimeOperator) -> bool:
+        """Whether the layer of ``op`` returns a new float array nothing else holds, on which
+        an activation the optimiser records in ``op.fusion`` is applied in place."""
+        return False
 
     def forward(self, inputs: Sequence[Any]) -> list[Any]:
         """Compute the outputs from the inputs (arrays, or Python values such as shapes)."""
         raise NotImplementedError(f"{type(self).__name__} does not implement forward()")
 
-    @property
-    def runtime_operator(self) -> "RuntimeOperator":
-        op = self._runtime_operator() if self._runtime_operator is not None else None
-        if op is None:
-            raise InferError(f"layer {self.layer_name!r} is not attached to a runtime operator")
-        return op
-
-    def set_runtime_operator(self, op: "RuntimeOperator") -> None:
-        """Attach the layer to its operator (a weak reference, as in the seeds)."""
-        self._runtime_operator = weakref.ref(op)
-
-    def forward_operator(self) -> None:
-        """Run on the operator's input operands and fill its output operands."""
-        op = self.runtime_operator
-        inputs = [operand.data for operand in op.input_operands_seq]
-        if any(value is None for value in inputs):
-            missing = [o.name for o in op.input_operands_seq if o.data is None]
-            raise InferError(f"input operands {missing} have no data", op.name, op.type,
-                             InferStatus.kInferFailedInputEmpty)
-        outputs = self.forward(inputs)
-        if len(outputs) != len(op.output_operands):
-            raise InferError(f"layer produced {len(outputs)} outputs, the graph expects "
-                             f"{len(op.output_operands)}", op.name, op.type,
-                             InferStatus.kInferFailedOutputSizeError)
-        for operand, value in zip(op.output_operands, outputs):
-            operand.data = value
-
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.layer_name!r})"
 
 
-def declared_rank(op: "RuntimeOperator") -> int:
+def declared_rank(op: RuntimeOperator) -> int:
     """How many dimensions pnnx recorded for the operator's first input (0 if unknown)."""
     return len(op.input_operands_seq[0].shapes) if op.input_operands_seq else 0
 
 
-def keeps_batch(op: "RuntimeOperator", dim: int, new_dim: bool = False) -> bool:
+def keeps_batch(op: RuntimeOperator, dim: int, new_dim: bool = False) -> bool:
     """Whether ``dim`` (negative: from the end of the first input, one further for a
     ``new_dim`` such as stack's) leaves the batch dimension 0 alone: for ``batch_independent``."""
     if dim < 0:
@@ -100,15 +88,15 @@ class NonParamLayer(Layer):
 class ParamLayer(Layer):
     """A layer with a weight and an optional bias (convolution, linear, normalisation).
 
-    Subclasses that keep the weights in a prepared form (a packed GEMM matrix, a
-    folded scale) override :meth:`prepare`, which runs whenever weights change.
+    Subclasses that keep the weights in a prepared form (a packed GEMM matrix, a folded
+    scale) override :meth:`pack` and call it at the end of their ``__init__``, once their
+    own fields are set; :meth:`set_weights` and :meth:`set_bias` call it again.
     """
 
     def __init__(self, layer_name: str, weight: np.ndarray, bias: np.ndarray | None = None):
         super().__init__(layer_name)
         self._weight = np.ascontiguousarray(weight, dtype=np.float32)
         self._bias = None if bias is None else np.ascontiguousarray(bias, dtype=np.float32)
-        self.prepare()
 
     def weights(self) -> np.ndarray:
         """The weight, in PyTorch's layout. Layers built from a model read it straight from
@@ -120,17 +108,17 @@ class ParamLayer(Layer):
         return self._bias
 
     def set_weights(self, weight: Any) -> None:
-        """Replace the weight (same shape; a Tensor or anything array-like)."""
+        """Replace the weight (same shape; a Tensor or anything array-like) and repack."""
         self._weight = self._checked(np.asarray(weight, dtype=np.float32), self._weight, "weight")
-        self.prepare()
+        self.pack()
 
     def set_bias(self, bias: Any) -> None:
-        """Replace the bias (same shape; a Tensor or anything array-like)."""
+        """Replace the bias (same shape; a Tensor or anything array-like) and repack."""
         if self._bias is None:
             raise WeightError(f"layer {self.layer_name!r} has no bias",
                               status=ParseParameterAttrStatus.kAttrMissingBias)
         self._bias = self._checked(np.asarray(bias, dtype=np.float32), self._bias, "bias")
-        self.prepare()
+        self.pack()
 
     def _checked(self, new: np.ndarray, old: np.ndarray, what: str) -> np.ndarray:
         if new.size == old.size and new.shape != old.shape:
@@ -140,5 +128,5 @@ class ParamLayer(Layer):
                               f"expected {old.shape}", status=ParseParameterAttrStatus.kAttrWrongSize)
         return np.ascontiguousarray(new)
 
-    def prepare(self) -> None:
-        """Derive the forms ``forward`` uses from the weights (called after every change)."""
+    def pack(self) -> None:
+        """Derive the forms ``forward`` uses from the weights (none by default)."""

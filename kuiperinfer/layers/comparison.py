@@ -18,7 +18,7 @@ import numpy as np
 from kuiperinfer.errors import ParseParameterAttrStatus as Status
 from kuiperinfer.expression.promotion import result_type
 from kuiperinfer.layers.base import NonParamLayer
-from kuiperinfer.layers.registry import register_layer
+from kuiperinfer.runtime.registry import register_layer
 from kuiperinfer.runtime.operator import RuntimeOperator
 
 _MISSING = object()

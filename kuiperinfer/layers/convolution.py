@@ -16,7 +16,8 @@ to 2-D are shared with the pooling layers.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
 import numpy as np
@@ -28,13 +29,13 @@ from kuiperinfer.kernels.depthwise import DepthwiseWeight, depthwise_conv2d
 from kuiperinfer.kernels.depthwise_stripes import depthwise_in_stripes
 from kuiperinfer.kernels.im2col import (PLANAR_MAX_CHANNELS, im2col_conv2d, output_size, pack_planar_weight,
                                         pack_weight, planar_conv2d)
-from kuiperinfer.kernels.elementwise import Epilogue, InplaceActivation
+from kuiperinfer.kernels.elementwise import Epilogue, InplaceActivation, product_epilogue
 from kuiperinfer.kernels.layout import nchw, nhwc, pad_nhwc
 from kuiperinfer.kernels.padding import PAD_MODES, pad_last_dims
 from kuiperinfer.kernels.winograd import winograd_conv3x3, winograd_pays, winograd_weight
-from kuiperinfer.layers.activation import read_fused_activation
 from kuiperinfer.layers.base import Layer, ParamLayer
-from kuiperinfer.layers.registry import register_layer
+from kuiperinfer.layers.fusion import ConvolutionFusion
+from kuiperinfer.runtime.registry import register_layer
 from kuiperinfer.runtime.operator import RuntimeOperator
 
 
@@ -70,20 +71,6 @@ def as_2d(x: np.ndarray, rank: int) -> np.ndarray:
 def from_2d(y: np.ndarray, rank: int) -> np.ndarray:
     """Undo :func:`as_2d` on an output: (N, C, 1, L) becomes (N, C, L)."""
     return y[:, :, 0, :] if rank == 1 else y
-
-
-WINOGRAD = "winograd"
-"""Parameter by which the graph optimiser selects Winograd for an nn.Conv2d."""
-CHANNELS_LAST = "channels_last"
-"""Parameter by which the graph optimiser lets an nn.Conv1d/2d hand on its output in
-channels-last memory (:mod:`kuiperinfer.kernels.layout`) instead of row-major NCHW."""
-PADS = "pads"
-"""Parameter (top, bottom, left, right) by which the graph optimiser gives an nn.Conv2d
-padding that differs per side (a zero padding operator folded in); it replaces ``padding``."""
-RESIDUAL = "residual"
-"""Parameter by which the graph optimiser lets an nn.Conv2d add its second input (a
-residual) to its output in place, then apply the activation recorded under the prefix
-``residual.``."""
 
 
 # -- geometry ----------------------------------------------------------------------------
@@ -130,9 +117,6 @@ class ConvGeometry:
             if min(ph, pw) < 0:
                 raise op.error(f"padding {padding} must not be negative", Status.kParameterMissingPadding)
             pads = ((ph, ph), (pw, pw))
-        if op.has_param(PADS):
-            top, bottom, left, right = op.param_ints(PADS, 4, Status.kParameterMissingPadding)
-            pads = ((top, bottom), (left, right))
         return cls(kernel, stride, dilation, pads, mode, groups)
 
     def winograd_applies(self) -> bool:
@@ -228,21 +212,28 @@ def is_depthwise(weight: np.ndarray, groups: int) -> bool:
 
 class PackedWeight:
     """A (Cout, Cin/groups, kh, kw) convolution weight in the forms its kernels take, made
-    once at build time: the taps of a depthwise convolution (tiled for the ``recorded``
-    output width with the stride of ``geometry``, when given), else the GEMM operand of
-    im2col (and, for very few input channels, of the planar columns), plus the transformed
-    weight of Winograd when asked for.
+    once at build time. Its public members:
+
+    * :attr:`in_channels`, :attr:`out_channels`;
+    * :attr:`depthwise`: the taps of a depthwise convolution (tiled for the ``recorded``
+      output width with the stride of ``geometry``, when given), else None;
+    * :attr:`gemm`: the (groups, Cin/groups*kh*kw, Cout/groups) operand of im2col, and
+      :attr:`matrix`, its one group as (Cin*kh*kw, Cout);
+    * :attr:`planar`: the operand of the planar columns, for very few input channels;
+    * :attr:`winograd`: the transformed weight of Winograd, when asked for.
 
     ``recorded`` is the output's (batch, height, width) at export (0 where unknown). When
     Winograd computes that shape, and so every larger batch, the GEMM operand is made only
     if a call needs it (a smaller image): the weight is not held twice more than it must be.
-    Every form is of ``scale`` times the weight (see :class:`Epilogue`'s ``halved``).
+    Every form is of ``scale`` times the weight
+    (:func:`~kuiperinfer.kernels.elementwise.product_epilogue` says why).
     """
 
     def __init__(self, weight: np.ndarray, groups: int, winograd: bool = False,
                  geometry: ConvGeometry | None = None, recorded: tuple[int, int, int] = (0, 0, 0),
                  scale: float = 1.0):
         self.in_channels = weight.shape[1] * groups
+        self.out_channels = weight.shape[0]
         self._weight, self._groups, self._scale = weight, groups, scale
         scaled = self._scaled()
         self.depthwise = None
@@ -268,6 +259,31 @@ class PackedWeight:
         if gemm is None:
             gemm = self._gemm = pack_weight(self._scaled(), self._groups)
         return gemm
+
+    @property
+    def matrix(self) -> np.ndarray:
+        """The GEMM operand of a single-group convolution, (Cin*kh*kw, Cout)."""
+        if self._groups != 1:
+            raise ValueError(f"a convolution of {self._groups} groups has no single GEMM matrix")
+        return self.gemm[0]
+
+
+class PointwiseProduct:
+    """A 1x1, stride-1, single-group convolution as a product of rows of pixels: (P, Cin) rows
+    times :attr:`matrix` (Cin, Cout), then :attr:`epilogue` (bias and activation) in place.
+    The fused operators compute their 1x1 convolutions through it."""
+
+    def __init__(self, weight: np.ndarray, bias: np.ndarray | None, activation: InplaceActivation | None):
+        if weight.ndim != 4 or weight.shape[2:] != (1, 1):
+            raise ValueError(f"a 1x1 convolution's weight has shape (out, in, 1, 1), not {weight.shape}")
+        scale, self.epilogue = product_epilogue(bias, activation)
+        self.matrix = PackedWeight(weight, 1, scale=scale).matrix
+        self.in_channels, self.out_channels = self.matrix.shape
+
+    def __call__(self, rows: np.ndarray) -> np.ndarray:
+        out = np.matmul(rows, self.matrix)
+        self.epilogue(out)
+        return out
 
 
 def conv2d(x: np.ndarray, weight: PackedWeight, geometry: ConvGeometry,
@@ -315,66 +331,64 @@ def add_residual(out: np.ndarray, residual: np.ndarray, activation: InplaceActiv
 
 @register_layer("nn.Conv1d", "nn.Conv2d")
 class Convolution(ParamLayer):
-    """nn.Conv1d / nn.Conv2d with the weight (and bias) stored in the model."""
+    """nn.Conv1d / nn.Conv2d with the weight (and bias) stored in the model, and what the
+    optimiser fused in (:class:`~kuiperinfer.layers.fusion.ConvolutionFusion`)."""
 
     batch_independent = True
+    fusion = ConvolutionFusion
 
     def __init__(self, layer_name: str, weight: np.ndarray, bias: np.ndarray | None,
-                 geometry: ConvGeometry, rank: int, activation: InplaceActivation | None = None,
-                 winograd: bool = False, channels_last: bool = False,
-                 recorded: tuple[int, int, int] = (0, 0, 0), residual: bool = False,
-                 residual_activation: InplaceActivation | None = None):
-        self.geometry, self.rank = geometry, rank
+                 geometry: ConvGeometry, rank: int, fused: ConvolutionFusion = ConvolutionFusion(),
+                 recorded: tuple[int, int, int] = (0, 0, 0)):
+        super().__init__(layer_name, weight, bias)
+        if fused.padding is not None:
+            geometry = replace(geometry, padding=fused.padding)
+        self.geometry, self.rank, self.fused = geometry, rank, fused
         self.recorded = recorded
         """The output's (batch, height, width) at export (0 where unknown), for which the
         weights are prepared (any other shape works too)."""
-        self.activation = activation
-        """An activation the graph optimiser fused in, applied in place on the output."""
-        self.winograd = winograd and geometry.winograd_applies()
+        self.winograd = fused.winograd and geometry.winograd_applies()
         """Whether calls with enough tiles run Winograd (the optimiser selects it)."""
-        self.channels_last = channels_last
-        """Whether the output stays in the kernels' channels-last memory (the optimiser
-        selects it); otherwise it is copied to row-major NCHW."""
-        self.residual = residual
-        """Whether the output has the second input added to it (the optimiser fuses a
-        residual addition in): in place, after the activation."""
-        self.residual_activation = residual_activation
-        """The activation applied in place after the residual addition."""
-        super().__init__(layer_name, weight, bias)
+        self.channels_last = fused.channels_last
+        self.macs = self._weight.size * recorded[1] * recorded[2]
+        self.pack()
 
     @classmethod
     def create(cls, op: RuntimeOperator) -> "Convolution":
+        return cls.create_fused(op, op.fusion or ConvolutionFusion())
+
+    @classmethod
+    def create_fused(cls, op: RuntimeOperator, fused: ConvolutionFusion) -> "Convolution":
+        """The convolution whose parameters and weight ``op`` holds, computing ``fused`` too
+        (a fused operator's record holds its convolution's)."""
         rank = spatial_rank(op)
         kernel = op.param_ints("kernel_size", rank, Status.kParameterMissingKernel)
         geometry = ConvGeometry.from_operator(op, kernel)
         c_in, c_out = _read_channels(op, geometry)
         weight = op.weight("weight", (c_out, c_in // geometry.groups, *kernel), copy=False)
-        residual = op.param_bool(RESIDUAL, default=False)
-        if residual and len(op.input_operands_seq) != 2:
+        if fused.residual and len(op.input_operands_seq) != 2:
             raise op.error(f"a convolution adding a residual takes 2 inputs, not {len(op.input_operands_seq)}",
                            Status.kParameterInvalidValue)
-        return cls(op.name, weight, _read_bias(op, c_out), geometry, rank, read_fused_activation(op),
-                   op.param_bool(WINOGRAD, default=False), op.param_bool(CHANNELS_LAST, default=False),
-                   _recorded_output(op), residual, read_fused_activation(op, RESIDUAL + "."))
+        return cls(op.name, weight, _read_bias(op, c_out), geometry, rank, fused, _recorded_output(op))
 
-    def prepare(self) -> None:
+    @classmethod
+    def takes_activation(cls, op: RuntimeOperator) -> bool:
+        return True
+
+    def pack(self) -> None:
         weight_2d = self._weight.reshape(*self._weight.shape[:2], *self.geometry.kernel)
-        # an activation that starts by halving (SiLU, sigmoid) gets the product halved
-        # instead: exactly, by halved weights and bias, one pass over the output fewer
-        halved = self.activation is not None and self.activation.takes_halves
-        scale = np.float32(0.5 if halved else 1)
+        scale, epilogue = product_epilogue(self._bias, self.fused.activation)
+        self.epilogue = epilogue
+        """Bias and fused activation, applied in place on each block of output."""
         self.packed = PackedWeight(weight_2d, self.geometry.groups, self.winograd, self.geometry, self.recorded,
                                    scale)
         """The weight in the form the kernels take (made again when the weights change)."""
-        bias = self._bias if self._bias is None or not halved else self._bias * scale
-        self.epilogue = Epilogue(bias, self.activation, halved)
-        """Bias and fused activation, applied in place on each block of output."""
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         out = from_2d(nchw(conv2d(as_2d(inputs[0], self.rank), self.packed, self.geometry, self.epilogue)),
                       self.rank)
-        if self.residual:
-            out = add_residual(out, inputs[1], self.residual_activation)
+        if self.fused.residual:
+            out = add_residual(out, inputs[1], self.fused.residual_activation)
         if not self.channels_last:
             out = np.ascontiguousarray(out)
         return [out]
@@ -466,14 +480,17 @@ class TransposedConvolution(ParamLayer):
 
     batch_independent = True
 
+    fusion = ConvolutionFusion
+
     def __init__(self, layer_name: str, weight: np.ndarray, bias: np.ndarray | None,
                  geometry: ConvGeometry, output_padding: tuple[int, int], rank: int,
                  channels_last: bool = False):
+        super().__init__(layer_name, weight, bias)
         self.geometry, self.output_padding, self.rank = geometry, output_padding, rank
         self.channels_last = channels_last
         """Whether an output computed in channels-last memory stays so (the optimiser
         selects it); otherwise it is copied to row-major NCHW."""
-        super().__init__(layer_name, weight, bias)
+        self.pack()
 
     @classmethod
     def create(cls, op: RuntimeOperator) -> "TransposedConvolution":
@@ -482,10 +499,13 @@ class TransposedConvolution(ParamLayer):
         geometry, output_padding = _read_transposed_geometry(op, kernel)
         c_in, c_out = _read_channels(op, geometry)
         weight = op.weight("weight", (c_in, c_out // geometry.groups, *kernel), copy=False)
-        return cls(op.name, weight, _read_bias(op, c_out), geometry, output_padding, rank,
-                   op.param_bool(CHANNELS_LAST, default=False))
+        channels_last = op.fusion is not None and op.fusion.channels_last
+        layer = cls(op.name, weight, _read_bias(op, c_out), geometry, output_padding, rank, channels_last)
+        declared = op.input_operands_seq[0].shapes if op.input_operands_seq else []
+        layer.macs = weight.size * math.prod(max(1, d) for d in declared[2:])
+        return layer
 
-    def prepare(self) -> None:
+    def pack(self) -> None:
         self._packed = pack_conv_transpose_weight(self._weight.reshape(*self._weight.shape[:2], *self.geometry.kernel),
                                                   self.geometry, self.output_padding)
 

@@ -21,7 +21,7 @@ import numpy as np
 
 from kuiperinfer.errors import ParseParameterAttrStatus as Status
 from kuiperinfer.layers.base import NonParamLayer
-from kuiperinfer.layers.registry import register_layer
+from kuiperinfer.runtime.registry import register_layer
 from kuiperinfer.pnnx.ir import DATA_TYPES, numpy_dtype
 from kuiperinfer.pnnx.param_file import DEFAULT_MAX_TENSOR_BYTES
 from kuiperinfer.runtime.operator import RuntimeOperator

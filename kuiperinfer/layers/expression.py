@@ -14,14 +14,22 @@ import numpy as np
 from kuiperinfer.errors import ExpressionError, InferError, InferStatus, ParseParameterAttrStatus as Status
 from kuiperinfer.expression import Expression, compile_expression
 from kuiperinfer.kernels.elementwise import InplaceActivation
-from kuiperinfer.layers.activation import read_fused_activation
 from kuiperinfer.layers.base import NonParamLayer
-from kuiperinfer.layers.registry import register_layer
+from kuiperinfer.layers.fusion import ActivationFusion
+from kuiperinfer.runtime.registry import register_layer
+from kuiperinfer.pnnx.ir import numpy_dtype
 from kuiperinfer.runtime.operator import RuntimeOperator
+
+
+# Outermost operations that make a new array from array operands; sizes (``size(@0,1)``)
+# and lists (``[...]``) are Python values, not arrays.
+ARITHMETIC = ("add(", "sub(", "mul(", "div(")
 
 
 @register_layer("pnnx.Expression")
 class ExpressionLayer(NonParamLayer):
+    fusion = ActivationFusion
+
     def __init__(self, layer_name: str, expression: Expression,
                  activation: InplaceActivation | None = None):
         super().__init__(layer_name)
@@ -39,11 +47,20 @@ class ExpressionLayer(NonParamLayer):
         if expression.num_inputs > len(op.input_operands_seq):
             raise op.error(f"expression {text!r} uses {expression.num_inputs} inputs, the operator has "
                            f"{len(op.input_operands_seq)}", Status.kParameterMissingExpr)
-        layer = cls(op.name, expression, read_fused_activation(op))
+        layer = cls(op.name, expression, op.fusion.activation if op.fusion is not None else None)
         # elementwise, so slices of a batch are independent, unless it reads sizes, builds lists
         # or reads no input at all (a constant has no batch dimension to split)
         layer.batch_independent = "size(" not in text and "[" not in text and expression.num_inputs > 0
         return layer
+
+    @classmethod
+    def takes_activation(cls, op: RuntimeOperator) -> bool:
+        """An arithmetic formula of float32 arrays makes a new array."""
+        if "expr" not in op.params or len(op.output_operands) != 1:
+            return False
+        text = op.param_text("expr")
+        return (numpy_dtype(op.output_operands[0].type) == np.float32 and text.startswith(ARITHMETIC)
+                and "size(" not in text and "[" not in text)
 
     def forward(self, inputs: Sequence[Any]) -> list[Any]:
         try:

@@ -20,7 +20,7 @@ from kuiperinfer.errors import ParseParameterAttrStatus as Status
 from kuiperinfer.expression.promotion import result_type
 from kuiperinfer.layers.base import NonParamLayer, keeps_batch
 from kuiperinfer.layers.comparison import Argument
-from kuiperinfer.layers.registry import register_layer
+from kuiperinfer.runtime.registry import register_layer
 from kuiperinfer.runtime.operator import RuntimeOperator
 
 INT_MAX = 2147483647

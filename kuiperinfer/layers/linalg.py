@@ -16,7 +16,7 @@ import numpy as np
 
 from kuiperinfer.errors import InferError, InferStatus, ParseParameterAttrStatus as Status
 from kuiperinfer.layers.base import NonParamLayer
-from kuiperinfer.layers.registry import register_layer
+from kuiperinfer.runtime.registry import register_layer
 from kuiperinfer.runtime.operator import RuntimeOperator
 
 

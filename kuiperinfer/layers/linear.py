@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any, Sequence
 
 import numpy as np
 
 from kuiperinfer.errors import InferError, InferStatus, ParseParameterAttrStatus as Status
 from kuiperinfer.kernels.elementwise import InplaceActivation
-from kuiperinfer.layers.activation import read_fused_activation
 from kuiperinfer.layers.base import Layer, ParamLayer, declared_rank
-from kuiperinfer.layers.registry import register_layer
+from kuiperinfer.layers.fusion import ActivationFusion
+from kuiperinfer.runtime.registry import register_layer
 from kuiperinfer.runtime.operator import RuntimeOperator
 
 
@@ -30,11 +31,14 @@ def linear(x: np.ndarray, weight_t: np.ndarray, bias: np.ndarray | None) -> np.n
 class Linear(ParamLayer):
     """y = x W^T + b over the last dimension; W^T is packed once, contiguous."""
 
+    fusion = ActivationFusion
+
     def __init__(self, layer_name: str, weight: np.ndarray, bias: np.ndarray | None = None,
                  activation: InplaceActivation | None = None):
         super().__init__(layer_name, weight, bias)
         self.activation = activation
         """An activation the graph optimiser fused in, applied in place on the output."""
+        self.pack()
 
     @classmethod
     def create(cls, op: RuntimeOperator) -> "Linear":
@@ -43,11 +47,17 @@ class Linear(ParamLayer):
         weight = op.weight("weight", (out_features, in_features), copy=False)
         use_bias = op.param_bool("bias", Status.kParameterMissingUseBias, default=op.has_weight("bias"))
         bias = op.weight("bias", (out_features,), Status.kAttrMissingBias) if use_bias else None
-        layer = cls(op.name, weight, bias, read_fused_activation(op))
+        layer = cls(op.name, weight, bias, op.fusion.activation if op.fusion is not None else None)
         layer.batch_independent = declared_rank(op) >= 2
+        rows = op.input_operands_seq[0].shapes[1:-1] if op.input_operands_seq else []
+        layer.macs = weight.size * math.prod(max(1, d) for d in rows)
         return layer
 
-    def prepare(self) -> None:
+    @classmethod
+    def takes_activation(cls, op: RuntimeOperator) -> bool:
+        return True
+
+    def pack(self) -> None:
         self._weight_t = np.require(self._weight.T, np.float32, "CA")
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:

@@ -23,7 +23,7 @@ import numpy as np
 from kuiperinfer.errors import InferError, InferStatus, ParseParameterAttrStatus as Status, WeightError
 from kuiperinfer.layers.base import Layer, NonParamLayer, ParamLayer
 from kuiperinfer.layers.reduction import Norm
-from kuiperinfer.layers.registry import register_layer
+from kuiperinfer.runtime.registry import register_layer
 from kuiperinfer.runtime.operator import RuntimeOperator
 
 
@@ -123,18 +123,21 @@ class BatchNorm(ParamLayer):
     """Inference batch normalisation over dimension 1: y = x * scale + shift.
 
     ``weights()``/``bias()`` are PyTorch's gamma and beta; the running mean and
-    variance are kept too, and :meth:`prepare` folds all four with eps.
+    variance are kept too, and :meth:`pack` folds all four with eps.
     """
 
     batch_independent = True
 
     def __init__(self, layer_name: str, weight: np.ndarray, bias: np.ndarray,
                  running_mean: np.ndarray, running_var: np.ndarray, eps: float):
-        self.running_mean, self.running_var, self.eps = running_mean, running_var, eps
         super().__init__(layer_name, weight, bias)
+        self.running_mean, self.running_var, self.eps = running_mean, running_var, eps
+        self.pack()
 
-    @classmethod
-    def create(cls, op: RuntimeOperator) -> "BatchNorm":
+    @staticmethod
+    def statistics(op: RuntimeOperator) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, float]:
+        """``op``'s weight, bias, running mean, running variance and eps, read and checked
+        (the weight and bias are ones and zeros when the operator has no affine part)."""
         channels = op.param_int("num_features", Status.kParameterMissingNumFeatures)
         eps = read_eps(op)
         mean = op.weight("running_mean", (channels,), Status.kAttrMissingRunningMean)
@@ -144,9 +147,13 @@ class BatchNorm(ParamLayer):
             bias = op.weight("bias", (channels,), Status.kAttrMissingBias)
         else:
             weight, bias = np.ones(channels, np.float32), np.zeros(channels, np.float32)
-        return cls(op.name, weight, bias, mean, var, eps)
+        return weight, bias, mean, var, eps
 
-    def prepare(self) -> None:
+    @classmethod
+    def create(cls, op: RuntimeOperator) -> "BatchNorm":
+        return cls(op.name, *cls.statistics(op))
+
+    def pack(self) -> None:
         self._scale, self._shift = fold_batch_norm(self.running_mean, self.running_var,
                                                    self._weight, self._bias, self.eps)
 

@@ -20,7 +20,7 @@ import numpy as np
 from kuiperinfer.errors import InferError, InferStatus, ParseParameterAttrStatus as Status
 from kuiperinfer.kernels.padding import pad_last_dims
 from kuiperinfer.layers.base import NonParamLayer, declared_rank
-from kuiperinfer.layers.registry import register_layer
+from kuiperinfer.runtime.registry import register_layer
 from kuiperinfer.runtime.operator import RuntimeOperator
 
 _MODES = ("constant", "reflect", "replicate", "circular")
@@ -37,8 +37,9 @@ class Pad(NonParamLayer):
         super().__init__(layer_name)
         self.pads, self.mode, self.value = pads, mode, value
 
-    @classmethod
-    def create(cls, op: RuntimeOperator) -> "Pad":
+    @staticmethod
+    def read_params(op: RuntimeOperator) -> tuple[tuple[tuple[int, int], ...], str, float]:
+        """``op``'s (before, after) amounts in dimension order, its mode and its value, checked."""
         if op.type == "F.pad":
             amounts = op.param_ints("pad", status=Status.kParameterMissingPadding)
             mode = op.param_str("mode", Status.kParameterMissingPadding, default="constant")
@@ -55,9 +56,12 @@ class Pad(NonParamLayer):
                            f"{len(op.input_operands_seq[0].shapes)}", Status.kParameterMissingPadding)
         # (last dim before, last dim after, second-last before, ...) -> pairs in dimension order
         pairs = tuple(zip(amounts[0::2], amounts[1::2]))[::-1]
-        value = op.param_float("value", Status.kParameterInvalidValue, default=0.0)
-        layer = cls(op.name, pairs, mode, value)
-        layer.batch_independent = len(pairs) < declared_rank(op)  # dimension 0 is not padded
+        return pairs, mode, op.param_float("value", Status.kParameterInvalidValue, default=0.0)
+
+    @classmethod
+    def create(cls, op: RuntimeOperator) -> "Pad":
+        layer = cls(op.name, *cls.read_params(op))
+        layer.batch_independent = len(layer.pads) < declared_rank(op)  # dimension 0 is not padded
         return layer
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:

@@ -16,7 +16,7 @@ from kuiperinfer.errors import ParseParameterAttrStatus as Status
 from kuiperinfer.kernels.pooling import adaptive_avg_pool2d, adaptive_max_pool2d, avg_pool2d, max_pool2d
 from kuiperinfer.layers.base import NonParamLayer
 from kuiperinfer.layers.convolution import as_2d, from_2d, spatial_rank, spatial_ints
-from kuiperinfer.layers.registry import register_layer
+from kuiperinfer.runtime.registry import register_layer
 from kuiperinfer.runtime.operator import RuntimeOperator
 
 

@@ -15,7 +15,7 @@ import numpy as np
 
 from kuiperinfer.errors import ParseParameterAttrStatus as Status
 from kuiperinfer.layers.base import NonParamLayer
-from kuiperinfer.layers.registry import register_layer
+from kuiperinfer.runtime.registry import register_layer
 from kuiperinfer.pnnx.ir import numpy_dtype
 from kuiperinfer.runtime.operator import RuntimeOperator
 

@@ -11,13 +11,15 @@ import numpy as np
 
 from kuiperinfer.errors import InferError, InferStatus, ParseParameterAttrStatus as Status
 from kuiperinfer.layers.base import NonParamLayer, keeps_batch
-from kuiperinfer.layers.registry import register_layer
+from kuiperinfer.runtime.registry import register_layer
 from kuiperinfer.runtime.operator import RuntimeOperator
 
 
 @register_layer("torch.flatten", "Tensor.flatten", "nn.Flatten")
 class Flatten(NonParamLayer):
     """Merge dimensions start_dim..end_dim into one."""
+
+    shape_only = True
 
     def __init__(self, layer_name: str, start_dim: int, end_dim: int):
         super().__init__(layer_name)
@@ -57,6 +59,8 @@ class Reshape(NonParamLayer):
     model exported at batch 1), the batch size follows the actual input instead.
     """
 
+    shape_only = True
+
     def __init__(self, layer_name: str, shape: tuple[int, ...] | None, batch_follows: bool):
         super().__init__(layer_name)
         self.shape, self.batch_follows = shape, batch_follows
@@ -93,6 +97,8 @@ class Reshape(NonParamLayer):
 class Permute(NonParamLayer):
     """Reorder the dimensions (a view): output dimension i is input dimension ``dims[i]``."""
 
+    shape_only = True
+
     def __init__(self, layer_name: str, dims: tuple[int, ...]):
         super().__init__(layer_name)
         self.dims = dims
@@ -113,6 +119,8 @@ class Permute(NonParamLayer):
 class Transpose(NonParamLayer):
     """Swap two dimensions (a view). ``t()`` swaps the two dimensions of a matrix and
     leaves vectors and scalars as they are."""
+
+    shape_only = True
 
     def __init__(self, layer_name: str, dim0: int, dim1: int):
         super().__init__(layer_name)
@@ -135,6 +143,8 @@ class Transpose(NonParamLayer):
 @register_layer("torch.unflatten", "Tensor.unflatten", "nn.Unflatten")
 class Unflatten(NonParamLayer):
     """Split dimension ``dim`` into ``sizes`` (one of them may be -1)."""
+
+    shape_only = True
 
     def __init__(self, layer_name: str, dim: int, sizes: tuple[int, ...]):
         super().__init__(layer_name)
@@ -164,6 +174,8 @@ class Squeeze(NonParamLayer):
     """Drop dimensions of size 1: all of them, or those among ``dim`` (an int or a tuple).
     As in PyTorch, a listed dimension whose size is not 1 is kept."""
 
+    shape_only = True
+
     def __init__(self, layer_name: str, dims: tuple[int, ...] | None):
         super().__init__(layer_name)
         self.dims = dims
@@ -181,6 +193,8 @@ class Squeeze(NonParamLayer):
 @register_layer("torch.unsqueeze", "Tensor.unsqueeze")
 class Unsqueeze(NonParamLayer):
     """Insert a dimension of size 1 at ``dim`` (negative counts from the end of the result)."""
+
+    shape_only = True
 
     def __init__(self, layer_name: str, dim: int):
         super().__init__(layer_name)

@@ -12,7 +12,7 @@ import numpy as np
 from kuiperinfer.errors import InferError, InferStatus, ParseParameterAttrStatus as Status
 from kuiperinfer.kernels.layout import concatenate_channels, is_channels_last
 from kuiperinfer.layers.base import NonParamLayer, keeps_batch
-from kuiperinfer.layers.registry import register_layer
+from kuiperinfer.runtime.registry import register_layer
 from kuiperinfer.runtime.operator import RuntimeOperator
 
 

@@ -21,60 +21,77 @@
 * :func:`select_channels_last`: convolutions (and learned 2x upsampling) hand on their
   output in channels-last memory (:mod:`kuiperinfer.kernels.layout`), as they compute it.
 
-A pass takes the graph and returns how many rewrites it made.
+A pass takes the graph and returns how many rewrites it made. It learns what an operator
+is from the :class:`LayerRegisterer`'s classes, without building layers; it edits the
+graph through :mod:`kuiperinfer.optimizer.rewrite` and records what it fused in typed
+records (:mod:`kuiperinfer.layers.fusion`) that the layers read.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Callable
 
 import numpy as np
 
-from kuiperinfer.errors import GraphError
+from kuiperinfer.errors import GraphError, KuiperError
 from kuiperinfer.kernels.winograd import MIN_CHANNELS
-from kuiperinfer.layers.activation import InplaceActivationLayer, read_fused_activation, write_fused_activation
-from kuiperinfer.layers.convolution import CHANNELS_LAST, PADS, RESIDUAL, WINOGRAD, ConvGeometry
-from kuiperinfer.layers.fused import EXPAND, POINTWISE, POINTWISE_DEPTHWISE, REDUCE, SQUEEZE_EXCITATION
+from kuiperinfer.layers.activation import InplaceActivationLayer
+from kuiperinfer.layers.convolution import ConvGeometry, Convolution, TransposedConvolution, spatial_rank
+from kuiperinfer.layers.expression import ExpressionLayer
+from kuiperinfer.layers.fusion import (ConvolutionFusion, Pointwise, PointwiseDepthwiseFusion,
+                                       SqueezeExcitationFusion)
 from kuiperinfer.layers.normalization import BatchNorm, fold_batch_norm as batch_norm_scale_shift
 from kuiperinfer.layers.padding import Pad
-from kuiperinfer.layers.registry import LayerRegisterer
-from kuiperinfer.optimizer.rewrite import absorb_consumer, absorb_producer, operator_named, sole_consumer
-from kuiperinfer.pnnx.ir import Attribute, numpy_dtype
-from kuiperinfer.runtime.attribute import RuntimeAttribute
+from kuiperinfer.layers.pooling import AdaptiveAvgPooling
+from kuiperinfer.optimizer.rewrite import (absorb_consumer, absorb_producer, add_input, fuse, set_weight,
+                                           sole_consumer)
+from kuiperinfer.pnnx.ir import numpy_dtype
 from kuiperinfer.runtime.graph import GraphState, RuntimeGraph
-from kuiperinfer.runtime.operand import RuntimeOperand
 from kuiperinfer.runtime.operator import RuntimeOperator
-from kuiperinfer.runtime.parameter import RuntimeParameter, RuntimeParameterType as T
+from kuiperinfer.runtime.registry import LayerRegisterer
 
 Pass = Callable[[RuntimeGraph], int]
 
-CONVOLUTIONS = ("nn.Conv1d", "nn.Conv2d")
-BATCH_NORMS = ("nn.BatchNorm1d", "nn.BatchNorm2d")
-PADDINGS = ("F.pad", "nn.ZeroPad2d", "nn.ConstantPad2d")
-# Expressions whose outermost operation makes a new array from array operands; sizes
-# (``size(@0,1)``) and lists (``[...]``) are Python values, not arrays.
-ARITHMETIC = ("add(", "sub(", "mul(", "div(")
+
+def is_a(op: RuntimeOperator | None, layer_class: type) -> bool:
+    """Whether the registry computes ``op`` with ``layer_class`` (or a subclass)."""
+    registered = LayerRegisterer.layer_class(op.type) if op is not None else None
+    return registered is not None and issubclass(registered, layer_class)
+
+
+def convolution_fusion(conv: RuntimeOperator) -> ConvolutionFusion:
+    """The record of a convolution, empty while no pass has written one."""
+    return conv.fusion or ConvolutionFusion()
+
+
+def geometry(conv: RuntimeOperator) -> ConvGeometry:
+    """How a convolution sweeps its input, with any padding a pass folded in."""
+    swept = ConvGeometry.from_operator(conv, conv.param_ints("kernel_size", spatial_rank(conv)))
+    padding = convolution_fusion(conv).padding
+    return swept if padding is None else replace(swept, padding=padding)
+
+
+def is_conv2d(op: RuntimeOperator | None) -> bool:
+    return is_a(op, Convolution) and spatial_rank(op) == 2
 
 
 def fold_batch_norm(graph: RuntimeGraph) -> int:
     """conv -> BatchNorm becomes one conv with ``W * scale`` and ``b * scale + shift``."""
     folded = 0
     for conv in list(graph.operators):
-        bn = sole_consumer(graph, conv) if conv.type in CONVOLUTIONS else None
-        if bn is None or bn.type not in BATCH_NORMS or "weight" not in conv.attribute:
+        bn = sole_consumer(conv) if is_a(conv, Convolution) else None
+        if not is_a(bn, BatchNorm):
             continue
-        norm = BatchNorm.create(bn)
-        weight = conv.weight("weight")
-        if norm.running_mean.size != weight.shape[0]:
+        weight, bias, mean, var, eps = BatchNorm.statistics(bn)
+        conv_weight = conv.weight("weight")
+        if mean.size != conv_weight.shape[0]:
             continue  # mismatched channels: leave the error to the layers
-        scale, shift = batch_norm_scale_shift(norm.running_mean, norm.running_var, norm.weights(),
-                                              norm.bias(), norm.eps)
-        bias = conv.weight("bias") if conv.param_bool("bias", default="bias" in conv.attribute) else 0
-        weight *= scale.reshape((-1,) + (1,) * (weight.ndim - 1))
-        conv.attribute["weight"] = RuntimeAttribute(Attribute.from_numpy(weight))
-        conv.attribute["bias"] = RuntimeAttribute(Attribute.from_numpy(
-            (bias * scale + shift).astype(np.float32)))
-        conv.params["bias"] = RuntimeParameter(T.kParameterBool, True, "True")
+        scale, shift = batch_norm_scale_shift(mean, var, weight, bias, eps)
+        conv_bias = conv.weight("bias") if conv.param_bool("bias", default=conv.has_weight("bias")) else 0
+        conv_weight *= scale.reshape((-1,) + (1,) * (conv_weight.ndim - 1))
+        set_weight(conv, "weight", conv_weight)
+        set_weight(conv, "bias", conv_bias * scale + shift)
         absorb_consumer(graph, conv, bn)
         folded += 1
     return folded
@@ -85,47 +102,29 @@ def fold_zero_padding(graph: RuntimeGraph) -> int:
     nn.Conv2d becomes part of the convolution's padding, which may then differ per side."""
     folded = 0
     for pad in list(graph.operators):
-        conv = sole_consumer(graph, pad) if pad.type in PADDINGS else None
-        if conv is None or conv.type != "nn.Conv2d" or conv.param_value("padding_mode", "zeros") != "zeros":
+        conv = sole_consumer(pad) if is_a(pad, Pad) else None
+        if not is_conv2d(conv) or conv.param_value("padding_mode", "zeros") != "zeros":
             continue
-        layer = Pad.create(pad)
-        amounts = ((0, 0),) * (2 - len(layer.pads)) + layer.pads[-2:]
-        if (layer.mode != "constant" or layer.value != 0 or len(layer.pads) > 2
-                or min(min(pair) for pair in amounts) < 0):
+        pads, mode, value = Pad.read_params(pad)
+        amounts = ((0, 0),) * (2 - len(pads)) + pads[-2:]
+        if mode != "constant" or value != 0 or len(pads) > 2 or min(min(pair) for pair in amounts) < 0:
             continue
-        (top, bottom), (left, right) = ConvGeometry.from_operator(conv, conv.param_ints("kernel_size", 2)).padding
-        pads = (top + amounts[0][0], bottom + amounts[0][1], left + amounts[1][0], right + amounts[1][1])
-        conv.params[PADS] = RuntimeParameter(T.kParameterIntArray, pads, "(" + ",".join(map(str, pads)) + ")")
+        (top, bottom), (left, right) = geometry(conv).padding
+        padding = ((top + amounts[0][0], bottom + amounts[0][1]), (left + amounts[1][0], right + amounts[1][1]))
+        fuse(conv, replace(convolution_fusion(conv), padding=padding))
         absorb_producer(graph, conv, pad)
         folded += 1
     return folded
 
 
-def _makes_fresh_array(op: RuntimeOperator) -> bool:
-    """Whether ``op``'s layer returns a new float array it holds no other reference to."""
-    if op.type in CONVOLUTIONS or op.type == "nn.Linear":
-        return True
-    if op.type == "pnnx.Expression" and "expr" in op.params and len(op.output_operands) == 1:
-        text = op.param_text("expr")
-        floating = numpy_dtype(op.output_operands[0].type) == np.float32
-        return floating and text.startswith(ARITHMETIC) and "size(" not in text and "[" not in text
-    return False
-
-
-SHAPE_ONLY = ("Tensor.reshape", "Tensor.view", "torch.reshape", "Tensor.permute", "torch.permute",
-              "torch.transpose", "Tensor.transpose", "torch.flatten", "Tensor.flatten",
-              "torch.squeeze", "Tensor.squeeze", "torch.unsqueeze", "Tensor.unsqueeze")
-"""Operators that only rearrange their one input: an elementwise activation after them
-gives the values it would give before them."""
-
-
-def _activation_reading(graph: RuntimeGraph, op: RuntimeOperator) -> tuple[RuntimeOperator | None, RuntimeOperator]:
+def _activation_reading(op: RuntimeOperator) -> tuple[RuntimeOperator | None, RuntimeOperator]:
     """The operator that alone reads ``op``'s output, directly or through a chain of
-    :data:`SHAPE_ONLY` operators that each alone read the one before; and the operator
-    whose output it reads (``op`` or the chain's last)."""
-    reader, last = sole_consumer(graph, op), op
-    while reader is not None and reader.type in SHAPE_ONLY:
-        reader, last = sole_consumer(graph, reader), reader
+    shape-only operators (:attr:`Layer.shape_only`) that each alone read the one before;
+    and the operator whose output it reads (``op`` or the chain's last)."""
+    reader, last = sole_consumer(op), op
+    while reader is not None and LayerRegisterer.layer_class(reader.type) is not None \
+            and LayerRegisterer.layer_class(reader.type).shape_only:
+        reader, last = sole_consumer(reader), reader
     return reader, last
 
 
@@ -134,22 +133,27 @@ def fuse_activation(graph: RuntimeGraph) -> int:
     when reshapes or permutations stand between them (a detection head's sigmoid)."""
     fused = 0
     for op in list(graph.operators):
-        if not _makes_fresh_array(op) or read_fused_activation(op) is not None:
+        layer_class = LayerRegisterer.layer_class(op.type)
+        if layer_class is None or not layer_class.takes_activation(op) or \
+                (op.fusion is not None and op.fusion.activation is not None):
             continue
-        act, last = _activation_reading(graph, op)
-        layer = LayerRegisterer.create_layer(act) if act is not None and LayerRegisterer.has(act.type) else None
-        if not isinstance(layer, InplaceActivationLayer):
+        act, last = _activation_reading(op)
+        if not is_a(act, InplaceActivationLayer):
             continue
-        write_fused_activation(op, layer.inplace())
+        try:
+            activation = LayerRegisterer.layer_class(act.type).activation_of(act)
+        except KuiperError:
+            continue  # ill-formed parameters: building the activation's own layer reports them
+        fuse(op, replace(op.fusion or layer_class.fusion(), activation=activation))
         absorb_consumer(graph, last, act)
         fused += 1
     return fused
 
 
-def _residual_conv(graph: RuntimeGraph, add: RuntimeOperator) -> RuntimeOperator | None:
+def _residual_conv(add: RuntimeOperator) -> RuntimeOperator | None:
     """The nn.Conv2d whose output ``add``, a float32 ``add(@0,@1)`` of two different operands
     of the same recorded shape, alone reads (the first such of its two inputs)."""
-    if (add.type != "pnnx.Expression" or add.param_text("expr") not in ("add(@0,@1)", "add(@1,@0)")
+    if (not is_a(add, ExpressionLayer) or add.param_text("expr") not in ("add(@0,@1)", "add(@1,@0)")
             or len(add.input_operands_seq) != 2 or len(add.output_operands) != 1):
         return None
     operands = add.input_operands_seq + add.output_operands
@@ -158,9 +162,8 @@ def _residual_conv(graph: RuntimeGraph, add: RuntimeOperator) -> RuntimeOperator
             or any(numpy_dtype(operand.type) != np.float32 for operand in operands)):
         return None
     for operand in add.input_operands_seq:
-        conv = operator_named(graph, operand.producer) if operand.producer else None
-        if (conv is not None and conv.type == "nn.Conv2d" and "weight" in conv.attribute
-                and not conv.param_bool(RESIDUAL, default=False) and operand.consumers == [add.name]):
+        conv = operand.producer
+        if is_conv2d(conv) and not convolution_fusion(conv).residual and operand.consumers == [add]:
             return conv
     return None
 
@@ -171,80 +174,70 @@ def fuse_residual_add(graph: RuntimeGraph) -> int:
     applying that activation: no operator and no new array for the sum."""
     fused = 0
     for add in list(graph.operators):
-        conv = _residual_conv(graph, add)
+        conv = _residual_conv(add)
         if conv is None:
             continue
         (residual,) = [operand for operand in add.input_operands_seq if operand is not conv.output_operands[0]]
-        conv.input_operands_seq.append(residual)
-        conv.input_operands.setdefault(residual.producer, []).append(residual)
-        residual.consumers.append(conv.name)
-        conv.params[RESIDUAL] = RuntimeParameter(T.kParameterBool, True, "True")
-        activation = read_fused_activation(add)
-        if activation is not None:
-            write_fused_activation(conv, activation, RESIDUAL + ".")
+        add_input(conv, residual)
+        activation = add.fusion.activation if add.fusion is not None else None
+        fuse(conv, replace(convolution_fusion(conv), residual=True, residual_activation=activation))
         absorb_consumer(graph, conv, add)
         fused += 1
     return fused
 
 
-def _geometry(conv: RuntimeOperator) -> ConvGeometry:
-    return ConvGeometry.from_operator(conv, conv.param_ints("kernel_size", 2))
-
-
-def _is_pointwise(conv: RuntimeOperator) -> bool:
-    """A plain 1x1 nn.Conv2d: stride 1, no padding, one group, its weight in the model."""
-    if conv.type != "nn.Conv2d" or "weight" not in conv.attribute:
+def _is_pointwise(conv: RuntimeOperator | None) -> bool:
+    """A plain 1x1 nn.Conv2d: stride 1, no padding, one group."""
+    if not is_conv2d(conv):
         return False
-    geometry = _geometry(conv)
-    return (geometry.kernel == (1, 1) and geometry.stride == (1, 1) and geometry.groups == 1
-            and geometry.padding == ((0, 0), (0, 0)))
+    swept = geometry(conv)
+    return (swept.kernel == (1, 1) and swept.stride == (1, 1) and swept.groups == 1
+            and swept.padding == ((0, 0), (0, 0)))
 
 
-def _is_depthwise_of(conv: RuntimeOperator, channels: int) -> bool:
+def _is_depthwise_of(conv: RuntimeOperator | None, channels: int) -> bool:
     """An nn.Conv2d filtering each of ``channels`` channels with its own zero-padded, undilated
-    kernel (at least as tall as its stride), its weight in the model."""
-    if conv.type != "nn.Conv2d" or "weight" not in conv.attribute:
+    kernel (at least as tall as its stride)."""
+    if not is_conv2d(conv):
         return False
-    geometry = _geometry(conv)
-    return (geometry.groups == channels == conv.param_int("in_channels") == conv.param_int("out_channels")
-            and geometry.dilation == (1, 1) and geometry.padding_mode in ("zeros", "constant")
-            and geometry.kernel[0] >= geometry.stride[0])
+    swept = geometry(conv)
+    return (swept.groups == channels == conv.param_int("in_channels") == conv.param_int("out_channels")
+            and swept.dilation == (1, 1) and swept.padding_mode in ("zeros", "constant")
+            and swept.kernel[0] >= swept.stride[0])
 
 
-def _carry_pointwise(conv: RuntimeOperator, fused: RuntimeOperator, prefix: str) -> None:
-    """Record the 1x1 ``conv``'s weight, bias and activation on ``fused`` under ``prefix``."""
-    fused.attribute[prefix + "weight"] = conv.attribute["weight"]
-    if conv.param_bool("bias", default="bias" in conv.attribute):
-        fused.attribute[prefix + "bias"] = conv.attribute["bias"]
-    activation = read_fused_activation(conv)
-    if activation is not None:
-        write_fused_activation(fused, activation, prefix)
+def _pointwise(conv: RuntimeOperator) -> Pointwise:
+    """The 1x1 ``conv``'s weight, bias and fused activation, for a fused operator's record."""
+    has_bias = conv.param_bool("bias", default=conv.has_weight("bias"))
+    return Pointwise(conv.weight("weight", copy=False), conv.weight("bias", copy=False) if has_bias else None,
+                     convolution_fusion(conv).activation)
 
 
 def fuse_pointwise_depthwise(graph: RuntimeGraph) -> int:
     """pointwise (1x1) conv -> depthwise conv becomes one ``kuiper.PointwiseDepthwise``
-    operator: the depthwise operator, carrying the 1x1 convolution's weight, bias and
-    activation under the ``pointwise.`` prefix."""
+    operator: the depthwise operator, reading the 1x1 convolution's input."""
     fused = 0
     for pointwise in list(graph.operators):
-        depthwise = sole_consumer(graph, pointwise) if _is_pointwise(pointwise) else None
-        if depthwise is None or not _is_depthwise_of(depthwise, pointwise.param_int("out_channels")):
+        if not _is_pointwise(pointwise):
             continue
-        _carry_pointwise(pointwise, depthwise, POINTWISE)
-        depthwise.type = POINTWISE_DEPTHWISE
+        depthwise = sole_consumer(pointwise)
+        if not _is_depthwise_of(depthwise, pointwise.param_int("out_channels")):
+            continue
+        record = PointwiseDepthwiseFusion(_pointwise(pointwise), convolution_fusion(depthwise))
+        fuse(depthwise, record, record.TYPE)
         absorb_producer(graph, depthwise, pointwise)
         fused += 1
     return fused
 
 
-def _gated_input(graph: RuntimeGraph, gate: RuntimeOperator, x: RuntimeOperand) -> RuntimeOperator | None:
+def _gated_input(gate: RuntimeOperator, x) -> RuntimeOperator | None:
     """The operator computing ``x * gate's output`` (pnnx's ``mul(@0,@1)`` either way round),
     if it is the only reader of the gate."""
     (output,) = gate.output_operands
     if len(output.consumers) != 1:
         return None
-    mul = operator_named(graph, output.consumers[0])
-    if (mul.type != "pnnx.Expression" or mul.param_text("expr") != "mul(@0,@1)" or len(mul.output_operands) != 1
+    mul = output.consumers[0]
+    if (not is_a(mul, ExpressionLayer) or mul.param_text("expr") != "mul(@0,@1)" or len(mul.output_operands) != 1
             or sorted(map(id, mul.input_operands_seq)) != sorted(map(id, (x, output)))):
         return None
     return mul
@@ -252,27 +245,24 @@ def _gated_input(graph: RuntimeGraph, gate: RuntimeOperator, x: RuntimeOperand) 
 
 def fuse_squeeze_excitation(graph: RuntimeGraph) -> int:
     """global average pool -> 1x1 conv -> 1x1 conv -> multiply with the pool's input becomes
-    one ``kuiper.SqueezeExcitation`` operator: the pooling operator, carrying the
-    convolutions' weights, biases and activations under the ``reduce.`` and ``expand.``
-    prefixes."""
+    one ``kuiper.SqueezeExcitation`` operator: the pooling operator, reading the same input."""
     fused = 0
     for pool in list(graph.operators):
-        if pool.type not in ("nn.AdaptiveAvgPool2d", "F.adaptive_avg_pool2d") or len(pool.input_operands_seq) != 1:
+        if not is_a(pool, AdaptiveAvgPooling) or spatial_rank(pool) != 2 or len(pool.input_operands_seq) != 1:
             continue
-        if tuple(pool.param_ints("output_size", default=(0,))) not in ((1,), (1, 1)):
+        if AdaptiveAvgPooling.read_output_size(pool) != (1, 1):
             continue
-        reduce = sole_consumer(graph, pool)
-        expand = sole_consumer(graph, reduce) if reduce is not None and _is_pointwise(reduce) else None
-        if expand is None or not _is_pointwise(expand):
+        reduce = sole_consumer(pool)
+        expand = sole_consumer(reduce) if _is_pointwise(reduce) else None
+        if not _is_pointwise(expand):
             continue
-        mul = _gated_input(graph, expand, pool.input_operands_seq[0])
+        mul = _gated_input(expand, pool.input_operands_seq[0])
         if mul is None:
             continue
-        _carry_pointwise(reduce, pool, REDUCE)
-        _carry_pointwise(expand, pool, EXPAND)
+        record = SqueezeExcitationFusion(_pointwise(reduce), _pointwise(expand))
         for consumer in (reduce, expand, mul):
             absorb_consumer(graph, pool, consumer)
-        pool.type = SQUEEZE_EXCITATION
+        fuse(pool, record, record.TYPE)
         fused += 1
     return fused
 
@@ -282,25 +272,26 @@ def select_winograd(graph: RuntimeGraph) -> int:
     enough input channels (the layer still takes im2col for calls with too few tiles)."""
     selected = 0
     for op in graph.operators:
-        if op.type != "nn.Conv2d":
-            continue
-        geometry = _geometry(op)
-        if geometry.winograd_applies() and op.param_int("in_channels") >= MIN_CHANNELS:
-            op.params[WINOGRAD] = RuntimeParameter(T.kParameterBool, True, "True")
+        if is_conv2d(op) and geometry(op).winograd_applies() and op.param_int("in_channels") >= MIN_CHANNELS:
+            fuse(op, replace(convolution_fusion(op), winograd=True))
             selected += 1
     return selected
 
 
 def select_channels_last(graph: RuntimeGraph) -> int:
-    """Let every convolution (and every transposed one that computes in channels-last
-    memory) hand on its output in the channels-last memory its kernels compute in, so that
-    the next convolution reads it without a transpose. The layout never changes a result:
-    everything downstream sees NCHW arrays (see :mod:`kuiperinfer.kernels.layout`)."""
+    """Let every convolution (and every transposed one) hand on its output in the
+    channels-last memory its kernels compute in, so that the next convolution reads it
+    without a transpose. The layout never changes a result: everything downstream sees
+    NCHW arrays (see :mod:`kuiperinfer.kernels.layout`)."""
     selected = 0
     for op in graph.operators:
-        if op.type in CONVOLUTIONS + (POINTWISE_DEPTHWISE, "nn.ConvTranspose2d"):
-            op.params[CHANNELS_LAST] = RuntimeParameter(T.kParameterBool, True, "True")
-            selected += 1
+        if is_a(op, Convolution) or is_a(op, TransposedConvolution):
+            fuse(op, replace(convolution_fusion(op), channels_last=True))
+        elif isinstance(op.fusion, PointwiseDepthwiseFusion):
+            fuse(op, replace(op.fusion, depthwise=replace(op.fusion.depthwise, channels_last=True)))
+        else:
+            continue
+        selected += 1
     return selected
 
 

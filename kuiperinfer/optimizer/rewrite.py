@@ -1,54 +1,82 @@
-"""Graph surgery on a RuntimeGraph between init() and build(): finding an operand's
-producer and consumers, and removing an operator by letting its producer write its output."""
+"""Every edit of a RuntimeGraph's structure, between init() and build().
+
+The optimiser's passes change the graph only through these functions, each of which
+keeps the links consistent (:meth:`RuntimeGraph.check
+<kuiperinfer.runtime.graph.RuntimeGraph.check>` lists the invariants): an operand's
+producer and consumers, an operator's input operands and their pnnx names, and the
+graph's tables of operators and operands.
+"""
 
 from __future__ import annotations
 
+from typing import Any
+
+import numpy as np
+
+from kuiperinfer.pnnx.ir import Attribute
+from kuiperinfer.runtime.attribute import RuntimeAttribute
 from kuiperinfer.runtime.graph import RuntimeGraph
 from kuiperinfer.runtime.operand import RuntimeOperand
 from kuiperinfer.runtime.operator import RuntimeOperator
+from kuiperinfer.runtime.parameter import RuntimeParameter, RuntimeParameterType
 
 
-def operator_named(graph: RuntimeGraph, name: str) -> RuntimeOperator:
-    return next(op for op in graph.operators if op.name == name)
-
-
-def sole_consumer(graph: RuntimeGraph, op: RuntimeOperator) -> RuntimeOperator | None:
-    """The only operator reading ``op``'s only output, once; None for any other pattern
-    (several outputs or consumers, or a graph output, which pnnx.Output consumes)."""
+def sole_consumer(op: RuntimeOperator) -> RuntimeOperator | None:
+    """The only operator reading ``op``'s only output, once, as its only input; None for any
+    other pattern (several outputs or readers, or a graph output, which pnnx.Output reads)."""
     if len(op.output_operands) != 1 or len(op.output_operands[0].consumers) != 1:
         return None
-    consumer = operator_named(graph, op.output_operands[0].consumers[0])
+    consumer = op.output_operands[0].consumers[0]
     return consumer if len(consumer.input_operands_seq) == 1 else None
 
 
+def add_input(op: RuntimeOperator, operand: RuntimeOperand, name: str = "") -> None:
+    """Let ``op`` read ``operand`` as its last input (pnnx's ``$name`` ``name``)."""
+    op.input_operands_seq.append(operand)
+    op.input_names.append(name)
+    operand.consumers.append(op)
+
+
 def absorb_consumer(graph: RuntimeGraph, op: RuntimeOperator, consumer: RuntimeOperator) -> None:
-    """Remove ``consumer`` (the only reader of ``op``'s only output; its other inputs, if any,
-    are ``op``'s own inputs): ``op`` now produces the consumer's output operand itself, so
-    the consumer's consumers read it unchanged."""
-    between: RuntimeOperand = op.output_operands[0]
+    """Remove ``consumer``, which reads ``op``'s only output (its other inputs, if any, are
+    operands ``op`` reads too): ``op`` now produces the consumer's output operand itself, so
+    the consumer's readers read it unchanged."""
+    (between,) = op.output_operands
     for operand in consumer.input_operands_seq:
         if operand is not between:
-            operand.consumers[:] = [name for name in operand.consumers if name != consumer.name]
+            _forget_consumer(operand, consumer)
     (output,) = consumer.output_operands
     op.output_operands = [output]
-    output.producer = op.name
+    output.producer = op
     del graph.operands[between.name]
-    for name in output.consumers:
-        reader = operator_named(graph, name)
-        moved = reader.input_operands.pop(consumer.name)
-        reader.input_operands.setdefault(op.name, []).extend(moved)
     graph.operators.remove(consumer)
 
 
 def absorb_producer(graph: RuntimeGraph, op: RuntimeOperator, producer: RuntimeOperator) -> None:
     """Remove ``producer`` (one input, one output read by ``op`` alone): ``op`` reads the
-    producer's input instead."""
+    producer's input in its place."""
     (source,) = producer.input_operands_seq
     (between,) = producer.output_operands
-    index = op.input_operands_seq.index(between)
-    op.input_operands_seq[index] = source
-    del op.input_operands[producer.name]
-    op.input_operands.setdefault(source.producer, []).append(source)
-    source.consumers[source.consumers.index(producer.name)] = op.name
+    op.input_operands_seq[op.input_operands_seq.index(between)] = source
+    source.consumers[source.consumers.index(producer)] = op
     del graph.operands[between.name]
     graph.operators.remove(producer)
+
+
+def fuse(op: RuntimeOperator, record: Any, op_type: str | None = None) -> None:
+    """Attach the optimiser's ``record`` to ``op`` (and give it a type of our own, for an
+    operator that now computes what several did)."""
+    op.fusion = record
+    if op_type is not None:
+        op.type = op_type
+
+
+def set_weight(op: RuntimeOperator, key: str, value: np.ndarray) -> None:
+    """Replace (or add) ``op``'s weight attribute ``key``; a bias also sets ``bias=True``."""
+    op.attribute[key] = RuntimeAttribute(Attribute.from_numpy(np.ascontiguousarray(value, np.float32)))
+    if key == "bias":
+        op.params["bias"] = RuntimeParameter(RuntimeParameterType.kParameterBool, True, "True")
+
+
+def _forget_consumer(operand: RuntimeOperand, consumer: RuntimeOperator) -> None:
+    operand.consumers[:] = [op for op in operand.consumers if op is not consumer]

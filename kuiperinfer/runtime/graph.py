@@ -11,9 +11,12 @@ Its life has three states, as in the seeds:
 ``Complete``  -> :meth:`run` (or calling the graph) executes it.
 
 Execution is a plain loop over the operators in topological order (torch.fx's
-Interpreter is the model): :meth:`run_node` runs one operator and is the hook that
-profilers and tracers override. An operand's value is dropped as soon as its last
-consumer has run, and values are kept per thread, so one graph serves many threads.
+Interpreter is the model). The run owns its values: an environment from operand to
+value, local to the run, from which the loop hands each layer its inputs and into which
+it puts the outputs; a value leaves it after its last reader has run, unless the caller
+asked for it (``run(..., fetch=[...])``). :meth:`run_node` runs one operator on its input
+values and is the hook that profilers and tracers override. Nothing of a run is stored on
+the graph, so one graph serves many threads.
 
 Batch-parallel workers: with ``workers > 1``, a batch of several samples is cut into
 ``workers`` contiguous slices that run through the whole graph at once, one per thread
@@ -29,6 +32,7 @@ large operators share their blocks among ``workers`` threads
 from __future__ import annotations
 
 import contextvars
+import difflib
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor, wait
@@ -37,14 +41,14 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from kuiperinfer.errors import GraphError, InferError, InputError, KuiperError, OperatorError
+from kuiperinfer.errors import GraphError, InferError, InferStatus, InputError, KuiperError, OperatorError
 from kuiperinfer.kernels.parallel import INTRA_OP_THREADS, ONE_BLAS_THREAD, sharing_pays
-from kuiperinfer.layers.registry import LayerRegisterer
 from kuiperinfer.pnnx.ir import Graph, numpy_dtype
 from kuiperinfer.runtime.attribute import RuntimeAttribute
 from kuiperinfer.runtime.operand import RuntimeOperand
 from kuiperinfer.runtime.operator import RuntimeOperator
 from kuiperinfer.runtime.parameter import RuntimeParameter
+from kuiperinfer.runtime.registry import LayerRegisterer
 
 INPUT_TYPE = "pnnx.Input"
 OUTPUT_TYPE = "pnnx.Output"
@@ -74,7 +78,6 @@ class RuntimeGraph:
         self.param_path = None if param_path is None else os.fspath(param_path)
         self.bin_path = None if bin_path is None else os.fspath(bin_path)
         self.graph_state = GraphState.NeedInit
-        self.pnnx_graph: Graph | None = None
         self.operators: list[RuntimeOperator] = []
         """All operators; in topological execution order once built."""
         self.input_operators: list[RuntimeOperator] = []
@@ -82,11 +85,12 @@ class RuntimeGraph:
         self.operands: dict[str, RuntimeOperand] = {}
         self._plan: list[RuntimeOperator] = []
         self._release: list[list[RuntimeOperand]] = []
+        """For each step of the plan, the values its operator reads last."""
         self.batch_separable = False
         """Whether slices of a batch may run through the graph separately (set by build())."""
         self.shares_operators = False
         """Whether a whole run shares its large operators' blocks among the workers (set by
-        build(), see :func:`kuiperinfer.kernels.parallel.sharing_pays`)."""
+        build() from the layers' work, see :func:`kuiperinfer.kernels.parallel.sharing_pays`)."""
         self._pool: ThreadPoolExecutor | None = None
         self._pool_size = 0
         self._pool_lock = threading.Lock()
@@ -99,7 +103,6 @@ class RuntimeGraph:
             if self.param_path is None:
                 raise GraphError("RuntimeGraph.init() needs a param path or a pnnx Graph")
             graph = Graph.load(self.param_path, self.bin_path, max_tensor_bytes=self.max_tensor_bytes)
-        self.pnnx_graph = graph
         self.operators, self.operands = [], {}
         for pnnx_op in graph.ops:
             op = RuntimeOperator(pnnx_op.name, pnnx_op.type, pnnx_op.line or None)
@@ -115,7 +118,7 @@ class RuntimeGraph:
 
     def _init_operands(self, pnnx_op: Any, op: RuntimeOperator) -> None:
         for operand in pnnx_op.outputs:
-            runtime_operand = RuntimeOperand(operand.name, list(operand.shape), operand.type, op.name)
+            runtime_operand = RuntimeOperand(operand.name, list(operand.shape), operand.type, op)
             self.operands[operand.name] = runtime_operand
             op.output_operands.append(runtime_operand)
         names = list(getattr(pnnx_op, "inputnames", []) or [])
@@ -124,10 +127,41 @@ class RuntimeGraph:
             if runtime_operand is None:
                 raise GraphError(f"{self._where(op)}: input operand {operand.name!r} is not produced "
                                  f"by any earlier operator")
-            runtime_operand.consumers.append(op.name)
+            runtime_operand.consumers.append(op)
             op.input_operands_seq.append(runtime_operand)
-            op.input_operands.setdefault(runtime_operand.producer, []).append(runtime_operand)
             op.input_names.append(names[i] if i < len(names) else "")
+
+    def check(self) -> None:
+        """Raise GraphError unless the graph's links are consistent: every operand is in
+        :attr:`operands` under its name, produced by an operator of the graph that lists it
+        among its outputs, and read by exactly the operators (as often as they) list it among
+        their inputs; every operator has a pnnx name per input; names are unique."""
+        where = self._where()
+        names = [op.name for op in self.operators]
+        if len(set(names)) != len(names):
+            raise GraphError(f"{where}: operator names repeat")
+        present = {id(op) for op in self.operators}
+        readers: dict[int, list[int]] = {id(o): [] for o in self.operands.values()}
+        for op in self.operators:
+            if len(op.input_names) != len(op.input_operands_seq):
+                raise GraphError(f"{where}: operator {op.name!r} has {len(op.input_operands_seq)} inputs "
+                                 f"and {len(op.input_names)} input names")
+            for operand in op.input_operands_seq:
+                if self.operands.get(operand.name) is not operand:
+                    raise GraphError(f"{where}: operator {op.name!r} reads {operand.name!r}, which is "
+                                     f"not an operand of the graph")
+                readers[id(operand)].append(id(op))
+            for operand in op.output_operands:
+                if self.operands.get(operand.name) is not operand or operand.producer is not op:
+                    raise GraphError(f"{where}: operator {op.name!r} writes {operand.name!r}, whose "
+                                     f"producer is {operand.producer!r}")
+        for name, operand in self.operands.items():
+            if operand.name != name or id(operand.producer) not in present or \
+                    all(o is not operand for o in operand.producer.output_operands):
+                raise GraphError(f"{where}: operand {name!r} has no producer in the graph")
+            if sorted(map(id, operand.consumers)) != sorted(readers[id(operand)]):
+                raise GraphError(f"{where}: operand {name!r} lists consumers "
+                                 f"{[op.name for op in operand.consumers]} that do not read it as often")
 
     # -- NeedBuild -> Complete -----------------------------------------------------
 
@@ -135,17 +169,11 @@ class RuntimeGraph:
         """Create the layers, link the operators and fix the execution order."""
         if self.graph_state == GraphState.NeedInit:
             self.init()
-        by_name = {op.name: op for op in self.operators}
-        for op in self.operators:
-            consumers = [name for operand in op.output_operands for name in operand.consumers]
-            op.output_names = list(dict.fromkeys(consumers))
-            op.output_operators = {name: by_name[name] for name in op.output_names}
+        self.check()
         for op in self.operators:
             if op.type not in (INPUT_TYPE, OUTPUT_TYPE):
                 op.layer = LayerRegisterer.create_layer(op)
         self.operators = self._topological_order()
-        for index, op in enumerate(self.operators):
-            op.forward_index = index
         self._plan = [op for op in self.operators if op.layer is not None]
         self._release = self._release_plan(self._plan)
         self.batch_separable = self._is_batch_separable()
@@ -159,7 +187,7 @@ class RuntimeGraph:
         for root in self.operators:
             if root.name in state:
                 continue
-            stack = [(root, iter(root.output_operators.values()))]
+            stack = [(root, iter(root.output_operators))]
             state[root.name] = 1
             while stack:
                 op, successors = stack[-1]
@@ -170,7 +198,7 @@ class RuntimeGraph:
                                          f"operator {nxt.name!r} ({nxt.type})")
                     if mark is None:
                         state[nxt.name] = 1
-                        stack.append((nxt, iter(nxt.output_operators.values())))
+                        stack.append((nxt, iter(nxt.output_operators)))
                         break
                 else:
                     stack.pop()
@@ -194,11 +222,9 @@ class RuntimeGraph:
         return release
 
     def _operators_worth_sharing(self) -> bool:
-        """Whether most of the model's work, as pnnx recorded its shapes, is in large operators."""
-        if self.pnnx_graph is None:
-            return False
-        from kuiperinfer.inspect.summary import summarize   # (inspect imports the runtime)
-        return sharing_pays(op.macs or 0 for op in summarize(self.pnnx_graph).operators)
+        """Whether most of the work of the graph as built, at the shapes pnnx recorded, is in
+        large operators (each layer says its multiply-adds, :attr:`Layer.macs`)."""
+        return sharing_pays(getattr(op.layer, "macs", 0) for op in self._plan)
 
     def _is_batch_separable(self) -> bool:
         """True when every value derived from the inputs keeps the samples apart.
@@ -245,7 +271,7 @@ class RuntimeGraph:
         return names
 
     def _unpacked_names(self, operand: RuntimeOperand) -> list[str]:
-        producer = next(op for op in self.operators if op.name == operand.producer)
+        producer = operand.producer
         if producer.type in TUPLE_TYPES:
             return [n for o in producer.input_operands_seq for n in self._unpacked_names(o)]
         return [operand.name]
@@ -297,15 +323,32 @@ class RuntimeGraph:
 
     # -- execution -----------------------------------------------------------------
 
-    def run(self, *args: Any, **kwargs: Any) -> list[np.ndarray]:
-        """Run the graph; inputs positionally and/or by name. Returns every output, in order."""
+    def run(self, *args: Any, fetch: Iterable[str] | None = None, **kwargs: Any) -> Any:
+        """Run the graph; inputs positionally and/or by name. Returns every output, in order.
+
+        ``fetch`` asks for values inside the graph instead, to compare a model with PyTorch
+        layer by layer: operand names (as in the ``.param`` file) and operator names (their
+        output; a tuple for several). The result is then a dict from each name to its value,
+        and the run goes whole in the calling thread. The optimiser merges operators, so
+        some values pnnx wrote do not exist in an optimised graph: load with
+        ``optimize=False`` to fetch any of them (:attr:`value_names` lists what there is).
+        An input named ``fetch`` is given positionally or in a dict.
+        """
         if self.graph_state != GraphState.Complete:
             raise GraphError(f"the graph is in state {self.graph_state.name}; call build() first")
         if len(args) == 1 and isinstance(args[0], Mapping):
             kwargs, args = {**args[0], **kwargs}, ()
         elif len(args) == 1 and isinstance(args[0], (list, tuple)) and len(self.input_operators) > 1:
             args = tuple(args[0])
-        return self._execute(self._bind_inputs(args, kwargs))
+        values = self._bind_inputs(args, kwargs)
+        if fetch is None:
+            return self._execute(values)
+        return self._fetch(values, [fetch] if isinstance(fetch, str) else list(fetch))
+
+    @property
+    def value_names(self) -> list[str]:
+        """The names :meth:`run` can fetch: every operand, then every operator, of the graph as built."""
+        return list(self.operands) + [op.name for op in self.operators if op.output_operands]
 
     def warm_up(self) -> bool:
         """Run the graph once on zeros of its declared input shapes and discard the result.
@@ -333,33 +376,50 @@ class RuntimeGraph:
         if len(slices) >= 2:
             outputs = self._run_split(values, slices)
         else:
-            outputs = self._run_whole(values)
+            outputs = list(_flatten(self._run_whole(values, self.graph_output_operands())))
         return [_row_major(output) for output in outputs]
 
-    def _run_pass(self, values: Sequence[np.ndarray]) -> list[Any]:
-        """One pass of the plan over ``values`` in this thread; the flattened outputs."""
-        for operand, value in zip(self.graph_input_operands(), values):
-            operand.data = value
-        try:
-            for op, released in zip(self._plan, self._release):
-                self.run_node(op)
-                for operand in released:
-                    operand.data = None
-            results = [operand.data for operand in self.graph_output_operands()]
-        finally:
-            for operand in self.operands.values():
-                operand.data = None
-        return list(_flatten(results))
+    def _fetch(self, values: Sequence[np.ndarray], names: list[str]) -> dict[str, Any]:
+        """The values of the operands and operators ``names``, from one whole run."""
+        by_operator = {op.name: op for op in self.operators}
+        targets: dict[str, list[RuntimeOperand]] = {}
+        for name in names:
+            if name in self.operands:
+                targets[name] = [self.operands[name]]
+            elif name in by_operator and by_operator[name].output_operands:
+                targets[name] = by_operator[name].output_operands
+            else:
+                close = difflib.get_close_matches(name, self.value_names, n=3)
+                hint = f" (did you mean {', '.join(map(repr, close))}?)" if close else ""
+                raise GraphError(f"{self._where()}: no operand or operator {name!r} to fetch in this graph{hint}; "
+                                 f"an optimised graph has merged some of pnnx's operators, load it with "
+                                 f"optimize=False to fetch any value pnnx wrote")
+        wanted = [operand for operands in targets.values() for operand in operands]
+        found = dict(zip(map(id, wanted), self._run_whole(values, wanted)))
+        return {name: _row_major(found[id(operands[0])]) if len(operands) == 1
+                else tuple(_row_major(found[id(o)]) for o in operands) for name, operands in targets.items()}
 
-    def _run_whole(self, values: Sequence[np.ndarray]) -> list[Any]:
+    def _run_pass(self, values: Sequence[Any], wanted: Sequence[RuntimeOperand]) -> list[Any]:
+        """One pass of the plan over the graph inputs' ``values`` in this thread, in an
+        environment of its own; the values of the operands ``wanted``."""
+        env: dict[RuntimeOperand, Any] = dict(zip(self.graph_input_operands(), values))
+        keep = set(wanted)
+        for op, released in zip(self._plan, self._release):
+            env.update(zip(op.output_operands, self.run_node(op, [env[o] for o in op.input_operands_seq])))
+            for operand in released:
+                if operand not in keep:
+                    del env[operand]
+        return [env[operand] for operand in wanted]
+
+    def _run_whole(self, values: Sequence[np.ndarray], wanted: Sequence[RuntimeOperand]) -> list[Any]:
         """The whole batch in this thread: in a graph of large operators, they share their
         blocks among the workers, BLAS single-threaded; otherwise BLAS has the cores."""
         if self.workers < 2 or not self.shares_operators:
-            return self._run_pass(values)
+            return self._run_pass(values, wanted)
         token = INTRA_OP_THREADS.set(self.workers)
         try:
             with ONE_BLAS_THREAD:
-                return self._run_pass(values)
+                return self._run_pass(values, wanted)
         finally:
             INTRA_OP_THREADS.reset(token)
 
@@ -379,22 +439,26 @@ class RuntimeGraph:
     def _run_split(self, values: Sequence[np.ndarray], slices: list[slice]) -> list[np.ndarray]:
         """Run the slices concurrently (the first in this thread) and join the outputs."""
         pool = self._worker_pool()
+        outputs = self.graph_output_operands()
+
+        def run_slice(part: slice) -> list[Any]:
+            return list(_flatten(self._run_pass([v[part] for v in values], outputs)))
+
         with ONE_BLAS_THREAD:
             # each slice runs in a copy of the caller's context, so context variables (a
             # profiler's current run, say) follow the work into the worker threads
-            futures = [pool.submit(contextvars.copy_context().run, self._run_pass, [v[part] for v in values])
-                       for part in slices[1:]]
+            futures = [pool.submit(contextvars.copy_context().run, run_slice, part) for part in slices[1:]]
             try:
-                first = self._run_pass([v[slices[0]] for v in values])
+                first = run_slice(slices[0])
             finally:
                 wait(futures)   # no slice outlives the run, even when one fails
         pieces = [first] + [future.result() for future in futures]
         joined = []
-        for name, outputs in zip(self.output_names, zip(*pieces)):
-            if any(np.ndim(o) == 0 for o in outputs):
+        for name, parts in zip(self.output_names, zip(*pieces)):
+            if any(np.ndim(o) == 0 for o in parts):
                 raise InferError(f"output {name!r} has no batch dimension to join the workers' "
                                  f"slices on; load the model with workers=1")
-            joined.append(np.concatenate(outputs, axis=0))
+            joined.append(np.concatenate(parts, axis=0))
         return joined
 
     def _worker_pool(self) -> ThreadPoolExecutor:
@@ -407,10 +471,11 @@ class RuntimeGraph:
                 self._pool = ThreadPoolExecutor(self._pool_size, thread_name_prefix="kuiper-worker")
             return self._pool
 
-    def run_node(self, op: RuntimeOperator) -> None:
-        """Run one operator. Override to trace, profile or check; call super() to compute."""
+    def run_node(self, op: RuntimeOperator, inputs: list[Any]) -> list[Any]:
+        """Run one operator on its input values and return its output values. Override to
+        trace, profile or check; call super() to compute."""
         try:
-            op.layer.forward_operator()
+            outputs = op.layer.forward(inputs)
         except OperatorError as exc:
             if exc.op_name is None:
                 raise InferError(exc.reason, op.name, op.type, exc.status) from exc
@@ -418,9 +483,14 @@ class RuntimeGraph:
         except KuiperError as exc:  # e.g. an ExpressionError: say which operator it came from
             raise InferError(str(exc), op.name, op.type) from exc
         except Exception as exc:
-            shapes = ", ".join(_shape_text(np.shape(o.data)) for o in op.input_operands_seq)
+            shapes = ", ".join(_shape_text(np.shape(value)) for value in inputs)
             raise InferError(f"{type(exc).__name__}: {exc} (input shapes: {shapes})",
                              op.name, op.type) from exc
+        if len(outputs) != len(op.output_operands):
+            raise InferError(f"layer produced {len(outputs)} outputs, the graph expects "
+                             f"{len(op.output_operands)}", op.name, op.type,
+                             InferStatus.kInferFailedOutputSizeError)
+        return outputs
 
     def __call__(self, *args: Any, **kwargs: Any) -> np.ndarray | tuple[np.ndarray, ...]:
         """Run like the PyTorch module: one output as an array, several as a tuple."""

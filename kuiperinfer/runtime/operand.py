@@ -2,42 +2,36 @@
 
 from __future__ import annotations
 
-import threading
-from typing import Any
+from typing import TYPE_CHECKING
 
 from kuiperinfer.runtime.attribute import RuntimeDataType
 
+if TYPE_CHECKING:
+    from kuiperinfer.runtime.operator import RuntimeOperator
+
 
 class RuntimeOperand:
-    """A named edge of the graph: produced by one operator, consumed by others.
+    """A named edge of the graph: produced by one operator, read by others.
 
     ``shapes`` is the shape pnnx recorded at export time (``-1`` for an unknown
-    dimension); the real shape is the one of ``data`` during a forward pass, which
-    may differ in the batch dimension.
-
-    ``data`` holds the operand's value during a forward pass. It is kept per
-    thread, so one built graph can serve several threads at once: each caller
-    sees only the values of its own pass.
+    dimension); a run's value may differ in the batch dimension. The operand holds no
+    value: a run keeps its values in an environment of its own (see
+    :meth:`RuntimeGraph.run <kuiperinfer.runtime.graph.RuntimeGraph.run>`), so one
+    graph serves many threads.
     """
 
-    __slots__ = ("name", "shapes", "type", "producer", "consumers", "_local")
+    __slots__ = ("name", "shapes", "type", "producer", "consumers")
 
-    def __init__(self, name: str, shapes: list[int], type: RuntimeDataType, producer: str):
+    def __init__(self, name: str, shapes: list[int], type: RuntimeDataType,
+                 producer: RuntimeOperator | None = None):
         self.name = name
         self.shapes = shapes
         self.type = type
         self.producer = producer
-        self.consumers: list[str] = []
-        self._local = threading.local()
-
-    @property
-    def data(self) -> Any:
-        """This thread's value of the operand (None before it is produced or after release)."""
-        return getattr(self._local, "value", None)
-
-    @data.setter
-    def data(self, value: Any) -> None:
-        self._local.value = value
+        """The operator that writes it."""
+        self.consumers: list[RuntimeOperator] = []
+        """The operators that read it, once per input slot they read it in."""
 
     def __repr__(self) -> str:
-        return f"RuntimeOperand({self.name!r}, shapes={self.shapes}, producer={self.producer!r})"
+        producer = self.producer.name if self.producer is not None else None
+        return f"RuntimeOperand({self.name!r}, shapes={self.shapes}, producer={producer!r})"

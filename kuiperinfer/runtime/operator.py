@@ -1,16 +1,15 @@
 """RuntimeOperator: a node of the runtime graph (the seeds' RuntimeOperator).
 
 It ties together what pnnx recorded about one operator (type, name, parameters,
-weights, input and output operands) with the :class:`~kuiperinfer.layers.base.Layer`
-that computes it. Layers read their parameters through the typed accessors below,
-which turn a missing or ill-typed parameter into a :class:`LayerCreateError`
-carrying the seeds' :class:`ParseParameterAttrStatus`.
+weights, input and output operands) with the layer that computes it. Layers read their
+parameters through the typed accessors below, which turn a missing or ill-typed
+parameter into a :class:`LayerCreateError` carrying the seeds' :class:`ParseParameterAttrStatus`.
 """
 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -18,9 +17,6 @@ from kuiperinfer.errors import LayerCreateError, ParseParameterAttrStatus, Weigh
 from kuiperinfer.runtime.attribute import RuntimeAttribute
 from kuiperinfer.runtime.operand import RuntimeOperand
 from kuiperinfer.runtime.parameter import RuntimeParameter, RuntimeParameterType as T
-
-if TYPE_CHECKING:
-    from kuiperinfer.layers.base import Layer
 
 Status = ParseParameterAttrStatus
 _MISSING = object()
@@ -35,28 +31,36 @@ def _non_finite(value: Any) -> float | None:
 
 
 class RuntimeOperator:
-    """One computation node: its layer, operands, parameters and weights."""
+    """One computation node: its layer, operands, parameters and weights.
+
+    Its operands are edited only through :mod:`kuiperinfer.optimizer.rewrite`, which keeps
+    the graph's invariants (:meth:`RuntimeGraph.check <kuiperinfer.runtime.graph.RuntimeGraph.check>`).
+    """
 
     def __init__(self, name: str, type: str, line: int | None = None):
         self.name = name
         self.type = type
         self.line = line
         """Line of the .param file the operator was read from (for messages)."""
-        self.layer: Layer | None = None
-        self.input_operands: dict[str, list[RuntimeOperand]] = {}
-        """Input operands grouped by the name of the operator that produces them."""
+        self.layer: Any = None
+        """The layer computing it (made by :meth:`RuntimeGraph.build`); pnnx.Input and
+        pnnx.Output have none."""
         self.input_operands_seq: list[RuntimeOperand] = []
         """Input operands in the order the layer receives them."""
         self.input_names: list[str] = []
         """pnnx's ``$name`` of each input ("" where unnamed), aligned with input_operands_seq."""
         self.output_operands: list[RuntimeOperand] = []
-        self.output_names: list[str] = []
-        """Names of the operators consuming this operator's outputs."""
-        self.output_operators: dict[str, RuntimeOperator] = {}
         self.params: dict[str, RuntimeParameter] = {}
         self.attribute: dict[str, RuntimeAttribute] = {}
-        self.forward_index = -1
-        """Position in the topological execution order."""
+        self.fusion: Any = None
+        """The graph optimiser's typed record of what it fused into this operator or chose
+        for it (:mod:`kuiperinfer.layers.fusion`); None for an operator as pnnx wrote it."""
+
+    @property
+    def output_operators(self) -> list[RuntimeOperator]:
+        """The operators reading this operator's outputs, each once, in order."""
+        readers = [op for operand in self.output_operands for op in operand.consumers]
+        return list({id(op): op for op in readers}.values())
 
     def __repr__(self) -> str:
         return f"RuntimeOperator({self.name!r}, {self.type!r})"
