@@ -31,8 +31,8 @@ from numpy.lib.stride_tricks import as_strided
 from kuiperinfer.kernels.parallel import run_parts, threads_for
 
 PIXELS_MIN_CHANNELS = 96
-"""Channels from which a convolution strided along the width takes the pixel form (measured
-on MobileNetV3's and EfficientNet-Lite0's shapes: rows win up to 72 channels, pixels from 96)."""
+"""Channels from which a convolution strided along the width takes the pixel form, whose
+short loops over the channels then cost less than the phase copy and zero taps of rows."""
 _MEMO_LIMIT = 8
 
 

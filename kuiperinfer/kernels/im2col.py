@@ -111,11 +111,8 @@ def im2col_conv2d(x: np.ndarray, packed: np.ndarray, kernel: tuple[int, int], st
 FEW_PIXELS = 100
 """Output pixels up to which the threads share a convolution's output channels rather than
 its pixels: BLAS runs a product with few rows badly in parallel, and halves of a weight
-each stay in cache (ResNet-18's 7x7 layers at batch 1: 49 x 4608 by 4608 x 512 in 2.6 ms
-on two BLAS threads, in 1.6 ms as two single-threaded halves of the 512 columns). With
-more pixels, halves of the pixels are faster: each thread's product keeps all the output
-channels (ResNet-18's stride-2 3x3 layers at batch 1, weights cold: 784 pixels 1.03 ->
-0.80 ms, 196 pixels 0.89 -> 0.83 ms; 49 pixels 1.07 against 1.17 ms for channels)."""
+each stay in cache. With more pixels, halves of the pixels are faster: each thread's
+product keeps all the output channels."""
 
 
 def _multiply_by_channels(cols: np.ndarray, weight: np.ndarray, flat: np.ndarray,
@@ -135,8 +132,7 @@ def _multiply_by_channels(cols: np.ndarray, weight: np.ndarray, flat: np.ndarray
 
 PLANAR_MAX_CHANNELS = 4
 """Input channels up to which a convolution of a row-major input takes :func:`planar_conv2d`:
-in NHWC a window row is only kw*C adjacent values, in NCHW an output row is OW of them
-(the stems at batch 1: MobileNetV3-Small 0.55 -> 0.28 ms, YOLOv5s 13.4 -> 12.6 ms)."""
+in NHWC a window row is only kw*C adjacent values, in NCHW an output row is OW of them."""
 
 
 def pack_planar_weight(weight: np.ndarray) -> np.ndarray:

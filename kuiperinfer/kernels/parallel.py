@@ -23,13 +23,13 @@ from typing import Any, Callable, Iterable, Sequence, TypeVar
 INTRA_OP_THREADS: ContextVar[int] = ContextVar("kuiper_intra_op_threads", default=1)
 """Threads a kernel may share its blocks among in the current context (1: one thread)."""
 MIN_PARALLEL_WORK = 1 << 24
-"""Fewest multiply-adds an operator shares among threads: a hand-off to another thread and
-back costs 20-35 us here (:class:`_Helper`), a few percent of such an operator's time."""
+"""Fewest multiply-adds an operator shares among threads: the hand-off to another thread
+and back (:class:`_Helper`) then costs a few percent of the operator's time."""
 
 LARGE_WORK_SHARE = 0.5
 """Share of a graph's multiply-adds in operators of at least ``MIN_PARALLEL_WORK`` from
-which it shares them among threads (ResNet-18, YOLOv5s, UNet: 99-100%, 1.3-1.6x faster at
-batch 1; EfficientNet-Lite0 15% and MobileNetV3-Small 0%, 1.1-1.2x slower)."""
+which it shares them among threads: graphs of large convolutions gain from it, graphs of
+small depthwise operators lose to the hand-offs."""
 
 Part = TypeVar("Part")
 
@@ -97,9 +97,8 @@ class _Helper:
     """A thread that runs one task at a time for :func:`run_parts`, handed over through two
     locks: releasing ``_go`` starts the task, ``_done`` is released when it has finished.
 
-    A hand-off costs a lock release and a wake-up each way, 20-35 us here, where a
-    ThreadPoolExecutor's future, queue and waiter took 45-100 us (per run at batch 1,
-    ResNet-18 hands off 18 times, UNet 21, YOLOv5s 60).
+    A hand-off costs a lock release and a wake-up each way, less than a
+    ThreadPoolExecutor's future, queue and waiter.
     """
 
     def __init__(self) -> None:

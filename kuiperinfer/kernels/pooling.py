@@ -106,8 +106,7 @@ def _reduce_taps(x: np.ndarray, kernel: tuple[int, int], stride: tuple[int, int]
     each output row needs, then across its columns (kh + kw passes instead of kh * kw).
     Rows first: a pass over whole rows runs along contiguous memory in either layout,
     while a pass over strided columns runs in short pieces (C values channels-last), and
-    the second pass has the less data (ResNet-18's max pool alone, one thread: batch 1
-    0.47 -> 0.29 ms, 4 images 2.2 -> 1.4 ms).
+    the second pass has the less data.
     A single block (one channels-last image) is cut into bands of output rows that the
     threads share (:mod:`~kuiperinfer.kernels.parallel`)."""
     n, c, h, _ = x.shape
@@ -133,9 +132,8 @@ def _reduce_taps(x: np.ndarray, kernel: tuple[int, int], stride: tuple[int, int]
 
 TAP_WORK = 16
 """Multiply-adds that one output value's pass over one tap counts as when deciding whether
-to share a pooling among threads: its cost here, in the time of a matrix product's
-multiply-adds (ResNet-18's max pool at batch 1 alone: 0.29 ms, about 12 per tap; in the
-graph, its input no longer in cache, about twice that)."""
+to share a pooling among threads: its cost in the time of a matrix product's
+multiply-adds, with its input no longer in cache."""
 
 
 def max_pool2d(x: np.ndarray, kernel: tuple[int, int], stride: tuple[int, int],
@@ -196,8 +194,8 @@ def adaptive_average_matrix(size: int, out: int) -> np.ndarray:
 
 def global_avg_pool2d(x: np.ndarray) -> np.ndarray:
     """The mean of each channel of float32 NCHW ``x`` (any memory layout), as (N, C): the
-    sum is one BLAS product with a vector of ones over the pixels, 3x faster than
-    ``mean`` on MobileNetV3's 14x14 maps."""
+    sum is one BLAS product with a vector of ones over the pixels, which beats ``mean``'s
+    strided reduction."""
     n, c, h, w = x.shape
     ones = np.ones(h * w, dtype=np.float32)
     if is_channels_last(x):

@@ -31,17 +31,15 @@ from kuiperinfer.kernels.parallel import even_step, run_parts, threads_for
 TILE = 4
 """Output tile size; input tiles are ``TILE + 2`` wide."""
 MIN_TILES = 16
-"""Fewest output tiles (over the batch) for which Winograd beats im2col on this machine."""
+"""Fewest output tiles (over the batch) for which Winograd beats im2col."""
 MIN_CHANNELS = 8
 """Fewest input channels for which it does (the transforms cost per input channel)."""
 BLOCK_BYTES = 1 << 20
 """Bytes of input tiles transformed at a time."""
 CHANNELS_PER_TILE = 4
 """Output channels per tile from which threads share a convolution's output channels rather
-than its tiles: with few tiles, U is the large operand, and every thread read all of it
-(ResNet-18's 256-channel 14 x 14 layers at batch 1: 16 tiles, 9.4 MB of U; the network
-22.3-23.3 -> 21.4-21.8 ms, minimums of alternating runs; with the threshold at one channel
-per tile, YOLOv5s at batch 1 ran 1-4% slower)."""
+than its tiles: with few tiles the transformed weight U is the large operand, which every
+thread would otherwise read whole."""
 
 _BT = np.array([[4, 0, -5, 0, 1, 0],
                 [0, -4, -4, 1, 1, 0],

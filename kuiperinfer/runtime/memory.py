@@ -4,17 +4,15 @@ Every run allocates and frees the same large arrays: activations, im2col columns
 Winograd tiles. glibc serves blocks above its mmap threshold (128 KB at first) with
 fresh pages from the operating system and gives them back on free, and trims its heaps
 of freed memory, so the next run faults every page in again and the kernel zero-fills
-it. On this machine that is ~2,300 page faults of ~3 us per EfficientNet-Lite0 run at
-batch 1. Two settings stop it, as an inference arena would:
+it. Two settings stop it, as an inference arena would:
 
 * ``M_MMAP_THRESHOLD`` 32 MiB: blocks up to that size come from the heaps (and return
   to them), not from fresh mappings;
 * ``M_TRIM_THRESHOLD`` at its maximum: freed heap memory stays in the process.
 
 Either alone makes things worse (setting one switches off glibc's adaptive thresholds);
-together they take EfficientNet-Lite0 at batch 1 from 2,327 page faults and 23.9 ms per
-run to none and 17.4 ms, at batch 8 from 108.7 to 87.9 ms, with the same peak resident
-memory. The settings are process-wide (other code in the process keeps its freed memory
+together they remove the page faults at the same peak resident memory
+(``docs/performance.md`` has the measurements). The settings are process-wide (other code in the process keeps its freed memory
 too); :func:`kuiperinfer.load` applies them for optimised graphs, and ``optimize=False``
 leaves the allocator alone. Without glibc this does nothing.
 """
