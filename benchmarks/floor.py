@@ -20,9 +20,9 @@ still reach from those that need faster kernels than NumPy's.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 

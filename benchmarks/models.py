@@ -7,9 +7,9 @@ EfficientNet-Lite0 is the pretrained model kuiperinfer bundles, built from its p
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import torch
 

@@ -14,9 +14,10 @@ import argparse
 import json
 import statistics
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from benchmarks.engines import model_files, onnxruntime_session, sample_batch
 from benchmarks.models import MODELS

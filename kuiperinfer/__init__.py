@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import os
 
-from kuiperinfer import layers  # noqa: F401  (registers every layer)
-from kuiperinfer import optimizer
+from kuiperinfer import (
+    layers,  # noqa: F401  (registers every layer)
+    optimizer,
+)
 from kuiperinfer.errors import KuiperError
 from kuiperinfer.runtime.graph import GraphState, RuntimeGraph
 from kuiperinfer.runtime.memory import keep_freed_memory

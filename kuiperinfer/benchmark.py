@@ -16,8 +16,9 @@ import math
 import statistics
 import sys
 import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -51,7 +52,7 @@ class PeakMemory:
         """Bytes the RSS grew by at its peak (0 if it never grew)."""
         return max(self.peak - self.baseline, 0)
 
-    def __enter__(self) -> "PeakMemory":
+    def __enter__(self) -> PeakMemory:
         self._exact = _reset_peak_rss()
         if self._exact:
             self.method = "kernel peak RSS (VmHWM), reset before the runs"

@@ -23,8 +23,9 @@ import os
 import statistics
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from kuiperinfer.runtime.graph import RuntimeGraph
 from kuiperinfer.runtime.operator import RuntimeOperator
@@ -237,7 +238,7 @@ def chrome_trace(run: RunRecord, process_name: str = "kuiperinfer") -> dict[str,
         {"name": "forward", "cat": "graph", "ph": "X", "pid": 1, "tid": 1,
          "ts": 0.0, "dur": run.duration_ns / 1e3, "args": {"operators": len(run.events)}},
     ]
-    for thread, tid in threads.items():
+    for _thread, tid in threads.items():
         events.append({"name": "thread_name", "ph": "M", "pid": 1, "tid": tid,
                        "args": {"name": f"operators, thread {tid - 1}"}})
     for event in run.events:

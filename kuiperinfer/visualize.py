@@ -17,8 +17,8 @@ import html
 import os
 import shutil
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from kuiperinfer.errors import KuiperError
 from kuiperinfer.inspect import shape_text

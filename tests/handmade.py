@@ -10,7 +10,8 @@ import numpy as np
 
 from kuiperinfer.runtime.operand import RuntimeOperand
 from kuiperinfer.runtime.operator import RuntimeOperator
-from kuiperinfer.runtime.parameter import RuntimeParameter, RuntimeParameterType as T
+from kuiperinfer.runtime.parameter import RuntimeParameter
+from kuiperinfer.runtime.parameter import RuntimeParameterType as T
 
 
 def write_model(directory: Path, param: str, weights: dict[str, np.ndarray | tuple[int, ...]],

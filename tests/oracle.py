@@ -6,8 +6,8 @@ settings live in one place: 1e-4 absolute, or 1e-3 relative on large values.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import pnnx

@@ -3,9 +3,9 @@
 import math
 
 import torch
+from oracle import export
 
 from benchmarks.floor import KernelRates, ModelWork, measure_rates, model_work
-from oracle import export
 
 
 class Kinds(torch.nn.Module):

@@ -6,8 +6,8 @@ import shutil
 import numpy as np
 import pytest
 import torch
-
 from cli_runner import run as run_kuiper
+
 from kuiperinfer.cli import main as kuiper
 from kuiperinfer.models import sample_images
 from kuiperinfer.vision import EFFICIENTNET_LITE, Classifier, imagenet_labels

@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 import torch
 import torch.nn as nn
+from cli_runner import DEMO, run, usage_error
+from oracle import export
 
 import kuiperinfer
-from cli_runner import DEMO, run, usage_error
-from kuiperinfer.models import default_model_path
 from kuiperinfer.cli import main as kuiper
 from kuiperinfer.inspect import check_support, shape_text, summarize
-from oracle import export
+from kuiperinfer.models import default_model_path
 
 DEMO_OPERATORS = ["pnnx_input_0", "convbn2d_0", "stem.2", "convbn2d_1", "block.2", "block.3",
                   "pnnx_expr_2", "F.relu_1", "pool", "head.0", "torch.flatten_0", "head.2",

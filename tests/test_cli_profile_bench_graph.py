@@ -7,10 +7,10 @@ import shutil
 
 import numpy as np
 import pytest
+from cli_runner import DEMO, run, usage_error
 
 import kuiperinfer
 from kuiperinfer.benchmark import BenchmarkResult, PeakMemory, benchmark, blas_description
-from cli_runner import DEMO, run, usage_error
 from kuiperinfer.cli._progress import ProgressBar
 from kuiperinfer.visualize import family_of, output_format, to_dot
 

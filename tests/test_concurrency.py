@@ -11,9 +11,9 @@ import threading
 
 import numpy as np
 import pytest
+from handmade import write_model
 
 import kuiperinfer
-from handmade import write_model
 from kuiperinfer.errors import InputError
 
 THREADS = 8
@@ -97,7 +97,7 @@ def test_failing_calls_do_not_disturb_other_threads(model_path):
     expected = graph.run(good)
 
     def work(t: int) -> None:
-        for c in range(20):
+        for _c in range(20):
             if t % 2:
                 with pytest.raises(InputError):
                     graph.run(np.zeros((1, 3, 8, 9), np.float32))

@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kuiperinfer.errors import ExpressionError
-from kuiperinfer.expression import FUNCTIONS, compile_expression, evaluate, to_reverse_polish, parse
+from kuiperinfer.expression import FUNCTIONS, compile_expression, evaluate, parse, to_reverse_polish
 from kuiperinfer.expression.promotion import result_type
 from kuiperinfer.kernels.special import erf as numpy_erf
 

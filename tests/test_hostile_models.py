@@ -22,13 +22,22 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import kuiperinfer
-from kuiperinfer.errors import (BinArchiveError, ExpressionError, GraphError, InferError, KuiperError,
-                                LayerCreateError, ModelFormatError, OperatorError, ParamSyntaxError,
-                                UnknownOperatorError)
+from kuiperinfer.errors import (
+    BinArchiveError,
+    ExpressionError,
+    GraphError,
+    InferError,
+    KuiperError,
+    LayerCreateError,
+    ModelFormatError,
+    OperatorError,
+    ParamSyntaxError,
+    UnknownOperatorError,
+)
 from kuiperinfer.expression import FUNCTIONS, compile_expression
-from kuiperinfer.runtime.registry import LayerRegisterer
 from kuiperinfer.pnnx import Graph, StoreZipWriter
 from kuiperinfer.runtime.graph import RuntimeGraph
+from kuiperinfer.runtime.registry import LayerRegisterer
 
 TIME_LIMIT = 2.0
 """Seconds one case may take (each should take milliseconds; this catches hangs)."""

@@ -9,9 +9,10 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from oracle import check_op
 
-from kuiperinfer.kernels.depthwise import PIXELS_MIN_CHANNELS, DepthwiseWeight, depthwise_conv2d
 from kuiperinfer.kernels import blockwise_transposed, depthwise_stripes, im2col, layout, parallel, pooling, winograd
+from kuiperinfer.kernels.depthwise import PIXELS_MIN_CHANNELS, DepthwiseWeight, depthwise_conv2d
 from kuiperinfer.kernels.elementwise import Epilogue, InplaceActivation
 from kuiperinfer.kernels.im2col import BLOCK_BYTES as IM2COL_BLOCK_BYTES
 from kuiperinfer.kernels.im2col import im2col_conv2d, pack_weight
@@ -21,7 +22,6 @@ from kuiperinfer.kernels.pooling import BLOCK_BYTES, avg_pool2d, global_avg_pool
 from kuiperinfer.kernels.winograd import BLOCK_BYTES as WINOGRAD_BLOCK_BYTES
 from kuiperinfer.kernels.winograd import winograd_conv3x3, winograd_pays, winograd_weight
 from kuiperinfer.layers.convolution import ConvGeometry, PackedWeight, conv2d
-from oracle import check_op
 
 RNG = np.random.default_rng(0)
 

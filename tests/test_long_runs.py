@@ -13,9 +13,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from handmade import write_model
 
 import kuiperinfer
-from handmade import write_model
 from kuiperinfer.errors import BinArchiveError
 from kuiperinfer.runtime.memory import keep_freed_memory
 

@@ -12,11 +12,11 @@ from typing import NamedTuple
 
 import pytest
 import torch
+from networks import mobilenet_v3_small, unet, yolov5s
+from oracle import assert_matches, check_model, export, torch_outputs
 
 import kuiperinfer
 from kuiperinfer.pnnx import Operator, read_param
-from networks import mobilenet_v3_small, unet, yolov5s
-from oracle import assert_matches, check_model, export, torch_outputs
 
 
 class Exported(NamedTuple):

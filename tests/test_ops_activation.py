@@ -13,11 +13,11 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from handmade import one_operator_model
+from oracle import Branches, assert_matches, check_branches, export, torch_outputs
 
 import kuiperinfer
 from kuiperinfer.errors import InferError, LayerCreateError
-from handmade import one_operator_model
-from oracle import Branches, assert_matches, check_branches, export, torch_outputs
 
 
 def with_weight(module, values):

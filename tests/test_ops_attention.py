@@ -4,7 +4,6 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-
 from oracle import check_model, check_op
 
 sdpa = F.scaled_dot_product_attention

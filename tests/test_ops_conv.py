@@ -8,11 +8,11 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from handmade import make_operator
+from oracle import check_op
 
 from kuiperinfer.errors import LayerCreateError
 from kuiperinfer.layers import LayerRegisterer
-from handmade import make_operator
-from oracle import check_op
 
 
 def case_id(case: dict) -> str:

@@ -4,9 +4,8 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-
-from oracle import check_op
 from networks import randomize_batchnorm
+from oracle import check_op
 
 
 @pytest.mark.parametrize("fn", [nn.ReLU(), F.relu, torch.relu, lambda x: x.relu(),

@@ -5,11 +5,11 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from oracle import check_model, check_op, export
 
 import kuiperinfer
 from kuiperinfer.errors import InferError
 from kuiperinfer.layers.linalg import restore_ellipsis
-from oracle import check_model, check_op, export
 
 MATMUL_SHAPES = [
     ((3, 4), (4, 5)),

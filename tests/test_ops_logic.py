@@ -5,9 +5,9 @@ Outputs are bool masks (compared exactly) or values selected by them.
 
 import numpy as np
 import torch
+from oracle import Lambda, assert_matches, check_op, export, torch_outputs
 
 import kuiperinfer
-from oracle import Lambda, assert_matches, check_op, export, torch_outputs
 
 
 def op_types(graph):

@@ -11,11 +11,11 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from handmade import one_operator_model
+from oracle import check_branches
 
 import kuiperinfer
 from kuiperinfer.errors import LayerCreateError
-from handmade import one_operator_model
-from oracle import check_branches
 
 
 def randomized(module, seed=0):

@@ -6,12 +6,12 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from handmade import make_operator
+from oracle import check_op, export
 
 import kuiperinfer
 from kuiperinfer.errors import InferError, LayerCreateError
 from kuiperinfer.layers import LayerRegisterer
-from oracle import check_op, export
-from handmade import make_operator
 
 
 def case_id(case: dict) -> str:

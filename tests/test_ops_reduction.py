@@ -2,7 +2,6 @@
 
 import pytest
 import torch
-
 from oracle import check_op
 
 DIMS = [1, -1, (1, 2), (0, 2), (-2, -1)]

@@ -7,12 +7,13 @@ import numpy as np
 import pytest
 import torch.nn as nn
 import torch.nn.functional as F
-from hypothesis import assume, given, settings, strategies as st
+from handmade import make_operator
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+from oracle import check_op
 
 from kuiperinfer.errors import InferError, LayerCreateError
 from kuiperinfer.layers import LayerRegisterer
-from oracle import check_op
-from handmade import make_operator
 
 
 def case_id(case: dict) -> str:

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 import torch.nn as nn
+from oracle import Lambda, check_model, check_op
 
 import kuiperinfer
-from oracle import Lambda, check_model, check_op
 
 
 def check_dynamic(fn, inputs, inputs2, directory):
@@ -117,7 +117,8 @@ def test_fused_slice_and_select(tmp_path):
 
 
 def test_slice_and_select_bounds_from_inputs(tmp_path):
-    fn = lambda x: (x[:, : x.size(1) // 2] * 2, x[:, :, x.size(2) // 3:] * 2, x[:, x.size(1) - 1] * 2)
+    def fn(x):
+        return (x[:, : x.size(1) // 2] * 2, x[:, :, x.size(2) // 3:] * 2, x[:, x.size(1) - 1] * 2)
     graph = check_dynamic(fn, [torch.randn(1, 4, 6)], [torch.randn(2, 6, 9)], tmp_path)
     assert any("end" in op.input_names for op in graph.operators)
 
@@ -136,7 +137,8 @@ def test_expand_follows_batch(tmp_path):
 
 
 def test_expand_sizes_from_input(tmp_path):
-    fn = lambda x: (x[:, :1].expand(x.size(0), 3, -1) * 2, x.unsqueeze(1).expand(-1, 2, -1, -1) * 2)
+    def fn(x):
+        return (x[:, :1].expand(x.size(0), 3, -1) * 2, x.unsqueeze(1).expand(-1, 2, -1, -1) * 2)
     check_dynamic(fn, [torch.randn(1, 3, 4)], [torch.randn(2, 3, 4)], tmp_path)
 
 
@@ -163,7 +165,8 @@ def test_casts(tmp_path):
 
 def test_half_cast_rounds_to_float16(tmp_path):
     # pnnx removes casts to float16 from exports, so write the cast into a real export by hand.
-    fn = lambda x: x.to(torch.float64)
+    def fn(x):
+        return x.to(torch.float64)
     check_op(fn, (1, 3, 4), directory=tmp_path)
     param = tmp_path / "model.pnnx.param"
     param.write_text(param.read_text().replace("torch.double", "torch.half").replace(")f64", ")f16"))
@@ -180,16 +183,18 @@ def test_like_constants_are_folded_at_fixed_shapes(tmp_path):
 
 
 def test_like_with_dynamic_shapes(tmp_path):
-    fn = lambda x: (torch.zeros_like(x), torch.ones_like(x), torch.full_like(x, 2.5),
-                    torch.full_like(x, 3, dtype=torch.int64), torch.zeros_like(x, dtype=torch.bool),
-                    torch.full_like(x, float("-inf")))
+    def fn(x):
+        return (torch.zeros_like(x), torch.ones_like(x), torch.full_like(x, 2.5),
+                        torch.full_like(x, 3, dtype=torch.int64), torch.zeros_like(x, dtype=torch.bool),
+                        torch.full_like(x, float("-inf")))
     graph = check_dynamic(fn, [torch.randn(1, 3, 4)], [torch.randn(2, 3, 4)], tmp_path)
     assert {"torch.zeros_like", "torch.ones_like", "torch.full_like"} <= set(op_types(graph))
 
 
 def test_new_and_full_sizes_from_input(tmp_path):
-    fn = lambda x: (x.new_zeros((x.size(0), 3)), torch.zeros(x.size(0), 2),
-                    torch.ones(x.size(0), 2, dtype=torch.int64), x.new_ones((2, x.size(0))))
+    def fn(x):
+        return (x.new_zeros((x.size(0), 3)), torch.zeros(x.size(0), 2),
+                        torch.ones(x.size(0), 2, dtype=torch.int64), x.new_ones((2, x.size(0))))
     graph = check_dynamic(fn, [torch.randn(1, 3, 4)], [torch.randn(2, 3, 4)], tmp_path)
     assert {"Tensor.new_zeros", "Tensor.new_ones", "torch.zeros", "torch.ones"} <= set(op_types(graph))
 

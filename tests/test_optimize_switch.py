@@ -10,6 +10,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from networks import mobilenet_v3_small, resnet18, unet, yolov5s
+from oracle import export
 
 import kuiperinfer
 from kuiperinfer.errors import GraphError
@@ -17,8 +19,6 @@ from kuiperinfer.models import efficientnet_lite0_path
 from kuiperinfer.optimizer import PASSES
 from kuiperinfer.pnnx import read_param
 from kuiperinfer.runtime.graph import RuntimeGraph
-from networks import mobilenet_v3_small, resnet18, unet, yolov5s
-from oracle import export
 
 NETWORKS = {
     "resnet18": (resnet18, (3, 64, 64)),

@@ -8,6 +8,8 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from networks import mobilenet_v3_small, randomize_batchnorm, resnet18
+from oracle import Lambda, assert_matches, export, torch_outputs
 
 from kuiperinfer.errors import GraphError
 from kuiperinfer.kernels import depthwise_stripes, parallel
@@ -17,8 +19,6 @@ from kuiperinfer.layers.convolution import add_residual
 from kuiperinfer.optimizer import optimize
 from kuiperinfer.pnnx.ir import Attribute, Graph, Parameter
 from kuiperinfer.runtime.graph import RuntimeGraph
-from networks import mobilenet_v3_small, randomize_batchnorm, resnet18
-from oracle import Lambda, assert_matches, export, torch_outputs
 
 
 def built(source: Path | Graph, optimized: bool) -> tuple[RuntimeGraph, dict[str, int]]:

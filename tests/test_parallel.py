@@ -60,7 +60,7 @@ def test_callers_in_many_threads_at_once_each_get_all_their_parts_done(two_threa
         try:
             for _ in range(30):
                 squares = [None] * 6
-                parallel.run_parts(range(6), 1, lambda p: squares.__setitem__(p, p * p + index))
+                parallel.run_parts(range(6), 1, lambda p, squares=squares: squares.__setitem__(p, p * p + index))
                 assert squares == [p * p + index for p in range(6)]
             results[index] = True
         except BaseException as error:

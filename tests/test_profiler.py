@@ -5,12 +5,19 @@ import threading
 
 import numpy as np
 import pytest
+from cli_runner import DEMO
 
 import kuiperinfer
-from cli_runner import DEMO
 from kuiperinfer.errors import InferError
-from kuiperinfer.profiler import (NodeEvent, ProfilingGraph, RunRecord, chrome_trace, profile,
-                                  summarize_runs, write_chrome_trace)
+from kuiperinfer.profiler import (
+    NodeEvent,
+    ProfilingGraph,
+    RunRecord,
+    chrome_trace,
+    profile,
+    summarize_runs,
+    write_chrome_trace,
+)
 from kuiperinfer.runtime.graph import INPUT_TYPE, OUTPUT_TYPE
 
 

@@ -2,10 +2,10 @@
 
 import pytest
 import torch
-
-import kuiperinfer
 from networks import resnet18
 from oracle import assert_matches, export, torch_outputs
+
+import kuiperinfer
 
 
 @pytest.fixture(scope="module")

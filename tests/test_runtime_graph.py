@@ -3,13 +3,12 @@
 import threading
 import weakref
 
+import handmade
 import numpy as np
 import pytest
 
-import handmade
 import kuiperinfer
-from kuiperinfer.errors import (GraphError, InferError, InputError, KuiperError, UnknownOperatorError,
-                                WeightError)
+from kuiperinfer.errors import GraphError, InferError, InputError, KuiperError, UnknownOperatorError, WeightError
 from kuiperinfer.pnnx import Attribute
 from kuiperinfer.profiler import ProfilingGraph
 from kuiperinfer.runtime.attribute import RuntimeAttribute

@@ -5,6 +5,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from oracle import export
 from PIL import Image, ImageOps
 
 from kuiperinfer.errors import KuiperError, ModelFormatError
@@ -21,7 +22,6 @@ from kuiperinfer.vision import (
     resize_shorter_side,
     softmax,
 )
-from oracle import export
 
 RNG = np.random.default_rng(0)
 

@@ -16,9 +16,9 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from oracle import assert_matches, torch_outputs
 
 import kuiperinfer
-from oracle import assert_matches, torch_outputs
 
 IMAGE, PATCH, CHANNELS, EMBED, HEADS, DEPTH, CLASSES = 32, 8, 3, 32, 4, 2, 10
 

@@ -11,11 +11,11 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from oracle import Lambda, check_op, export, torch_outputs
+from test_concurrency import run_threads
 
 import kuiperinfer
 from kuiperinfer.runtime.graph import RuntimeGraph
-from oracle import Lambda, check_op, export, torch_outputs
-from test_concurrency import run_threads
 
 
 class SmallNet(nn.Module):

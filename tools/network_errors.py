@@ -20,10 +20,10 @@ import os
 import sys
 import tempfile
 import warnings
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
 
 import numpy as np
 import pnnx
@@ -32,9 +32,10 @@ import torch
 TESTS = Path(__file__).resolve().parent.parent / "tests"
 sys.path.insert(0, str(TESTS))
 
-import kuiperinfer  # noqa: E402
 from networks import mobilenet_v3_small, resnet18, unet, yolov5s  # noqa: E402
 from oracle import ATOL, RTOL, torch_outputs  # noqa: E402
+
+import kuiperinfer  # noqa: E402
 
 
 @dataclass

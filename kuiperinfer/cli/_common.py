@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import ContextManager, Sequence
 
 import numpy as np
 
@@ -16,7 +16,6 @@ from kuiperinfer.inspect import shape_text
 from kuiperinfer.models import default_model_path
 from kuiperinfer.pnnx.ir import numpy_dtype
 from kuiperinfer.runtime.graph import RuntimeGraph
-
 
 # -- arguments -----------------------------------------------------------------------
 
@@ -73,7 +72,8 @@ def add_progress_argument(parser: argparse.ArgumentParser) -> None:
                         help="show a progress bar on stderr (default: when stderr is a terminal)")
 
 
-def progress_bar(args: argparse.Namespace, label: str, unit: str) -> ContextManager[ProgressBar | None]:
+def progress_bar(args: argparse.Namespace, label: str,
+                 unit: str) -> contextlib.AbstractContextManager[ProgressBar | None]:
     """A ProgressBar when ``--progress`` asks for one (or stderr is a terminal), else None."""
     show = sys.stderr.isatty() if args.progress is None else args.progress
     return ProgressBar(label, unit) if show else contextlib.nullcontext()

@@ -33,7 +33,7 @@ class ProgressBar:
             self.stream.flush()
             self._drawn = False
 
-    def __enter__(self) -> "ProgressBar":
+    def __enter__(self) -> ProgressBar:
         return self
 
     def __exit__(self, *exc_info: Any) -> None:

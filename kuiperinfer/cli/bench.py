@@ -30,8 +30,16 @@ from pathlib import Path
 import kuiperinfer
 from kuiperinfer import RuntimeGraph
 from kuiperinfer.benchmark import BenchmarkResult, benchmark, blas_description, blas_threads, resident_bytes
-from kuiperinfer.cli._common import (add_model_argument, add_progress_argument, add_timing_arguments,
-                                     model_path, positive_int, progress_bar, random_inputs, size_text)
+from kuiperinfer.cli._common import (
+    add_model_argument,
+    add_progress_argument,
+    add_timing_arguments,
+    model_path,
+    positive_int,
+    progress_bar,
+    random_inputs,
+    size_text,
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

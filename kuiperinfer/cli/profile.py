@@ -21,8 +21,16 @@ import argparse
 import json
 
 import kuiperinfer
-from kuiperinfer.cli._common import (add_model_argument, add_progress_argument, add_timing_arguments,
-                                     model_path, non_negative_int, progress_bar, random_inputs, table)
+from kuiperinfer.cli._common import (
+    add_model_argument,
+    add_progress_argument,
+    add_timing_arguments,
+    model_path,
+    non_negative_int,
+    progress_bar,
+    random_inputs,
+    table,
+)
 from kuiperinfer.inspect import shape_text
 from kuiperinfer.profiler import ProfileReport, ProfilingGraph, profile, write_chrome_trace
 

@@ -21,7 +21,8 @@ The functions an expression may call are listed in :data:`FUNCTIONS`.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from kuiperinfer.errors import ExpressionError
 from kuiperinfer.expression.evaluator import IMPLEMENTATIONS, Value, evaluate

@@ -30,7 +30,8 @@ implementation; nothing else is callable.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Sequence, Union
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -41,8 +42,8 @@ from kuiperinfer.expression.promotion import DEFAULT_FLOAT, DEFAULT_INT, result_
 from kuiperinfer.expression.reverse_polish import Instruction, OpCode
 from kuiperinfer.kernels.special import erf as _erf_array
 
-Scalar = Union[bool, int, float]
-Value = Union[np.ndarray, bool, int, float, list, None]
+Scalar = bool | int | float
+Value = np.ndarray | bool | int | float | list | None
 
 _INT64_MIN = -(1 << 63)
 

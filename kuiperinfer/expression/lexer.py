@@ -18,8 +18,9 @@ constant (``1.000000e+00+2.000000e+00j``) is recognised only to be refused clear
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from enum import Enum
-from typing import Iterator, NamedTuple
+from typing import NamedTuple
 
 from kuiperinfer.errors import ExpressionError
 

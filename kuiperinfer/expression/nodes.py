@@ -14,8 +14,8 @@ deep never hit Python's recursion limit.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Iterator, Union
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,7 @@ class Constant:
 class List:
     """``[a,b,...]``: a list literal whose items are expressions (pnnx's ListConstruct)."""
 
-    items: tuple["Node", ...]
+    items: tuple[Node, ...]
     start: int = field(default=-1, compare=False)
     end: int = field(default=-1, compare=False)
 
@@ -72,7 +72,7 @@ class Call:
     """``name(args...)``: a call of a function from :data:`functions.FUNCTIONS`."""
 
     name: str
-    args: tuple["Node", ...]
+    args: tuple[Node, ...]
     start: int = field(default=-1, compare=False)
     end: int = field(default=-1, compare=False)
 
@@ -80,7 +80,7 @@ class Call:
         return format_node(self)
 
 
-Node = Union[InputRef, Constant, List, Call]
+Node = InputRef | Constant | List | Call
 
 
 def children(node: Node) -> tuple[Node, ...]:

@@ -20,8 +20,9 @@ from __future__ import annotations
 import math
 import os
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from kuiperinfer.pnnx.ir import Graph, Operator
 from kuiperinfer.pnnx.param_file import read_param

@@ -14,8 +14,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from kuiperinfer.errors import KuiperError, LayerCreateError, UnknownOperatorError
-from kuiperinfer.runtime.registry import LayerRegisterer
 from kuiperinfer.runtime.graph import INPUT_TYPE, OUTPUT_TYPE, RuntimeGraph
+from kuiperinfer.runtime.registry import LayerRegisterer
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ computes the others from a padded copy.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided

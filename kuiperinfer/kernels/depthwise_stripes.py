@@ -25,7 +25,7 @@ copy of the whole input (and, with a pointwise convolution, the expanded tensor)
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -63,7 +63,8 @@ def depthwise_in_stripes(x: np.ndarray, depthwise: DepthwiseWeight, stride: tupl
     row_bytes = (left + w + right) * channels * out.itemsize
     stripe = max(1, min(oh, (STRIPE_BYTES // row_bytes - kh) // stride[0] + 1))
     if n < threads:       # a part of each image's rows for every thread
-        parts = [(slice(i, i + 1), oh * t // threads, oh * (t + 1) // threads) for i in range(n) for t in range(threads)]
+        parts = [(slice(i, i + 1), oh * t // threads, oh * (t + 1) // threads)
+                 for i in range(n) for t in range(threads)]
     elif stripe == oh:    # whole images, as many as fit, but a part for every thread
         images = max(1, min(STRIPE_BYTES // ((top + h + bottom) * row_bytes), n // threads))
         parts = [(slice(i, i + images), 0, oh) for i in range(0, n, images)]

@@ -14,7 +14,7 @@ row-major (NCHW) input instead, transposed: :func:`planar_conv2d`.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided

@@ -12,7 +12,7 @@ Only operators that reshape or flatten pay a copy back to row-major order.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

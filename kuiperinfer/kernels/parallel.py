@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable, Iterable, Sequence
 from contextvars import ContextVar
-from typing import Any, Callable, Iterable, Sequence, TypeVar
+from typing import Any, TypeVar
 
 INTRA_OP_THREADS: ContextVar[int] = ContextVar("kuiper_intra_op_threads", default=1)
 """Threads a kernel may share its blocks among in the current context (1: one thread)."""

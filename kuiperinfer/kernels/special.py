@@ -19,7 +19,7 @@ Arrays are processed in chunks that fit the CPU cache.
 from __future__ import annotations
 
 import math
-from functools import lru_cache
+from functools import cache
 
 import numpy as np
 from numpy.polynomial import Chebyshev
@@ -46,7 +46,7 @@ def _log_scaled_erfc(t: float) -> float:
     return math.log(series / (x * math.sqrt(math.pi) * t))
 
 
-@lru_cache(maxsize=None)
+@cache
 def _erfc_exponent(degree: int) -> Chebyshev:
     return Chebyshev.interpolate(
         lambda ts: np.array([_log_scaled_erfc(float(t)) for t in ts]), degree, domain=[0.0, 1.0])

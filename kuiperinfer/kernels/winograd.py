@@ -20,7 +20,7 @@ them and only beyond a few channels: :func:`winograd_pays` decides per call.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided

@@ -9,15 +9,17 @@ parameters are PyTorch's keyword arguments; pnnx writes whole numbers as ints
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
-from kuiperinfer.errors import InferError, InferStatus, ParseParameterAttrStatus as Status
+from kuiperinfer.errors import InferError, InferStatus
+from kuiperinfer.errors import ParseParameterAttrStatus as Status
 from kuiperinfer.kernels import elementwise
 from kuiperinfer.layers.base import NonParamLayer, ParamLayer, keeps_batch
-from kuiperinfer.runtime.registry import register_layer
 from kuiperinfer.runtime.operator import RuntimeOperator
+from kuiperinfer.runtime.registry import register_layer
 
 
 class ActivationLayer(NonParamLayer):
@@ -26,7 +28,7 @@ class ActivationLayer(NonParamLayer):
     batch_independent = True
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> "ActivationLayer":
+    def create(cls, op: RuntimeOperator) -> ActivationLayer:
         return cls(op.name)
 
     def function(self, x: np.ndarray) -> np.ndarray:
@@ -82,7 +84,7 @@ class Hardtanh(InplaceActivationLayer):
         self.min_val, self.max_val = min_val, max_val
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> "Hardtanh":
+    def create(cls, op: RuntimeOperator) -> Hardtanh:
         min_val = op.param_float("min_val", default=-1.0)
         max_val = op.param_float("max_val", default=1.0)
         if min_val > max_val:
@@ -98,7 +100,7 @@ class ReLU6(Hardtanh):
     """Hardtanh with fixed bounds 0 and 6."""
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> "ReLU6":
+    def create(cls, op: RuntimeOperator) -> ReLU6:
         return cls(op.name, 0.0, 6.0)
 
 
@@ -112,7 +114,7 @@ class LeakyReLU(InplaceActivationLayer):
         self.negative_slope = negative_slope
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> "LeakyReLU":
+    def create(cls, op: RuntimeOperator) -> LeakyReLU:
         return cls(op.name, op.param_float("negative_slope", default=0.01))
 
     def inplace(self) -> elementwise.InplaceActivation:
@@ -124,7 +126,7 @@ class RReLU(LeakyReLU):
     """Randomized leaky ReLU; at inference its slope is the mean of lower and upper."""
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> "RReLU":
+    def create(cls, op: RuntimeOperator) -> RReLU:
         lower = op.param_float("lower", default=1.0 / 8)
         upper = op.param_float("upper", default=1.0 / 3)
         return cls(op.name, (lower + upper) / 2)
@@ -146,7 +148,7 @@ class PReLU(ParamLayer):
     """PReLU with its learned ``@weight`` (num_parameters values: 1 or one per channel)."""
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> "PReLU":
+    def create(cls, op: RuntimeOperator) -> PReLU:
         count = op.param_int("num_parameters", default=1)
         return cls(op.name, op.weight("weight", (count,)))
 
@@ -159,7 +161,7 @@ class FunctionalPReLU(NonParamLayer):
     """F.prelu(input, weight) with the weight as the second input."""
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> "FunctionalPReLU":
+    def create(cls, op: RuntimeOperator) -> FunctionalPReLU:
         if len(op.input_operands_seq) != 2:
             raise op.error(f"{op.type} needs the input and the weight as inputs", Status.kAttrMissingWeight)
         return cls(op.name)
@@ -177,7 +179,7 @@ class ELU(ActivationLayer):
         self.alpha = alpha
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> "ELU":
+    def create(cls, op: RuntimeOperator) -> ELU:
         return cls(op.name, op.param_float("alpha", default=1.0))
 
     def function(self, x: np.ndarray) -> np.ndarray:
@@ -206,7 +208,7 @@ class CELU(ActivationLayer):
         self.alpha = alpha
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> "CELU":
+    def create(cls, op: RuntimeOperator) -> CELU:
         alpha = op.param_float("alpha", default=1.0)
         if alpha == 0:
             raise op.error("alpha cannot be 0 for CELU", Status.kParameterInvalidValue)
@@ -226,7 +228,7 @@ class GELU(ActivationLayer):
         self._kernel = elementwise.gelu_tanh if approximate == "tanh" else elementwise.gelu
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> "GELU":
+    def create(cls, op: RuntimeOperator) -> GELU:
         approximate = op.param_str("approximate", default="none")
         if approximate not in ("none", "tanh"):
             raise op.error(f"approximate must be 'none' or 'tanh', not {approximate!r}",
@@ -280,7 +282,7 @@ class Softplus(ActivationLayer):
         self.beta, self.threshold = beta, threshold
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> "Softplus":
+    def create(cls, op: RuntimeOperator) -> Softplus:
         beta = op.param_float("beta", default=1.0)
         if beta == 0:
             raise op.error("beta cannot be 0 for Softplus", Status.kParameterInvalidValue)
@@ -314,7 +316,7 @@ class Threshold(ActivationLayer):
         self.threshold, self.value = threshold, value
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> "Threshold":
+    def create(cls, op: RuntimeOperator) -> Threshold:
         return cls(op.name, op.param_float("threshold"), op.param_float("value"))
 
     def function(self, x: np.ndarray) -> np.ndarray:
@@ -329,7 +331,7 @@ class ShrinkLayer(ActivationLayer):
         self.lambd = lambd
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> "ShrinkLayer":
+    def create(cls, op: RuntimeOperator) -> ShrinkLayer:
         lambd = op.param_float("lambd", default=0.5)
         if lambd < 0:
             raise op.error(f"lambd {lambd} must not be negative", Status.kParameterInvalidValue)
@@ -369,7 +371,7 @@ class GLU(ActivationLayer):
         self.dim = dim
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> "GLU":
+    def create(cls, op: RuntimeOperator) -> GLU:
         layer = cls(op.name, op.param_int("dim", Status.kParameterMissingDim, default=-1))
         layer.batch_independent = keeps_batch(op, layer.dim)
         return layer

@@ -9,18 +9,20 @@ score, -inf to block it); the two operators read bool masks the opposite way rou
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
-from kuiperinfer.errors import InferError, InferStatus, ParseParameterAttrStatus as Status
+from kuiperinfer.errors import InferError, InferStatus
+from kuiperinfer.errors import ParseParameterAttrStatus as Status
 from kuiperinfer.layers.base import Layer, NonParamLayer
 from kuiperinfer.layers.linear import linear
-from kuiperinfer.runtime.registry import register_layer
 from kuiperinfer.layers.softmax import softmax
 from kuiperinfer.pnnx.ir import numpy_dtype
 from kuiperinfer.runtime.operator import RuntimeOperator
+from kuiperinfer.runtime.registry import register_layer
 
 NEG_INF = np.float32(-np.inf)
 
@@ -75,7 +77,7 @@ class ScaledDotProductAttention(NonParamLayer):
         self.is_causal, self.scale, self.enable_gqa = is_causal, scale, enable_gqa
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> "ScaledDotProductAttention":
+    def create(cls, op: RuntimeOperator) -> ScaledDotProductAttention:
         if len(op.input_operands_seq) not in (3, 4):
             raise op.error(f"expected query, key, value and an optional attn_mask, got "
                            f"{len(op.input_operands_seq)} inputs", Status.kParameterInvalidValue)
@@ -148,7 +150,7 @@ class MultiheadAttention(Layer):
         self.need_weights, self.average_weights = need_weights, average_weights
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> "MultiheadAttention":
+    def create(cls, op: RuntimeOperator) -> MultiheadAttention:
         embed = op.param_int("embed_dim", Status.kParameterMissingInChannel)
         heads = op.param_int("num_heads", Status.kParameterMissingGroups)
         if heads < 1 or embed % heads:

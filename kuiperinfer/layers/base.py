@@ -15,7 +15,8 @@ Class-level facts let the optimiser ask what a type is without building its laye
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Sequence
+from collections.abc import Sequence
+from typing import Any, ClassVar
 
 import numpy as np
 

@@ -10,16 +10,17 @@ families that take "a tensor or a number" (where, masked_fill, full_like) use th
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 
 from kuiperinfer.errors import ParseParameterAttrStatus as Status
 from kuiperinfer.expression.promotion import result_type
 from kuiperinfer.layers.base import NonParamLayer
-from kuiperinfer.runtime.registry import register_layer
 from kuiperinfer.runtime.operator import RuntimeOperator
+from kuiperinfer.runtime.registry import register_layer
 
 _MISSING = object()
 
@@ -35,7 +36,7 @@ class Argument:
 
     @classmethod
     def of(cls, op: RuntimeOperator, name: str, position: int | None = None,
-           default: Any = _MISSING) -> "Argument":
+           default: Any = _MISSING) -> Argument:
         """Input ``$name`` if there is one (or unnamed input ``position``), else parameter ``name``."""
         index = op.input_index(name, position)
         if index is not None:
@@ -82,7 +83,7 @@ class BinaryPredicate(NonParamLayer):
         self.function, self.other = function, other
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> "BinaryPredicate":
+    def create(cls, op: RuntimeOperator) -> BinaryPredicate:
         return cls(op.name, _BINARY[_function_name(op.type)], Argument.of(op, "other", 1))
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
@@ -101,7 +102,7 @@ class UnaryPredicate(NonParamLayer):
         self.function = function
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> "UnaryPredicate":
+    def create(cls, op: RuntimeOperator) -> UnaryPredicate:
         return cls(op.name, _UNARY[_function_name(op.type)])
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
@@ -123,7 +124,7 @@ class Clamp(NonParamLayer):
         self.low, self.high = low, high
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> "Clamp":
+    def create(cls, op: RuntimeOperator) -> Clamp:
         low, high = Argument.of(op, "min", default=None), Argument.of(op, "max", default=None)
         if low.absent and high.absent:
             raise op.error("clamp needs at least one of 'min' and 'max'", Status.kParameterInvalidValue)

@@ -17,27 +17,34 @@ to 2-D are shared with the pooling layers.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
-from kuiperinfer.errors import InferError, InferStatus, ParseParameterAttrStatus as Status
+from kuiperinfer.errors import InferError, InferStatus
+from kuiperinfer.errors import ParseParameterAttrStatus as Status
 from kuiperinfer.kernels.blockwise_transposed import blockwise_conv_transpose2d, pack_blockwise_weight
 from kuiperinfer.kernels.col2im import col2im
 from kuiperinfer.kernels.depthwise import DepthwiseWeight, depthwise_conv2d
 from kuiperinfer.kernels.depthwise_stripes import depthwise_in_stripes
-from kuiperinfer.kernels.im2col import (PLANAR_MAX_CHANNELS, im2col_conv2d, output_size, pack_planar_weight,
-                                        pack_weight, planar_conv2d)
 from kuiperinfer.kernels.elementwise import Epilogue, InplaceActivation, product_epilogue
+from kuiperinfer.kernels.im2col import (
+    PLANAR_MAX_CHANNELS,
+    im2col_conv2d,
+    output_size,
+    pack_planar_weight,
+    pack_weight,
+    planar_conv2d,
+)
 from kuiperinfer.kernels.layout import nchw, nhwc, pad_nhwc
 from kuiperinfer.kernels.padding import PAD_MODES, pad_last_dims
 from kuiperinfer.kernels.winograd import winograd_conv3x3, winograd_pays, winograd_weight
 from kuiperinfer.layers.base import Layer, ParamLayer
 from kuiperinfer.layers.fusion import ConvolutionFusion
-from kuiperinfer.runtime.registry import register_layer
 from kuiperinfer.runtime.operator import RuntimeOperator
-
+from kuiperinfer.runtime.registry import register_layer
 
 # -- 1-D operators on the 2-D code -----------------------------------------------------
 
@@ -87,7 +94,7 @@ class ConvGeometry:
     groups: int
 
     @classmethod
-    def from_operator(cls, op: RuntimeOperator, kernel: tuple[int, ...]) -> "ConvGeometry":
+    def from_operator(cls, op: RuntimeOperator, kernel: tuple[int, ...]) -> ConvGeometry:
         """Read stride, dilation, padding, padding_mode and groups; ``kernel`` has one size per axis."""
         rank = len(kernel)
         kernel = (1,) * (2 - rank) + tuple(kernel)
@@ -329,6 +336,9 @@ def add_residual(out: np.ndarray, residual: np.ndarray, activation: InplaceActiv
     return out if activation is None else activation(out)
 
 
+NOTHING_FUSED = ConvolutionFusion()
+
+
 @register_layer("nn.Conv1d", "nn.Conv2d")
 class Convolution(ParamLayer):
     """nn.Conv1d / nn.Conv2d with the weight (and bias) stored in the model, and what the
@@ -338,7 +348,7 @@ class Convolution(ParamLayer):
     fusion = ConvolutionFusion
 
     def __init__(self, layer_name: str, weight: np.ndarray, bias: np.ndarray | None,
-                 geometry: ConvGeometry, rank: int, fused: ConvolutionFusion = ConvolutionFusion(),
+                 geometry: ConvGeometry, rank: int, fused: ConvolutionFusion = NOTHING_FUSED,
                  recorded: tuple[int, int, int] = (0, 0, 0)):
         super().__init__(layer_name, weight, bias)
         if fused.padding is not None:
@@ -354,11 +364,11 @@ class Convolution(ParamLayer):
         self.pack()
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> "Convolution":
-        return cls.create_fused(op, op.fusion or ConvolutionFusion())
+    def create(cls, op: RuntimeOperator) -> Convolution:
+        return cls.create_fused(op, op.fusion or NOTHING_FUSED)
 
     @classmethod
-    def create_fused(cls, op: RuntimeOperator, fused: ConvolutionFusion) -> "Convolution":
+    def create_fused(cls, op: RuntimeOperator, fused: ConvolutionFusion) -> Convolution:
         """The convolution whose parameters and weight ``op`` holds, computing ``fused`` too
         (a fused operator's record holds its convolution's)."""
         rank = spatial_rank(op)
@@ -403,7 +413,7 @@ class FunctionalConvolution(Layer):
         self.geometry, self.rank = geometry, rank
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> "FunctionalConvolution":
+    def create(cls, op: RuntimeOperator) -> FunctionalConvolution:
         return cls(op.name, ConvGeometry.from_operator(op, _weight_operand_kernel(op)), spatial_rank(op))
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
@@ -493,7 +503,7 @@ class TransposedConvolution(ParamLayer):
         self.pack()
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> "TransposedConvolution":
+    def create(cls, op: RuntimeOperator) -> TransposedConvolution:
         rank = spatial_rank(op)
         kernel = op.param_ints("kernel_size", rank, Status.kParameterMissingKernel)
         geometry, output_padding = _read_transposed_geometry(op, kernel)
@@ -527,7 +537,7 @@ class FunctionalTransposedConvolution(Layer):
         self.geometry, self.output_padding, self.rank = geometry, output_padding, rank
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> "FunctionalTransposedConvolution":
+    def create(cls, op: RuntimeOperator) -> FunctionalTransposedConvolution:
         geometry, output_padding = _read_transposed_geometry(op, _weight_operand_kernel(op))
         return cls(op.name, geometry, output_padding, spatial_rank(op))
 

@@ -15,16 +15,17 @@ float32 and rounds each result back to float16.
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 from kuiperinfer.errors import ParseParameterAttrStatus as Status
 from kuiperinfer.layers.base import NonParamLayer
-from kuiperinfer.runtime.registry import register_layer
 from kuiperinfer.pnnx.ir import DATA_TYPES, numpy_dtype
 from kuiperinfer.pnnx.param_file import DEFAULT_MAX_TENSOR_BYTES
 from kuiperinfer.runtime.operator import RuntimeOperator
+from kuiperinfer.runtime.registry import register_layer
 
 _TORCH_DTYPES: dict[str, np.dtype] = {t.torch: t.numpy for t in DATA_TYPES if t.numpy is not None}
 """``torch.float`` -> float32, ``torch.long`` -> int64, ...: the names pnnx writes."""
@@ -51,7 +52,7 @@ class Cast(NonParamLayer):
         self.dtype = dtype
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> "Cast":
+    def create(cls, op: RuntimeOperator) -> Cast:
         return cls(op.name, dtype_param(op))
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
@@ -68,7 +69,7 @@ class TypeAs(NonParamLayer):
         self.other = other
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> "TypeAs":
+    def create(cls, op: RuntimeOperator) -> TypeAs:
         other = op.input_index("other", 1)
         if other is None:
             raise op.error("missing input 'other'", Status.kParameterMissingUnknown)
@@ -101,7 +102,7 @@ class FullLike(NonParamLayer):
         self.value, self.dtype = value, dtype
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> "FullLike":
+    def create(cls, op: RuntimeOperator) -> FullLike:
         return cls(op.name, _fill_value(op), dtype_param(op))
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
@@ -122,7 +123,7 @@ class Full(NonParamLayer):
         self.value, self.dtype, self.size, self.size_input = value, dtype, size, size_input
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> "Full":
+    def create(cls, op: RuntimeOperator) -> Full:
         size = op.param_ints("size", status=Status.kParameterMissingShape, default=None)
         size_input = None
         if size is None:

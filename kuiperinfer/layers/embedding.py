@@ -9,14 +9,16 @@ reproduced.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
-from kuiperinfer.errors import InferError, InferStatus, ParseParameterAttrStatus as Status
+from kuiperinfer.errors import InferError, InferStatus
+from kuiperinfer.errors import ParseParameterAttrStatus as Status
 from kuiperinfer.layers.base import Layer, ParamLayer
-from kuiperinfer.runtime.registry import register_layer
 from kuiperinfer.runtime.operator import RuntimeOperator
+from kuiperinfer.runtime.registry import register_layer
 
 
 def embedding(indices: np.ndarray, table: np.ndarray) -> np.ndarray:
@@ -37,7 +39,7 @@ class Embedding(ParamLayer):
     """A lookup in the stored (num_embeddings, embedding_dim) table."""
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> "Embedding":
+    def create(cls, op: RuntimeOperator) -> Embedding:
         rows = op.param_int("num_embeddings", Status.kParameterMissingNumFeatures)
         dim = op.param_int("embedding_dim", Status.kParameterMissingOutChannel)
         return cls(op.name, op.weight("weight", (rows, dim), copy=False))
@@ -51,7 +53,7 @@ class FunctionalEmbedding(Layer):
     """A lookup in a table that arrives as the second input."""
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> "FunctionalEmbedding":
+    def create(cls, op: RuntimeOperator) -> FunctionalEmbedding:
         if len(op.input_operands_seq) != 2:
             raise op.error(f"F.embedding needs the indices and the weight as inputs, got "
                            f"{len(op.input_operands_seq)} inputs", Status.kAttrMissingWeight)

@@ -7,19 +7,20 @@ a stack over whole arrays. See :mod:`kuiperinfer.expression`.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
-from kuiperinfer.errors import ExpressionError, InferError, InferStatus, ParseParameterAttrStatus as Status
+from kuiperinfer.errors import ExpressionError, InferError, InferStatus
+from kuiperinfer.errors import ParseParameterAttrStatus as Status
 from kuiperinfer.expression import Expression, compile_expression
 from kuiperinfer.kernels.elementwise import InplaceActivation
 from kuiperinfer.layers.base import NonParamLayer
 from kuiperinfer.layers.fusion import ActivationFusion
-from kuiperinfer.runtime.registry import register_layer
 from kuiperinfer.pnnx.ir import numpy_dtype
 from kuiperinfer.runtime.operator import RuntimeOperator
-
+from kuiperinfer.runtime.registry import register_layer
 
 # Outermost operations that make a new array from array operands; sizes (``size(@0,1)``)
 # and lists (``[...]``) are Python values, not arrays.
@@ -38,7 +39,7 @@ class ExpressionLayer(NonParamLayer):
         """An activation the graph optimiser fused in, applied in place on the result."""
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> "ExpressionLayer":
+    def create(cls, op: RuntimeOperator) -> ExpressionLayer:
         text = op.param_text("expr", Status.kParameterMissingExpr)
         try:
             expression = compile_expression(text)

@@ -16,7 +16,8 @@ operator computes:
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -66,7 +67,7 @@ class PointwiseDepthwise(Layer):
         self.macs = depthwise.macs + pointwise.matrix.size * height * sh * width * sw
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> "PointwiseDepthwise":
+    def create(cls, op: RuntimeOperator) -> PointwiseDepthwise:
         record = fusion_record(op, PointwiseDepthwiseFusion)
         pointwise = pointwise_product(op, record.pointwise, "1x1")
         depthwise = Convolution.create_fused(op, record.depthwise)
@@ -99,7 +100,7 @@ class SqueezeExcitation(Layer):
         self.reduce, self.expand = reduce, expand
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> "SqueezeExcitation":
+    def create(cls, op: RuntimeOperator) -> SqueezeExcitation:
         record = fusion_record(op, SqueezeExcitationFusion)
         reduce = pointwise_product(op, record.reduce, "reducing")
         expand = pointwise_product(op, record.expand, "expanding")

@@ -11,8 +11,9 @@ as PyTorch does, so the bounds are used as written.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -20,8 +21,8 @@ from kuiperinfer.errors import ParseParameterAttrStatus as Status
 from kuiperinfer.expression.promotion import result_type
 from kuiperinfer.layers.base import NonParamLayer, keeps_batch
 from kuiperinfer.layers.comparison import Argument
-from kuiperinfer.runtime.registry import register_layer
 from kuiperinfer.runtime.operator import RuntimeOperator
+from kuiperinfer.runtime.registry import register_layer
 
 INT_MAX = 2147483647
 """pnnx's ``INT_MAX``: an open slice end, and "no select" in ``selects``."""
@@ -63,7 +64,7 @@ class _IndexLayer(NonParamLayer):
         self.entries = entries
 
     @classmethod
-    def of(cls, op: RuntimeOperator, entries: tuple[_Index, ...]) -> "_IndexLayer":
+    def of(cls, op: RuntimeOperator, entries: tuple[_Index, ...]) -> _IndexLayer:
         """The layer of ``op``; it keeps samples apart when no entry indexes dimension 0."""
         layer = cls(op.name, entries)
         layer.batch_independent = all(keeps_batch(op, entry.dim) for entry in entries)
@@ -83,7 +84,7 @@ class Slice(_IndexLayer):
     or pnnx's fused multi-dimension form with ``dims``/``starts``/``ends``/``steps``/``selects``."""
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> "Slice":
+    def create(cls, op: RuntimeOperator) -> Slice:
         if op.has_param("dims"):
             return cls.of(op, cls._fused_entries(op))
         dim = op.param_int("dim", Status.kParameterMissingDim)
@@ -118,7 +119,7 @@ class Select(_IndexLayer):
     the index may be an input ``$index``."""
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> "Select":
+    def create(cls, op: RuntimeOperator) -> Select:
         dim = op.param_int("dim", Status.kParameterMissingDim)
         index = Argument.of(op, "index", 1)
         unused = _constant(None)
@@ -138,7 +139,7 @@ class Where(NonParamLayer):
         self.condition, self.input, self.other = condition, input, other
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> "Where":
+    def create(cls, op: RuntimeOperator) -> Where:
         condition = op.input_index("condition", 0)
         if condition is None:
             raise op.error("missing input 'condition'", Status.kParameterMissingUnknown)
@@ -160,7 +161,7 @@ class MaskedFill(NonParamLayer):
         self.mask, self.value = mask, value
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> "MaskedFill":
+    def create(cls, op: RuntimeOperator) -> MaskedFill:
         mask = op.input_index("mask", 1)
         if mask is None:
             raise op.error("missing input 'mask'", Status.kParameterMissingUnknown)

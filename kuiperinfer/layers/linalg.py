@@ -10,14 +10,16 @@ broadcasting the leading batch dimensions.
 from __future__ import annotations
 
 import itertools
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
-from kuiperinfer.errors import InferError, InferStatus, ParseParameterAttrStatus as Status
+from kuiperinfer.errors import InferError, InferStatus
+from kuiperinfer.errors import ParseParameterAttrStatus as Status
 from kuiperinfer.layers.base import NonParamLayer
-from kuiperinfer.runtime.registry import register_layer
 from kuiperinfer.runtime.operator import RuntimeOperator
+from kuiperinfer.runtime.registry import register_layer
 
 
 def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -42,7 +44,7 @@ class MatMul(NonParamLayer):
     """The matrix product of two inputs (``$input`` and ``$other``/``$mat2``/``$vec``)."""
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> "MatMul":
+    def create(cls, op: RuntimeOperator) -> MatMul:
         if len(op.input_operands_seq) != 2:
             raise op.error(f"expected 2 inputs, got {len(op.input_operands_seq)}", Status.kParameterInvalidValue)
         return cls(op.name)
@@ -60,7 +62,7 @@ class AddMatMul(NonParamLayer):
         self.alpha, self.beta = alpha, beta
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> "AddMatMul":
+    def create(cls, op: RuntimeOperator) -> AddMatMul:
         if len(op.input_operands_seq) != 3:
             raise op.error(f"expected 3 inputs (input, mat1, mat2), got {len(op.input_operands_seq)}",
                            Status.kParameterInvalidValue)
@@ -89,7 +91,7 @@ class Einsum(NonParamLayer):
         self.equation = equation
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> "Einsum":
+    def create(cls, op: RuntimeOperator) -> Einsum:
         equation = op.param_str("equation", Status.kParameterMissingExpr).replace(" ", "")
         terms = equation.partition("->")[0].split(",")
         if len(terms) != len(op.input_operands_seq):

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
-from kuiperinfer.errors import InferError, InferStatus, ParseParameterAttrStatus as Status
+from kuiperinfer.errors import InferError, InferStatus
+from kuiperinfer.errors import ParseParameterAttrStatus as Status
 from kuiperinfer.kernels.elementwise import InplaceActivation
 from kuiperinfer.layers.base import Layer, ParamLayer, declared_rank
 from kuiperinfer.layers.fusion import ActivationFusion
-from kuiperinfer.runtime.registry import register_layer
 from kuiperinfer.runtime.operator import RuntimeOperator
+from kuiperinfer.runtime.registry import register_layer
 
 
 def linear(x: np.ndarray, weight_t: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
@@ -41,7 +43,7 @@ class Linear(ParamLayer):
         self.pack()
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> "Linear":
+    def create(cls, op: RuntimeOperator) -> Linear:
         out_features = op.param_int("out_features", Status.kAttrMissingOutFeatures)
         in_features = op.param_int("in_features", Status.kParameterMissingInChannel)
         weight = op.weight("weight", (out_features, in_features), copy=False)
@@ -73,7 +75,7 @@ class FunctionalLinear(Layer):
     """
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> "FunctionalLinear":
+    def create(cls, op: RuntimeOperator) -> FunctionalLinear:
         if len(op.input_operands_seq) not in (2, 3):
             raise op.error(f"F.linear needs the input, the weight and an optional bias as inputs, got "
                            f"{len(op.input_operands_seq)}", Status.kAttrMissingWeight)

@@ -15,16 +15,18 @@ or not at all (``weight=None``). :class:`TensorArgument` reads all three.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
-from kuiperinfer.errors import InferError, InferStatus, ParseParameterAttrStatus as Status, WeightError
+from kuiperinfer.errors import InferError, InferStatus, WeightError
+from kuiperinfer.errors import ParseParameterAttrStatus as Status
 from kuiperinfer.layers.base import Layer, NonParamLayer, ParamLayer
 from kuiperinfer.layers.reduction import Norm
-from kuiperinfer.runtime.registry import register_layer
 from kuiperinfer.runtime.operator import RuntimeOperator
+from kuiperinfer.runtime.registry import register_layer
 
 
 @dataclass(frozen=True, eq=False)
@@ -36,7 +38,7 @@ class TensorArgument:
 
     @classmethod
     def read(cls, op: RuntimeOperator, name: str, shape: Sequence[int] | None = None,
-             required: bool = False, status: Status = Status.kAttrMissingWeight) -> "TensorArgument":
+             required: bool = False, status: Status = Status.kAttrMissingWeight) -> TensorArgument:
         """Find ``name`` among ``op``'s attributes (checking ``shape``), then its named inputs."""
         if op.has_weight(name):
             return cls(value=op.weight(name, shape, status))
@@ -150,7 +152,7 @@ class BatchNorm(ParamLayer):
         return weight, bias, mean, var, eps
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> "BatchNorm":
+    def create(cls, op: RuntimeOperator) -> BatchNorm:
         return cls(op.name, *cls.statistics(op))
 
     def pack(self) -> None:
@@ -177,7 +179,7 @@ class FunctionalBatchNorm(Layer):
         self.mean, self.var, self.weight, self.bias, self.eps = mean, var, weight, bias, eps
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> "FunctionalBatchNorm":
+    def create(cls, op: RuntimeOperator) -> FunctionalBatchNorm:
         return cls(op.name,
                    TensorArgument.read(op, "running_mean", required=True, status=Status.kAttrMissingRunningMean),
                    TensorArgument.read(op, "running_var", required=True, status=Status.kAttrMissingRunningVar),
@@ -206,7 +208,7 @@ class LastDimsNorm(Layer):
         self.axes = tuple(range(-len(normalized_shape), 0))
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> "LastDimsNorm":
+    def create(cls, op: RuntimeOperator) -> LastDimsNorm:
         shape = op.param_ints("normalized_shape", status=Status.kParameterMissingShape)
         if not shape or min(shape) < 1:
             raise op.error(f"normalized_shape {shape} must be non-empty and positive",
@@ -267,7 +269,7 @@ class GroupNorm(Layer):
         self.num_groups, self.eps, self.weight, self.bias = num_groups, eps, weight, bias
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> "GroupNorm":
+    def create(cls, op: RuntimeOperator) -> GroupNorm:
         groups = op.param_int("num_groups", Status.kParameterMissingGroups)
         # pnnx leaves num_channels out when affine=False; the recorded input shape has it.
         channels = op.param_int("num_channels", default=recorded_channels(op))
@@ -311,7 +313,7 @@ class InstanceNorm(Layer):
         self.unbatched_ndim = unbatched_ndim
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> "InstanceNorm":
+    def create(cls, op: RuntimeOperator) -> InstanceNorm:
         eps = read_eps(op)
         channels = op.param_int("num_features", Status.kParameterMissingNumFeatures,
                                 default=recorded_channels(op))
@@ -361,7 +363,7 @@ class Normalize(NonParamLayer):
         self.eps = eps
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> "Normalize":
+    def create(cls, op: RuntimeOperator) -> Normalize:
         p = op.param_number("p", default=2.0)  # an infinite p is written as the word inf
         if p is None or isinstance(p, bool) or math.isnan(p):
             raise op.error(f"p must be a number, not {op.param_value('p')!r}", Status.kParameterInvalidValue)

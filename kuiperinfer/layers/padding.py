@@ -13,15 +13,17 @@ its own type, its mode in the name and its amounts as ``padding`` (an int pads e
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
-from kuiperinfer.errors import InferError, InferStatus, ParseParameterAttrStatus as Status
+from kuiperinfer.errors import InferError, InferStatus
+from kuiperinfer.errors import ParseParameterAttrStatus as Status
 from kuiperinfer.kernels.padding import pad_last_dims
 from kuiperinfer.layers.base import NonParamLayer, declared_rank
-from kuiperinfer.runtime.registry import register_layer
 from kuiperinfer.runtime.operator import RuntimeOperator
+from kuiperinfer.runtime.registry import register_layer
 
 _MODES = ("constant", "reflect", "replicate", "circular")
 _MODULE_MODES = {"Zero": "constant", "Constant": "constant", "Reflection": "reflect",
@@ -59,7 +61,7 @@ class Pad(NonParamLayer):
         return pairs, mode, op.param_float("value", Status.kParameterInvalidValue, default=0.0)
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> "Pad":
+    def create(cls, op: RuntimeOperator) -> Pad:
         layer = cls(op.name, *cls.read_params(op))
         layer.batch_independent = len(layer.pads) < declared_rank(op)  # dimension 0 is not padded
         return layer

@@ -7,17 +7,18 @@ registered too. As for convolution, 1-D pooling runs the 2-D kernels on a unit h
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
 from kuiperinfer.errors import ParseParameterAttrStatus as Status
 from kuiperinfer.kernels.pooling import adaptive_avg_pool2d, adaptive_max_pool2d, avg_pool2d, max_pool2d
 from kuiperinfer.layers.base import NonParamLayer
-from kuiperinfer.layers.convolution import as_2d, from_2d, spatial_rank, spatial_ints
-from kuiperinfer.runtime.registry import register_layer
+from kuiperinfer.layers.convolution import as_2d, from_2d, spatial_ints, spatial_rank
 from kuiperinfer.runtime.operator import RuntimeOperator
+from kuiperinfer.runtime.registry import register_layer
 
 
 @dataclass(frozen=True)
@@ -31,7 +32,7 @@ class PoolWindow:
     ceil_mode: bool
 
     @classmethod
-    def from_operator(cls, op: RuntimeOperator) -> "PoolWindow":
+    def from_operator(cls, op: RuntimeOperator) -> PoolWindow:
         """Read the window; ``stride=None`` (F.max_pool2d(x, 3)) means the kernel size."""
         rank = spatial_rank(op)
         kernel = spatial_ints(op, "kernel_size", rank, 1, Status.kParameterMissingKernel)
@@ -58,7 +59,7 @@ class MaxPooling(NonParamLayer):
         self.window, self.rank = window, rank
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> "MaxPooling":
+    def create(cls, op: RuntimeOperator) -> MaxPooling:
         if op.param_bool("return_indices", default=False):
             raise op.error("return_indices=True is not supported", Status.kParameterInvalidValue)
         return cls(op.name, PoolWindow.from_operator(op), spatial_rank(op))
@@ -82,7 +83,7 @@ class AvgPooling(NonParamLayer):
         self.count_include_pad, self.divisor_override = count_include_pad, divisor_override
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> "AvgPooling":
+    def create(cls, op: RuntimeOperator) -> AvgPooling:
         divisor = op.param_int("divisor_override", Status.kParameterInvalidValue, default=None)
         if divisor is not None and divisor == 0:
             raise op.error("divisor_override must not be zero", Status.kParameterInvalidValue)
@@ -130,7 +131,7 @@ class AdaptiveAvgPooling(AdaptivePooling):
     """Adaptive average pooling."""
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> "AdaptiveAvgPooling":
+    def create(cls, op: RuntimeOperator) -> AdaptiveAvgPooling:
         return cls(op.name, cls.read_output_size(op), spatial_rank(op))
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
@@ -150,7 +151,7 @@ class AdaptiveMaxPooling(AdaptivePooling):
         self.return_indices = return_indices
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> "AdaptiveMaxPooling":
+    def create(cls, op: RuntimeOperator) -> AdaptiveMaxPooling:
         return cls(op.name, cls.read_output_size(op), spatial_rank(op),
                    op.param_bool("return_indices", default=False))
 

@@ -9,15 +9,16 @@ end. A reduction over every dimension without keepdim gives a 0-dim array.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
 from kuiperinfer.errors import ParseParameterAttrStatus as Status
 from kuiperinfer.layers.base import NonParamLayer
-from kuiperinfer.runtime.registry import register_layer
 from kuiperinfer.pnnx.ir import numpy_dtype
 from kuiperinfer.runtime.operator import RuntimeOperator
+from kuiperinfer.runtime.registry import register_layer
 
 Axes = tuple[int, ...] | None
 
@@ -36,7 +37,7 @@ class ReduceLayer(NonParamLayer):
         self.axes, self.keepdim = axes, keepdim
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> "ReduceLayer":
+    def create(cls, op: RuntimeOperator) -> ReduceLayer:
         return cls(op.name, _axes(op), op.param_bool("keepdim", default=False))
 
 
@@ -61,7 +62,7 @@ class Reduce(ReduceLayer):
         self.function, self.dtype = function, dtype
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> "Reduce":
+    def create(cls, op: RuntimeOperator) -> Reduce:
         name = op.type.rsplit(".", 1)[-1]
         if name in _EXTREME:
             function, dtype = _EXTREME[name], None
@@ -104,7 +105,7 @@ class Variance(ReduceLayer):
         self.correction, self.root = correction, root
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> "Variance":
+    def create(cls, op: RuntimeOperator) -> Variance:
         if op.has_param("correction"):
             correction = op.param_float("correction", Status.kParameterInvalidValue)
         else:
@@ -132,7 +133,7 @@ class Norm(ReduceLayer):
         self.p = p
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> "Norm":
+    def create(cls, op: RuntimeOperator) -> Norm:
         p = 2.0 if op.param_value("p") == "fro" else op.param_number("p", default=2.0)
         if not isinstance(p, (int, float)) or isinstance(p, bool) or math.isnan(p):
             raise op.error(f"unsupported norm p={op.param_value('p')!r}", Status.kParameterInvalidValue)
@@ -168,7 +169,7 @@ class MaxMin(ReduceLayer):
         self.dim, self.largest, self.with_indices = dim, largest, with_indices
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> "MaxMin":
+    def create(cls, op: RuntimeOperator) -> MaxMin:
         dim = op.param_int("dim", Status.kParameterMissingDim, default=None)
         return cls(op.name, dim, op.param_bool("keepdim", default=False), op.type == "torch.max",
                    dim is not None and len(op.output_operands) > 1)
@@ -197,7 +198,7 @@ class ArgMaxMin(ReduceLayer):
         self.dim, self.largest = dim, largest
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> "ArgMaxMin":
+    def create(cls, op: RuntimeOperator) -> ArgMaxMin:
         return cls(op.name, op.param_int("dim", Status.kParameterMissingDim, default=None),
                    op.param_bool("keepdim", default=False), op.type == "torch.argmax")
 
@@ -220,7 +221,7 @@ class TopK(NonParamLayer):
         self.k, self.dim, self.largest = k, dim, largest
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> "TopK":
+    def create(cls, op: RuntimeOperator) -> TopK:
         k = op.param_int("k", Status.kParameterInvalidValue)
         if k < 0:
             raise op.error(f"k must not be negative, got {k}", Status.kParameterInvalidValue)
@@ -250,7 +251,7 @@ class Cumulative(NonParamLayer):
         self.dim, self.function, self.dtype = dim, function, dtype
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> "Cumulative":
+    def create(cls, op: RuntimeOperator) -> Cumulative:
         function = np.cumsum if op.type == "torch.cumsum" else np.cumprod
         dtype = numpy_dtype(op.output_operands[0].type) if op.output_operands else None
         return cls(op.name, op.param_int("dim", Status.kParameterMissingDim), function, dtype)

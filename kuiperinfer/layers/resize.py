@@ -17,15 +17,17 @@ scales to be derived from the sizes again.
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
-from kuiperinfer.errors import InferError, InferStatus, ParseParameterAttrStatus as Status
+from kuiperinfer.errors import InferError, InferStatus
+from kuiperinfer.errors import ParseParameterAttrStatus as Status
 from kuiperinfer.kernels.interpolate import interpolate
 from kuiperinfer.layers.base import NonParamLayer
-from kuiperinfer.runtime.registry import register_layer
 from kuiperinfer.runtime.operator import RuntimeOperator
+from kuiperinfer.runtime.registry import register_layer
 
 # PyTorch mode -> (interpolation kernel, number of spatial axes it needs; None: any)
 _MODES = {
@@ -62,7 +64,7 @@ class Interpolate(NonParamLayer):
         self.recompute_scale_factor = recompute_scale_factor
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> "Interpolate":
+    def create(cls, op: RuntimeOperator) -> Interpolate:
         if op.type in _FIXED_MODES:
             mode, align_corners = _FIXED_MODES[op.type]
         else:
@@ -129,7 +131,7 @@ class PixelShuffle(NonParamLayer):
         self.factor = factor
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> "PixelShuffle":
+    def create(cls, op: RuntimeOperator) -> PixelShuffle:
         return cls(op.name, _read_factor(op, "upscale_factor"))
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
@@ -150,7 +152,7 @@ class PixelUnshuffle(NonParamLayer):
         self.factor = factor
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> "PixelUnshuffle":
+    def create(cls, op: RuntimeOperator) -> PixelUnshuffle:
         return cls(op.name, _read_factor(op, "downscale_factor"))
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:

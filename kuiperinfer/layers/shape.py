@@ -5,14 +5,16 @@ All but repeat and roll return views of their input; no data is copied.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
-from kuiperinfer.errors import InferError, InferStatus, ParseParameterAttrStatus as Status
+from kuiperinfer.errors import InferError, InferStatus
+from kuiperinfer.errors import ParseParameterAttrStatus as Status
 from kuiperinfer.layers.base import NonParamLayer, keeps_batch
-from kuiperinfer.runtime.registry import register_layer
 from kuiperinfer.runtime.operator import RuntimeOperator
+from kuiperinfer.runtime.registry import register_layer
 
 
 @register_layer("torch.flatten", "Tensor.flatten", "nn.Flatten")
@@ -26,7 +28,7 @@ class Flatten(NonParamLayer):
         self.start_dim, self.end_dim = start_dim, end_dim
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> "Flatten":
+    def create(cls, op: RuntimeOperator) -> Flatten:
         default_start = 1 if op.type == "nn.Flatten" else 0
         layer = cls(op.name, op.param_int("start_dim", Status.kParameterMissingDim, default=default_start),
                     op.param_int("end_dim", Status.kParameterMissingDim, default=-1))
@@ -67,7 +69,7 @@ class Reshape(NonParamLayer):
         self.batch_independent = batch_follows  # each sample reshaped alone
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> "Reshape":
+    def create(cls, op: RuntimeOperator) -> Reshape:
         shape = op.param_ints("shape", status=Status.kParameterMissingShape, default=None)
         if shape is None:
             if len(op.input_operands_seq) < 2:
@@ -105,7 +107,7 @@ class Permute(NonParamLayer):
         self.batch_independent = dims[0] % len(dims) == 0  # the batch stays in front
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> "Permute":
+    def create(cls, op: RuntimeOperator) -> Permute:
         dims = op.param_ints("dims", status=Status.kParameterMissingDim)
         if sorted(d % len(dims) for d in dims) != list(range(len(dims))):
             raise op.error(f"dims {dims} are not a permutation", Status.kParameterInvalidValue)
@@ -127,7 +129,7 @@ class Transpose(NonParamLayer):
         self.dim0, self.dim1 = dim0, dim1
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> "Transpose":
+    def create(cls, op: RuntimeOperator) -> Transpose:
         if op.type in ("torch.t", "Tensor.t"):
             return cls(op.name, 0, -1)
         layer = cls(op.name, op.param_int("dim0", Status.kParameterMissingDim),
@@ -151,7 +153,7 @@ class Unflatten(NonParamLayer):
         self.dim, self.sizes = dim, sizes
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> "Unflatten":
+    def create(cls, op: RuntimeOperator) -> Unflatten:
         key = "unflattened_size" if op.type == "nn.Unflatten" else "sizes"
         sizes = op.param_ints(key, status=Status.kParameterMissingShape)
         if sizes.count(-1) > 1:
@@ -181,7 +183,7 @@ class Squeeze(NonParamLayer):
         self.dims = dims
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> "Squeeze":
+    def create(cls, op: RuntimeOperator) -> Squeeze:
         return cls(op.name, op.param_ints("dim", status=Status.kParameterMissingDim, default=None))
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
@@ -201,7 +203,7 @@ class Unsqueeze(NonParamLayer):
         self.dim = dim
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> "Unsqueeze":
+    def create(cls, op: RuntimeOperator) -> Unsqueeze:
         return cls(op.name, op.param_int("dim", Status.kParameterMissingDim))
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
@@ -223,7 +225,7 @@ class Expand(NonParamLayer):
         self.sizes, self.sizes_input, self.like_input = sizes, sizes_input, like_input
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> "Expand":
+    def create(cls, op: RuntimeOperator) -> Expand:
         if op.type == "Tensor.expand_as":
             other = op.input_index("other", 1)
             if other is None:
@@ -267,7 +269,7 @@ class Repeat(NonParamLayer):
         self.sizes = sizes
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> "Repeat":
+    def create(cls, op: RuntimeOperator) -> Repeat:
         key = "sizes" if op.type == "Tensor.repeat" else "dims"
         return cls(op.name, op.param_ints(key, status=Status.kParameterMissingShape))
 
@@ -284,7 +286,7 @@ class Flip(NonParamLayer):
         self.dims = dims
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> "Flip":
+    def create(cls, op: RuntimeOperator) -> Flip:
         return cls(op.name, op.param_ints("dims", status=Status.kParameterMissingDim))
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
@@ -300,7 +302,7 @@ class Roll(NonParamLayer):
         self.shifts, self.dims = shifts, dims
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> "Roll":
+    def create(cls, op: RuntimeOperator) -> Roll:
         shifts = op.param_ints("shifts", status=Status.kParameterMissingShape)
         dims = op.param_ints("dims", status=Status.kParameterMissingDim, default=None)
         if len(shifts) != (1 if dims is None else len(dims)):

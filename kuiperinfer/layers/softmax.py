@@ -7,14 +7,16 @@ written out), possibly negative.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
-from kuiperinfer.errors import InferError, InferStatus, ParseParameterAttrStatus as Status
+from kuiperinfer.errors import InferError, InferStatus
+from kuiperinfer.errors import ParseParameterAttrStatus as Status
 from kuiperinfer.layers.base import NonParamLayer, keeps_batch
-from kuiperinfer.runtime.registry import register_layer
 from kuiperinfer.runtime.operator import RuntimeOperator
+from kuiperinfer.runtime.registry import register_layer
 
 
 def softmax(x: np.ndarray, axis: int) -> np.ndarray:
@@ -40,7 +42,7 @@ class DimSoftmaxLayer(NonParamLayer):
         self.dim = dim
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> "DimSoftmaxLayer":
+    def create(cls, op: RuntimeOperator) -> DimSoftmaxLayer:
         dim = op.param_int("dim", Status.kParameterMissingDim)
         shape = op.input_operands_seq[0].shapes if op.input_operands_seq else []
         if shape and not -len(shape) <= dim < len(shape):
@@ -72,7 +74,7 @@ class Softmax2d(Softmax):
     """Softmax over the channels of a (N, C, H, W) or (C, H, W) input: dim -3."""
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> "Softmax2d":
+    def create(cls, op: RuntimeOperator) -> Softmax2d:
         return cls(op.name, -3)
 
 

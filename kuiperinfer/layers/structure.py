@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 from kuiperinfer.errors import ParseParameterAttrStatus as Status
 from kuiperinfer.layers.base import NonParamLayer
-from kuiperinfer.runtime.registry import register_layer
 from kuiperinfer.pnnx.ir import numpy_dtype
 from kuiperinfer.runtime.operator import RuntimeOperator
+from kuiperinfer.runtime.registry import register_layer
 
 
 @register_layer("pnnx.Attribute")
@@ -23,7 +24,7 @@ class Constant(NonParamLayer):
         self.value = value
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> "Constant":
+    def create(cls, op: RuntimeOperator) -> Constant:
         if len(op.attribute) != 1:
             raise op.error(f"expected one attribute, found {sorted(op.attribute)}", Status.kAttrMissingWeight)
         (key, attribute), = op.attribute.items()
@@ -40,7 +41,7 @@ class Constant(NonParamLayer):
 class TupleConstruct(NonParamLayer):
     batch_independent = True
     @classmethod
-    def create(cls, op: RuntimeOperator) -> "TupleConstruct":
+    def create(cls, op: RuntimeOperator) -> TupleConstruct:
         return cls(op.name)
 
     def forward(self, inputs: Sequence[Any]) -> list[tuple]:
@@ -51,7 +52,7 @@ class TupleConstruct(NonParamLayer):
 class ListConstruct(NonParamLayer):
     batch_independent = True
     @classmethod
-    def create(cls, op: RuntimeOperator) -> "ListConstruct":
+    def create(cls, op: RuntimeOperator) -> ListConstruct:
         return cls(op.name)
 
     def forward(self, inputs: Sequence[Any]) -> list[list]:
@@ -62,7 +63,7 @@ class ListConstruct(NonParamLayer):
 class TupleUnpack(NonParamLayer):
     batch_independent = True
     @classmethod
-    def create(cls, op: RuntimeOperator) -> "TupleUnpack":
+    def create(cls, op: RuntimeOperator) -> TupleUnpack:
         return cls(op.name)
 
     def forward(self, inputs: Sequence[Any]) -> list[Any]:

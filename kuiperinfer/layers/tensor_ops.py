@@ -5,15 +5,17 @@ Split outputs are views of the input: the pieces share its memory.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
-from kuiperinfer.errors import InferError, InferStatus, ParseParameterAttrStatus as Status
+from kuiperinfer.errors import InferError, InferStatus
+from kuiperinfer.errors import ParseParameterAttrStatus as Status
 from kuiperinfer.kernels.layout import concatenate_channels, is_channels_last
 from kuiperinfer.layers.base import NonParamLayer, keeps_batch
-from kuiperinfer.runtime.registry import register_layer
 from kuiperinfer.runtime.operator import RuntimeOperator
+from kuiperinfer.runtime.registry import register_layer
 
 
 class DimLayer(NonParamLayer):
@@ -32,7 +34,7 @@ def _tensor_list(inputs: Sequence[Any]) -> Sequence[np.ndarray]:
 @register_layer("torch.cat", "torch.concat", "torch.concatenate")
 class Cat(DimLayer):
     @classmethod
-    def create(cls, op: RuntimeOperator) -> "Cat":
+    def create(cls, op: RuntimeOperator) -> Cat:
         layer = cls(op.name, op.param_int("dim", Status.kParameterMissingDim))
         layer.batch_independent = keeps_batch(op, layer.dim)
         return layer
@@ -50,7 +52,7 @@ class Stack(DimLayer):
     """Join same-shaped tensors along a new dimension ``dim``."""
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> "Stack":
+    def create(cls, op: RuntimeOperator) -> Stack:
         return cls(op.name, op.param_int("dim", Status.kParameterMissingDim, default=0))
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
@@ -66,7 +68,7 @@ class Split(DimLayer):
         self.sections = sections
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> "Split":
+    def create(cls, op: RuntimeOperator) -> Split:
         key = "split_size_or_sections" if op.has_param("split_size_or_sections") else "indices"
         if not op.has_param(key):
             raise op.error("missing parameter 'split_size_or_sections'", Status.kParameterMissingShape)
@@ -102,7 +104,7 @@ class Chunk(DimLayer):
         self.chunks = chunks
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> "Chunk":
+    def create(cls, op: RuntimeOperator) -> Chunk:
         chunks = op.param_int("chunks", Status.kParameterMissingShape)
         if chunks < 1:
             raise op.error(f"chunks must be positive, got {chunks}", Status.kParameterInvalidValue)
@@ -127,7 +129,7 @@ class TensorSplit(DimLayer):
         self.sections, self.indices = sections, indices
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> "TensorSplit":
+    def create(cls, op: RuntimeOperator) -> TensorSplit:
         dim = op.param_int("dim", Status.kParameterMissingDim, default=0)
         if op.has_param("indices"):
             return cls(op.name, dim, None, op.param_ints("indices", status=Status.kParameterMissingShape))
@@ -158,7 +160,7 @@ class Unbind(DimLayer):
         self.count = count
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> "Unbind":
+    def create(cls, op: RuntimeOperator) -> Unbind:
         return cls(op.name, op.param_int("dim", Status.kParameterMissingDim, default=0), len(op.output_operands))
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:

@@ -29,8 +29,8 @@ records (:mod:`kuiperinfer.layers.fusion`) that the layers read.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Callable
 
 import numpy as np
 
@@ -39,13 +39,12 @@ from kuiperinfer.kernels.winograd import MIN_CHANNELS
 from kuiperinfer.layers.activation import InplaceActivationLayer
 from kuiperinfer.layers.convolution import ConvGeometry, Convolution, TransposedConvolution, spatial_rank
 from kuiperinfer.layers.expression import ExpressionLayer
-from kuiperinfer.layers.fusion import (ConvolutionFusion, Pointwise, PointwiseDepthwiseFusion,
-                                       SqueezeExcitationFusion)
-from kuiperinfer.layers.normalization import BatchNorm, fold_batch_norm as batch_norm_scale_shift
+from kuiperinfer.layers.fusion import ConvolutionFusion, Pointwise, PointwiseDepthwiseFusion, SqueezeExcitationFusion
+from kuiperinfer.layers.normalization import BatchNorm
+from kuiperinfer.layers.normalization import fold_batch_norm as batch_norm_scale_shift
 from kuiperinfer.layers.padding import Pad
 from kuiperinfer.layers.pooling import AdaptiveAvgPooling
-from kuiperinfer.optimizer.rewrite import (absorb_consumer, absorb_producer, add_input, fuse, set_weight,
-                                           sole_consumer)
+from kuiperinfer.optimizer.rewrite import absorb_consumer, absorb_producer, add_input, fuse, set_weight, sole_consumer
 from kuiperinfer.pnnx.ir import numpy_dtype
 from kuiperinfer.runtime.graph import GraphState, RuntimeGraph
 from kuiperinfer.runtime.operator import RuntimeOperator

@@ -23,10 +23,11 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 from fractions import Fraction
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -208,15 +209,15 @@ def format_float(value: float) -> str:
         return "-inf" if f < 0 else "inf"
     d = float(f)
     if abs(d) < _F32_SMALL or abs(d) >= 1000000.0:
-        text = "%e" % d
+        text = f"{d:e}"
         if not _strtof_equals(text, f):
-            text = "%.8e" % d
+            text = f"{d:.8e}"
         return _compact_exponent(text)
-    text = "%g" % d
+    text = f"{d:g}"
     if not _strtof_equals(text, f):
-        text = "%.9g" % d
+        text = f"{d:.9g}"
         if len(text.lstrip("-")) > 11:  # more than 9 decimals, as 0.0382674076: pnnx goes to %e
-            return _compact_exponent("%.8e" % d)
+            return _compact_exponent(f"{d:.8e}")
     if not any(c in text for c in ".eE"):
         text += ".0"
     return text
@@ -228,7 +229,7 @@ def _format_c_e(value: float) -> str:
         f = np.float32(value)
     if np.isnan(f):
         return ("-" if np.signbit(f) else "") + "nan"
-    return "%e" % float(f)
+    return f"{float(f):e}"
 
 
 def _format_complex(value: complex) -> str:
@@ -367,7 +368,7 @@ class Parameter:
         return self._text
 
     @classmethod
-    def parse(cls, text: str) -> "Parameter":
+    def parse(cls, text: str) -> Parameter:
         """Read a value as pnnx's ``Parameter::parse_from_string`` does, in this order.
 
         1. contains ``%`` -> string; 2. ``None``, ``()``, ``[]`` -> None;
@@ -470,7 +471,7 @@ class Attribute:
         self.data = data
 
     @classmethod
-    def from_numpy(cls, array: Any, type: int | None = None) -> "Attribute":
+    def from_numpy(cls, array: Any, type: int | None = None) -> Attribute:
         """An attribute holding a copy of ``array`` (0-dim becomes shape ``[1]``, as pnnx).
 
         ``type`` overrides the code inferred from the dtype; use it for bf16 (pass the
@@ -570,7 +571,7 @@ class Operand:
         self.shape: list[int] = []
         self.params: dict[str, Parameter] = {}
 
-    def remove_consumer(self, op: "Operator") -> None:
+    def remove_consumer(self, op: Operator) -> None:
         """Drop one occurrence of ``op`` from ``consumers`` (no-op if absent)."""
         for i, c in enumerate(self.consumers):
             if c is op:
@@ -663,7 +664,7 @@ class Graph:
 
     @classmethod
     def load(cls, param_path: str | os.PathLike, bin_path: str | os.PathLike | None = None,
-             *, max_tensor_bytes: int | None = None) -> "Graph":
+             *, max_tensor_bytes: int | None = None) -> Graph:
         """Read a ``.pnnx.param`` and its ``.pnnx.bin`` (default: the .bin beside it).
 
         Attribute data stays in the memory-mapped archive (zero-copy views). A graph
@@ -681,7 +682,7 @@ class Graph:
 
         pending = [(op, key, attr) for op in graph.ops for key, attr in op.attrs.items()
                    if attr.data is None]
-        for op, key, attr in pending:  # no bytes to read: null type or empty shape
+        for _, _, attr in pending:  # no bytes to read: null type or empty shape
             if attr.nbytes() == 0 and (attr.type == 0 or not attr.shape):
                 attr.data = b""
         pending = [item for item in pending if item[2].data is None]

@@ -29,8 +29,7 @@ import re
 from typing import BinaryIO
 
 from kuiperinfer.errors import ModelFormatError, ParamSyntaxError
-from kuiperinfer.pnnx.ir import (Attribute, Graph, Operand, Operator, Parameter, dtype_from_suffix,
-                                 itemsize, suffix_of)
+from kuiperinfer.pnnx.ir import Attribute, Graph, Operand, Operator, Parameter, dtype_from_suffix, itemsize, suffix_of
 
 __all__ = ["MAGIC", "MAX_OPERATORS", "MAX_OPERANDS", "MAX_LINE_BYTES", "MAX_LINE_TOKENS",
            "DEFAULT_MAX_TENSOR_BYTES",
@@ -181,7 +180,7 @@ class _Reader:
         if n_operands > MAX_OPERANDS:
             raise self.error(f"operand count {n_operands} exceeds the limit of {MAX_OPERANDS}")
 
-        for lineno, text in lines:
+        for _lineno, text in lines:
             tokens = text.split()
             if not tokens:
                 continue

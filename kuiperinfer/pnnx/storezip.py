@@ -139,7 +139,7 @@ class StoreZipReader:
                 pass  # views are still in use; the mapping goes away with the last of them
             self._mm = None
 
-    def __enter__(self) -> "StoreZipReader":
+    def __enter__(self) -> StoreZipReader:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -335,7 +335,7 @@ class StoreZipWriter:
             f.write(_LOCATOR.pack(_SIG_LOCATOR, 0, eocd64, 1))
             f.write(_EOCD.pack(_SIG_EOCD, _U16, _U16, _U16, _U16, _U32, _U32, 0))
 
-    def __enter__(self) -> "StoreZipWriter":
+    def __enter__(self) -> StoreZipWriter:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -35,9 +35,10 @@ import contextvars
 import difflib
 import os
 import threading
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 from enum import IntEnum
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 

@@ -9,14 +9,16 @@ parameter into a :class:`LayerCreateError` carrying the seeds' :class:`ParsePara
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 from kuiperinfer.errors import LayerCreateError, ParseParameterAttrStatus, WeightError
 from kuiperinfer.runtime.attribute import RuntimeAttribute
 from kuiperinfer.runtime.operand import RuntimeOperand
-from kuiperinfer.runtime.parameter import RuntimeParameter, RuntimeParameterType as T
+from kuiperinfer.runtime.parameter import RuntimeParameter
+from kuiperinfer.runtime.parameter import RuntimeParameterType as T
 
 Status = ParseParameterAttrStatus
 _MISSING = object()

@@ -41,7 +41,7 @@ class RuntimeParameter:
     """The parameter as written in the .param file."""
 
     @classmethod
-    def from_pnnx(cls, parameter: Any) -> "RuntimeParameter":
+    def from_pnnx(cls, parameter: Any) -> RuntimeParameter:
         """Convert a :class:`kuiperinfer.pnnx.ir.Parameter`."""
         value = parameter.value
         if isinstance(value, list):

@@ -14,7 +14,8 @@ classmethod ``create(op)`` (the seeds' ``GetInstance``) and ``forward(inputs)``.
 from __future__ import annotations
 
 import difflib
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from kuiperinfer.errors import KuiperError, LayerCreateError, RegistryError, UnknownOperatorError
 from kuiperinfer.runtime.operator import RuntimeOperator

@@ -13,8 +13,9 @@ batches of ``batch_size`` and each batch goes through the model in one forward p
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Literal, Sequence
+from typing import Literal
 
 import numpy as np
 
@@ -88,7 +89,7 @@ class Classifier:
                                    labels_file or self.graph.param_path)
 
     @classmethod
-    def bundled(cls, **options) -> "Classifier":
+    def bundled(cls, **options) -> Classifier:
         """The bundled EfficientNet-Lite0 with the ImageNet labels and its authors'
         preprocessing; keyword ``options`` are passed on to the constructor."""
         options.setdefault("preprocess", EFFICIENTNET_LITE)

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable, Union
 
 from PIL import Image, ImageOps
 
 from kuiperinfer.errors import KuiperError
 
-ImageSource = Union[str, os.PathLike, Image.Image]
+ImageSource = str | os.PathLike | Image.Image
 """What the vision helpers accept as an image: a file path or a Pillow image."""
 
 IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm"})

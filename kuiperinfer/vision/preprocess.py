@@ -15,8 +15,8 @@ stacks several into the NCHW batch a model takes.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 import numpy as np
 from PIL import Image

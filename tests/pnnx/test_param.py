@@ -10,9 +10,19 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kuiperinfer.errors import GraphError, ModelFormatError
-from kuiperinfer.pnnx import (Attribute, Parameter, ParamType, bf16_to_float32, dtype_from_numpy,
-                              dtype_from_suffix, format_float, itemsize, numpy_dtype, storage_dtype,
-                              suffix_of)
+from kuiperinfer.pnnx import (
+    Attribute,
+    Parameter,
+    ParamType,
+    bf16_to_float32,
+    dtype_from_numpy,
+    dtype_from_suffix,
+    format_float,
+    itemsize,
+    numpy_dtype,
+    storage_dtype,
+    suffix_of,
+)
 
 T = ParamType
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kuiperinfer.errors import BinArchiveError, ParamSyntaxError
-from kuiperinfer.pnnx import Graph, format_param, parse_param
-from kuiperinfer.pnnx import param_file
+from kuiperinfer.pnnx import Graph, format_param, param_file, parse_param
 
 CONV = ("nn.Conv2d                conv                     1 1 0 1 bias=False stride=(1,1) "
         "@weight=(2,1,1,1)f32 $input=0 #0=(1,1,4,4)f32 #1=(1,2,4,4)f32")
@@ -328,6 +327,7 @@ def test_missing_entry_and_wrong_size_name_operator_attribute_and_sizes(tmp_path
 
 def test_explicit_bin_path_and_attribute_data(tmp_path):
     import zipfile
+
     import numpy as np
     path = write(tmp_path, text_of("pnnx.Attribute a.b 0 1 0 @c.d=(2)i16"))
     with zipfile.ZipFile(tmp_path / "weights.zip", "w") as z:

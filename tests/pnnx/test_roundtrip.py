@@ -16,9 +16,7 @@ pnnx = pytest.importorskip("pnnx")
 nn = torch.nn
 F = torch.nn.functional
 
-from kuiperinfer.pnnx import (Graph, ParamType, StoreZipReader, StoreZipWriter, format_float,  # noqa: E402
-                              format_param)
-
+from kuiperinfer.pnnx import Graph, ParamType, StoreZipReader, StoreZipWriter, format_float, format_param  # noqa: E402
 
 # ---------------------------------------------------------------- the models
 
