@@ -1,0 +1,118 @@
+"""Compiled kernels: Numba, set up once for the package.
+
+A compiled kernel is plain Python over NumPy arrays and numbers, decorated with
+:func:`kernel`: Numba compiles it with ``nogil=True`` (so that the engine's threads run
+kernels at once) and caches the machine code in kuiperinfer's cache directory
+(:func:`kuiperinfer.settings.cache_dir`), so each kernel compiles once per machine and
+later processes load it from disk. Where the cache cannot be written the kernels still
+compile, in every process. Each kernel has a NumPy reference twin that
+``load(..., optimize=False)`` runs and the tests compare it with.
+
+Where Numba cannot be imported the engine runs on the reference kernels after one
+warning (:data:`AVAILABLE` is False). The first compilation in a process says so on
+stderr, once: it takes seconds per kernel, and the user deserves to know why the first
+load is slow.
+
+Kernels take C-contiguous arrays and plain numbers, so that every call of a kernel hits
+the same compiled specialisation; the callers make their arrays contiguous.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from kuiperinfer.settings import cache_dir, writable_dir
+
+try:
+    import numba
+    from numba.core import event as numba_events
+except Exception as error:  # ImportError, or an llvmlite that does not load on this machine
+    numba, numba_events, IMPORT_ERROR = None, None, error
+else:
+    IMPORT_ERROR = None
+
+AVAILABLE = numba is not None
+"""Whether the compiled kernels exist; without them layers run their NumPy references."""
+CACHE_DIR = cache_dir("numba")
+"""Where Numba keeps the machine code of kuiperinfer's kernels."""
+CACHING = AVAILABLE and writable_dir(CACHE_DIR)
+"""Whether compiled code is kept for later processes (False: the cache cannot be written)."""
+OPTIONS = {"nogil": True, "cache": CACHING, "error_model": "numpy", "fastmath": {"contract"}}
+"""Every kernel's Numba options: one set, since Numba's cache does not tell options apart.
+``error_model="numpy"`` drops the division-by-zero checks; ``contract`` lets LLVM fuse a
+multiply and an add, which changes results only in the last bit."""
+
+F = TypeVar("F", bound=Callable[..., Any])
+KERNELS: list[Any] = []
+"""Every compiled kernel (Numba dispatchers), in the order they were defined."""
+
+if not AVAILABLE:
+    warnings.warn(f"Numba could not be imported ({IMPORT_ERROR}): kuiperinfer runs on its NumPy reference "
+                  f"kernels, several times slower. `pip install numba` gives it its compiled kernels.",
+                  RuntimeWarning, stacklevel=2)
+
+
+def kernel(function: F) -> F:
+    """Compile ``function`` with Numba (see the module's docstring); without Numba, return
+    it unchanged, since only tests call a kernel that has no compiled form."""
+    if not AVAILABLE:
+        return function
+    saved = numba.config.CACHE_DIR
+    numba.config.CACHE_DIR = str(CACHE_DIR)   # read when the dispatcher picks its cache
+    try:
+        dispatcher = numba.njit(**OPTIONS)(function)
+    except RuntimeError:   # no cache location for this function's source: compile it every time
+        dispatcher = numba.njit(**{**OPTIONS, "cache": False})(function)
+    finally:
+        numba.config.CACHE_DIR = saved
+    KERNELS.append(dispatcher)
+    return dispatcher
+
+
+@dataclass(frozen=True)
+class KernelStats:
+    """How one kernel came to be in this process: its compiled signatures, how many were
+    loaded from the cache and how many compiled here."""
+
+    name: str
+    signatures: int
+    cache_hits: int
+    compiled: int
+
+
+def kernel_stats() -> list[KernelStats]:
+    """The stats of every kernel used in this process so far."""
+    stats = []
+    for dispatcher in KERNELS:
+        hits, misses = dispatcher.stats.cache_hits, dispatcher.stats.cache_misses
+        if dispatcher.signatures:
+            stats.append(KernelStats(f"{dispatcher.py_func.__module__}.{dispatcher.py_func.__qualname__}",
+                                     len(dispatcher.signatures), sum(hits.values()), sum(misses.values())))
+    return stats
+
+
+_announced = threading.Event()
+
+
+def _announce(dispatcher: Any) -> None:
+    """Say once per process that kernels are being compiled, and where they will be kept."""
+    if dispatcher in KERNELS and not _announced.is_set():
+        _announced.set()
+        where = f"kept in {CACHE_DIR}" if CACHING else f"not kept: {CACHE_DIR} cannot be written"
+        print(f"kuiperinfer: compiling kernels for this machine, once ({where})", file=sys.stderr, flush=True)
+
+
+if AVAILABLE:
+    class _CompileNotice(numba_events.Listener):
+        def on_start(self, event: Any) -> None:
+            _announce(event.data["dispatcher"])
+
+        def on_end(self, event: Any) -> None:
+            pass
+
+    numba_events.register("numba:compile", _CompileNotice())
