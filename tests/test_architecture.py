@@ -16,6 +16,7 @@ def test_the_package_has_no_import_cycle():
 
 def test_kernels_are_the_ground_floor_and_the_runtime_knows_no_layer():
     graph = import_graph()
-    assert graph["kernels"] <= {"errors"}
+    assert graph["kernels"] <= {"errors", "settings"}
+    assert graph["settings"] == set()
     assert not graph["runtime"] & {"layers", "inspect", "optimizer", "expression", "cli"}
     assert not graph["layers"] & {"optimizer", "inspect", "cli"}

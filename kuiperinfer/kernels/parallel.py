@@ -1,45 +1,33 @@
-"""Intra-operator parallelism: a kernel's independent blocks of work shared among threads.
+"""The engine's own threads: a large operator's parts shared among them, taken as they come free.
 
-A batch of several samples keeps every core busy by itself: the graph's workers each run
-a slice of it through the whole graph, with BLAS limited to one thread. A single sample
-runs whole in one thread, where only the matrix products would use every core. For a
-graph whose work is mostly in large operators (:func:`sharing_pays`) the graph then sets
-:data:`INTRA_OP_THREADS` and limits BLAS to one thread, and the kernels (im2col, Winograd,
-depthwise convolution, pooling) hand their blocks to :func:`run_parts`, which runs a large
-operator's blocks on that many threads at once: the column copies, transforms and
-epilogues in parallel as well as the products. NumPy and BLAS release the GIL inside
-their loops. Graphs of small operators leave the parallelism to BLAS: their hand-offs
-would cost more than they save, and BLAS's idle threads, which spin for a while after
-each product, would take the cores the shared blocks need.
+A run limits BLAS to one thread and sets :data:`INTRA_OP_THREADS` to the graph's thread
+count; kernels cut a large operator's work into independent parts (more of them than
+threads) and hand them to :func:`run_parts`. The caller and helper threads then take the
+parts one at a time, each the next one left, until none is left: a thread the operating
+system has descheduled takes fewer parts instead of holding the others up, and the
+caller waits only for parts already under way. Compiled kernels release the GIL, as do
+NumPy and BLAS inside their loops, so the parts run at once.
+
+Operators below :data:`MIN_PARALLEL_WORK` run whole in the calling thread: for them a
+hand-off to a helper costs more than it saves.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from contextvars import ContextVar
 from typing import Any, TypeVar
 
 INTRA_OP_THREADS: ContextVar[int] = ContextVar("kuiper_intra_op_threads", default=1)
-"""Threads a kernel may share its blocks among in the current context (1: one thread)."""
+"""Threads a kernel may share its parts among in the current context (1: one thread)."""
 MIN_PARALLEL_WORK = 1 << 24
 """Fewest multiply-adds an operator shares among threads: the hand-off to another thread
-and back (:class:`_Helper`) then costs a few percent of the operator's time."""
-
-LARGE_WORK_SHARE = 0.5
-"""Share of a graph's multiply-adds in operators of at least ``MIN_PARALLEL_WORK`` from
-which it shares them among threads: graphs of large convolutions gain from it, graphs of
-small depthwise operators lose to the hand-offs."""
+and back then costs a few percent of the operator's time."""
 
 Part = TypeVar("Part")
-
-
-def sharing_pays(operator_macs: Iterable[int]) -> bool:
-    """Whether a graph whose operators do ``operator_macs`` multiply-adds (per sample) runs
-    faster sharing its large operators' blocks among threads than leaving it to BLAS."""
-    macs = list(operator_macs)
-    return sum(m for m in macs if m >= MIN_PARALLEL_WORK) >= LARGE_WORK_SHARE * max(1, sum(macs))
 
 
 class BlasLimit:
@@ -78,7 +66,7 @@ ONE_BLAS_THREAD = BlasLimit()
 
 
 def threads_for(work: int) -> int:
-    """How many threads an operator of ``work`` multiply-adds shares its blocks among."""
+    """How many threads an operator of ``work`` multiply-adds shares its parts among."""
     threads = INTRA_OP_THREADS.get()
     return threads if threads > 1 and work >= MIN_PARALLEL_WORK else 1
 
@@ -86,55 +74,62 @@ def threads_for(work: int) -> int:
 def even_step(length: int, step: int, threads: int, images: int = 1) -> int:
     """A block length of at most ``step`` that cuts ``length`` rows of each of ``images``
     images into blocks ``threads`` threads can share evenly (their number a multiple of
-    ``threads`` where the rows allow): :func:`run_parts` gives each thread as many blocks,
-    and 8 blocks of 15, 15, ..., 7 rows gave one thread 60 of 112 rows, 14 each gives 56."""
+    ``threads`` where the rows allow), so that no thread is left with one block more."""
     blocks = -(-length // max(1, step))
     while (images * blocks) % threads and blocks < length:
         blocks += 1
     return -(-length // blocks)
 
 
-class _Helper:
-    """A thread that runs one task at a time for :func:`run_parts`, handed over through two
-    locks: releasing ``_go`` starts the task, ``_done`` is released when it has finished.
+class _Task:
+    """One :func:`run_parts` call: its parts, the next one to take, and how many are left."""
 
-    A hand-off costs a lock release and a wake-up each way, less than a
-    ThreadPoolExecutor's future, queue and waiter.
-    """
+    def __init__(self, parts: Sequence[Any], run: Callable[[Any], object]):
+        self.parts, self.run = parts, run
+        self._next = itertools.count()   # next() on it is atomic under the GIL
+        self._lock = threading.Lock()
+        self._left = len(parts)
+        self.finished = threading.Event()
+        self.error: BaseException | None = None
+
+    def work(self) -> None:
+        """Take and run parts until none is left (after a failure, take them without running)."""
+        while (index := next(self._next)) < len(self.parts):
+            if self.error is None:
+                try:
+                    self.run(self.parts[index])
+                except BaseException as error:   # raised by the caller once every part is done
+                    self.error = self.error or error
+            with self._lock:
+                self._left -= 1
+                if self._left == 0:
+                    self.finished.set()
+
+
+class _Helper:
+    """A thread that works on the :class:`_Task` it is handed, then offers itself again."""
 
     def __init__(self) -> None:
-        self._go, self._done = threading.Lock(), threading.Lock()
-        self._go.acquire()
-        self._done.acquire()
-        self._task: Callable[[], object] | None = None
-        self._error: BaseException | None = None
+        self._wake = threading.Semaphore(0)
+        self._task: _Task | None = None
         threading.Thread(target=self._serve, name="kuiper-intra-op", daemon=True).start()
 
-    def start(self, task: Callable[[], object]) -> None:
+    def start(self, task: _Task) -> None:
         self._task = task
-        self._go.release()
-
-    def join(self) -> BaseException | None:
-        """Wait for the task; what it raised, if anything."""
-        self._done.acquire()
-        error, self._error = self._error, None
-        return error
+        self._wake.release()
 
     def _serve(self) -> None:
         while True:
-            self._go.acquire()
-            try:
-                self._task()
-            except BaseException as error:   # handed to the caller by join
-                self._error = error
-            finally:
-                self._task = None
-                self._done.release()
+            self._wake.acquire()
+            task, self._task = self._task, None
+            task.work()
+            with _helpers_lock:
+                _idle_helpers.append(self)
 
 
 MAX_HELPERS = 4 * (os.cpu_count() or 1)
 """Helper threads kept at most: callers in many threads at once beyond that run their
-parts themselves rather than start more threads."""
+parts with fewer helpers rather than start more threads."""
 
 _idle_helpers: list[_Helper] = []
 _helper_count = 0
@@ -162,35 +157,24 @@ os.register_at_fork(after_in_child=_forget_helpers)
 
 
 def run_parts(parts: Sequence[Part], work: int, run: Callable[[Part], object]) -> None:
-    """``run(part)`` for every part. The parts (which must write disjoint outputs) are shared
-    in contiguous groups among :func:`threads_for` ``work`` threads, the caller's included."""
-    threads = min(threads_for(work), len(parts))
+    """``run(part)`` for every part of an operator of ``work`` multiply-adds, shared among
+    :func:`threads_for` ``work`` threads (:func:`share_parts`)."""
+    share_parts(parts, run, threads_for(work))
+
+
+def share_parts(parts: Sequence[Part], run: Callable[[Part], object], threads: int) -> None:
+    """``run(part)`` for every part (the parts must write disjoint outputs), taken one at a
+    time by the caller and up to ``threads`` - 1 helpers as each comes free. Returns when
+    every part has run; raises what the first failing part raised."""
+    threads = min(threads, len(parts))
     if threads < 2:
         for part in parts:
             run(part)
         return
-    bounds = [len(parts) * i // threads for i in range(threads + 1)]
-    groups = [parts[start:stop] for start, stop in zip(bounds, bounds[1:])]
-
-    def group_task(group: Sequence[Part]) -> Callable[[], None]:
-        def task() -> None:
-            for part in group:
-                run(part)
-        return task
-
-    with ONE_BLAS_THREAD:
-        helpers = _take_helpers(threads - 1)
-        for helper, group in zip(helpers, groups[1:]):
-            helper.start(group_task(group))
-        errors = []
-        try:
-            for group in [groups[0], *groups[1 + len(helpers):]]:   # the caller's, and any no helper took
-                group_task(group)()
-        finally:
-            for helper in helpers:   # no part outlives the call, even when one fails
-                errors.append(helper.join())
-                with _helpers_lock:
-                    _idle_helpers.append(helper)
-    for error in errors:
-        if error is not None:
-            raise error
+    task = _Task(parts, run)
+    for helper in _take_helpers(threads - 1):
+        helper.start(task)
+    task.work()
+    task.finished.wait()
+    if task.error is not None:
+        raise task.error

@@ -38,11 +38,6 @@ class Layer:
     """True when the layer only rearranges the elements of its one input (reshape, view,
     permute, ...): an elementwise function gives the same values before it as after."""
 
-    macs: int = 0
-    """Multiply-adds of one sample at the shapes pnnx recorded (0 where unknown or small):
-    what the graph weighs when it decides whether sharing large operators among threads
-    pays (:func:`~kuiperinfer.kernels.parallel.sharing_pays`)."""
-
     fusion: ClassVar[type | None] = None
     """The class of the record (:mod:`kuiperinfer.layers.fusion`) that ``create`` reads
     from ``op.fusion``; None for layers the optimiser never rewrites."""

@@ -16,7 +16,6 @@ to 2-D are shared with the pooling layers.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -360,7 +359,6 @@ class Convolution(ParamLayer):
         self.winograd = fused.winograd and geometry.winograd_applies()
         """Whether calls with enough tiles run Winograd (the optimiser selects it)."""
         self.channels_last = fused.channels_last
-        self.macs = self._weight.size * recorded[1] * recorded[2]
         self.pack()
 
     @classmethod
@@ -510,10 +508,7 @@ class TransposedConvolution(ParamLayer):
         c_in, c_out = _read_channels(op, geometry)
         weight = op.weight("weight", (c_in, c_out // geometry.groups, *kernel), copy=False)
         channels_last = op.fusion is not None and op.fusion.channels_last
-        layer = cls(op.name, weight, _read_bias(op, c_out), geometry, output_padding, rank, channels_last)
-        declared = op.input_operands_seq[0].shapes if op.input_operands_seq else []
-        layer.macs = weight.size * math.prod(max(1, d) for d in declared[2:])
-        return layer
+        return cls(op.name, weight, _read_bias(op, c_out), geometry, output_padding, rank, channels_last)
 
     def pack(self) -> None:
         self._packed = pack_conv_transpose_weight(self._weight.reshape(*self._weight.shape[:2], *self.geometry.kernel),

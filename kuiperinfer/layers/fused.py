@@ -63,8 +63,6 @@ class PointwiseDepthwise(Layer):
     def __init__(self, layer_name: str, pointwise: PointwiseProduct, depthwise: Convolution):
         super().__init__(layer_name)
         self.pointwise, self.depthwise = pointwise, depthwise
-        (_, height, width), (sh, sw) = depthwise.recorded, depthwise.geometry.stride
-        self.macs = depthwise.macs + pointwise.matrix.size * height * sh * width * sw
 
     @classmethod
     def create(cls, op: RuntimeOperator) -> PointwiseDepthwise:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -51,8 +50,6 @@ class Linear(ParamLayer):
         bias = op.weight("bias", (out_features,), Status.kAttrMissingBias) if use_bias else None
         layer = cls(op.name, weight, bias, op.fusion.activation if op.fusion is not None else None)
         layer.batch_independent = declared_rank(op) >= 2
-        rows = op.input_operands_seq[0].shapes[1:-1] if op.input_operands_seq else []
-        layer.macs = weight.size * math.prod(max(1, d) for d in rows)
         return layer
 
     @classmethod

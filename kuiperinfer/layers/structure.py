@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from kuiperinfer.errors import ParseParameterAttrStatus as Status
-from kuiperinfer.layers.base import NonParamLayer
+from kuiperinfer.layers.base import NonParamLayer, declared_rank
 from kuiperinfer.pnnx.ir import numpy_dtype
 from kuiperinfer.runtime.operator import RuntimeOperator
 from kuiperinfer.runtime.registry import register_layer
@@ -61,10 +61,15 @@ class ListConstruct(NonParamLayer):
 
 @register_layer("prim::TupleUnpack", "prim::ListUnpack")
 class TupleUnpack(NonParamLayer):
-    batch_independent = True
+    """A tuple's items, or a tensor's slices along dimension 0."""
+
     @classmethod
     def create(cls, op: RuntimeOperator) -> TupleUnpack:
-        return cls(op.name)
+        layer = cls(op.name)
+        # pnnx records shapes of tensors only: a tuple's items keep their samples apart, a
+        # tensor is taken apart along the batch
+        layer.batch_independent = declared_rank(op) == 0
+        return layer
 
     def forward(self, inputs: Sequence[Any]) -> list[Any]:
         return list(inputs[0])

@@ -18,32 +18,30 @@ asked for it (``run(..., fetch=[...])``). :meth:`run_node` runs one operator on 
 values and is the hook that profilers and tracers override. Nothing of a run is stored on
 the graph, so one graph serves many threads.
 
-Batch-parallel workers: with ``workers > 1``, a batch of several samples is cut into
-``workers`` contiguous slices that run through the whole graph at once, one per thread
-(NumPy releases the GIL in its kernels), with BLAS limited to one thread meanwhile; the
-outputs are joined along dimension 0. This happens only when the graph is
-*batch-separable*: every layer that sees a value derived from the inputs declares
-:attr:`Layer.batch_independent` (sample ``i`` of its outputs depends only on sample ``i``
-of its inputs). Other graphs, and batches of one, run whole in the calling thread, where
-large operators share their blocks among ``workers`` threads
-(:mod:`kuiperinfer.kernels.parallel`).
+Threads: a run uses ``workers`` threads, the caller's and the engine's own helpers
+(:mod:`kuiperinfer.kernels.parallel`), with BLAS limited to one thread. A batch of several
+samples is cut into chunks of contiguous samples that the threads take one at a time, each
+running a chunk through the whole graph; the outputs are joined along dimension 0. This
+happens only when the graph is *batch-separable*: every layer that sees a value derived
+from the inputs declares :attr:`Layer.batch_independent` (sample ``i`` of its outputs
+depends only on sample ``i`` of its inputs). Other graphs, and batches of one, run whole
+in the calling thread, where each large operator shares its parts among the threads.
 """
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import difflib
 import os
-import threading
-from collections.abc import Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor, wait
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from enum import IntEnum
 from typing import Any
 
 import numpy as np
 
 from kuiperinfer.errors import GraphError, InferError, InferStatus, InputError, KuiperError, OperatorError
-from kuiperinfer.kernels.parallel import INTRA_OP_THREADS, ONE_BLAS_THREAD, sharing_pays
+from kuiperinfer.kernels.parallel import INTRA_OP_THREADS, ONE_BLAS_THREAD, share_parts
 from kuiperinfer.pnnx.ir import Graph, numpy_dtype
 from kuiperinfer.runtime.attribute import RuntimeAttribute
 from kuiperinfer.runtime.operand import RuntimeOperand
@@ -54,6 +52,9 @@ from kuiperinfer.runtime.registry import LayerRegisterer
 INPUT_TYPE = "pnnx.Input"
 OUTPUT_TYPE = "pnnx.Output"
 TUPLE_TYPES = ("prim::TupleConstruct", "prim::ListConstruct")
+CHUNKS_PER_WORKER = 2
+"""Chunks a batch is cut into per thread: more chunks than threads, so that a thread the
+machine has descheduled leaves its remaining chunks to the others."""
 
 
 class GraphState(IntEnum):
@@ -73,7 +74,7 @@ class RuntimeGraph:
         if workers < 1:
             raise GraphError(f"workers must be at least 1, got {workers}")
         self.workers = workers
-        """Threads a batch is split over (1: every run whole in the calling thread)."""
+        """Threads a run uses, the caller's included (1: every run in the calling thread)."""
         self.max_tensor_bytes = max_tensor_bytes
         """Largest weight or operand the model may declare (None: the reader's default)."""
         self.param_path = None if param_path is None else os.fspath(param_path)
@@ -88,13 +89,7 @@ class RuntimeGraph:
         self._release: list[list[RuntimeOperand]] = []
         """For each step of the plan, the values its operator reads last."""
         self.batch_separable = False
-        """Whether slices of a batch may run through the graph separately (set by build())."""
-        self.shares_operators = False
-        """Whether a whole run shares its large operators' blocks among the workers (set by
-        build() from the layers' work, see :func:`kuiperinfer.kernels.parallel.sharing_pays`)."""
-        self._pool: ThreadPoolExecutor | None = None
-        self._pool_size = 0
-        self._pool_lock = threading.Lock()
+        """Whether chunks of a batch may run through the graph separately (set by build())."""
 
     # -- NeedInit -> NeedBuild -----------------------------------------------------
 
@@ -178,7 +173,6 @@ class RuntimeGraph:
         self._plan = [op for op in self.operators if op.layer is not None]
         self._release = self._release_plan(self._plan)
         self.batch_separable = self._is_batch_separable()
-        self.shares_operators = self._operators_worth_sharing()
         self.graph_state = GraphState.Complete
 
     def _topological_order(self) -> list[RuntimeOperator]:
@@ -221,11 +215,6 @@ class RuntimeGraph:
             if step is not None and id(operand) not in keep:
                 release[step].append(operand)
         return release
-
-    def _operators_worth_sharing(self) -> bool:
-        """Whether most of the work of the graph as built, at the shapes pnnx recorded, is in
-        large operators (each layer says its multiply-adds, :attr:`Layer.macs`)."""
-        return sharing_pays(getattr(op.layer, "macs", 0) for op in self._plan)
 
     def _is_batch_separable(self) -> bool:
         """True when every value derived from the inputs keeps the samples apart.
@@ -372,13 +361,24 @@ class RuntimeGraph:
         return True
 
     def _execute(self, values: Sequence[np.ndarray]) -> list[np.ndarray]:
-        """Run checked input values: split over the workers or whole; row-major outputs."""
-        slices = self._batch_slices(values)
-        if len(slices) >= 2:
-            outputs = self._run_split(values, slices)
-        else:
-            outputs = list(_flatten(self._run_whole(values, self.graph_output_operands())))
+        """Run checked input values: in chunks of the batch or whole; row-major outputs."""
+        chunks = self._batch_chunks(values)
+        with self._threads():
+            if len(chunks) >= 2:
+                outputs = self._run_chunks(values, chunks)
+            else:
+                outputs = list(_flatten(self._run_pass(values, self.graph_output_operands())))
         return [_row_major(output) for output in outputs]
+
+    @contextlib.contextmanager
+    def _threads(self) -> Iterator[None]:
+        """A run's threads: ``workers`` for the kernels to share, BLAS on one of them."""
+        token = INTRA_OP_THREADS.set(self.workers)
+        try:
+            with ONE_BLAS_THREAD:
+                yield
+        finally:
+            INTRA_OP_THREADS.reset(token)
 
     def _fetch(self, values: Sequence[np.ndarray], names: list[str]) -> dict[str, Any]:
         """The values of the operands and operators ``names``, from one whole run."""
@@ -396,7 +396,8 @@ class RuntimeGraph:
                                  f"an optimised graph has merged some of pnnx's operators, load it with "
                                  f"optimize=False to fetch any value pnnx wrote")
         wanted = [operand for operands in targets.values() for operand in operands]
-        found = dict(zip(map(id, wanted), self._run_whole(values, wanted)))
+        with self._threads():
+            found = dict(zip(map(id, wanted), self._run_pass(values, wanted)))
         return {name: _row_major(found[id(operands[0])]) if len(operands) == 1
                 else tuple(_row_major(found[id(o)]) for o in operands) for name, operands in targets.items()}
 
@@ -412,65 +413,40 @@ class RuntimeGraph:
                     del env[operand]
         return [env[operand] for operand in wanted]
 
-    def _run_whole(self, values: Sequence[np.ndarray], wanted: Sequence[RuntimeOperand]) -> list[Any]:
-        """The whole batch in this thread: in a graph of large operators, they share their
-        blocks among the workers, BLAS single-threaded; otherwise BLAS has the cores."""
-        if self.workers < 2 or not self.shares_operators:
-            return self._run_pass(values, wanted)
-        token = INTRA_OP_THREADS.set(self.workers)
-        try:
-            with ONE_BLAS_THREAD:
-                return self._run_pass(values, wanted)
-        finally:
-            INTRA_OP_THREADS.reset(token)
-
-    def _batch_slices(self, values: Sequence[np.ndarray]) -> list[slice]:
-        """Contiguous slices of the batch for the workers ([] when the run stays whole)."""
+    def _batch_chunks(self, values: Sequence[np.ndarray]) -> list[slice]:
+        """Contiguous chunks of the batch for the threads to take ([] when the run stays whole)."""
         if self.workers < 2 or not self.batch_separable:
             return []
         if any(v.ndim == 0 for v in values) or len({v.shape[0] for v in values}) != 1:
             return []
         batch = values[0].shape[0]
-        parts = min(self.workers, batch)
+        parts = min(CHUNKS_PER_WORKER * self.workers, batch)
         if parts < 2:
             return []
         bounds = [batch * i // parts for i in range(parts + 1)]
         return [slice(start, stop) for start, stop in zip(bounds, bounds[1:])]
 
-    def _run_split(self, values: Sequence[np.ndarray], slices: list[slice]) -> list[np.ndarray]:
-        """Run the slices concurrently (the first in this thread) and join the outputs."""
-        pool = self._worker_pool()
+    def _run_chunks(self, values: Sequence[np.ndarray], chunks: list[slice]) -> list[np.ndarray]:
+        """Run the chunks on the run's threads, each taking the next chunk left, and join the
+        outputs. Each chunk runs in a copy of the caller's context, so context variables (a
+        profiler's current run, say) follow the work into the helper threads, and its
+        operators keep to its thread."""
         outputs = self.graph_output_operands()
+        context = contextvars.copy_context()
+        pieces: list[list[Any]] = [[] for _ in chunks]
 
-        def run_slice(part: slice) -> list[Any]:
-            return list(_flatten(self._run_pass([v[part] for v in values], outputs)))
+        def run_chunk(index: int) -> None:
+            INTRA_OP_THREADS.set(1)
+            pieces[index] = list(_flatten(self._run_pass([v[chunks[index]] for v in values], outputs)))
 
-        with ONE_BLAS_THREAD:
-            # each slice runs in a copy of the caller's context, so context variables (a
-            # profiler's current run, say) follow the work into the worker threads
-            futures = [pool.submit(contextvars.copy_context().run, run_slice, part) for part in slices[1:]]
-            try:
-                first = run_slice(slices[0])
-            finally:
-                wait(futures)   # no slice outlives the run, even when one fails
-        pieces = [first] + [future.result() for future in futures]
+        share_parts(range(len(chunks)), lambda index: context.copy().run(run_chunk, index), self.workers)
         joined = []
         for name, parts in zip(self.output_names, zip(*pieces)):
             if any(np.ndim(o) == 0 for o in parts):
-                raise InferError(f"output {name!r} has no batch dimension to join the workers' "
-                                 f"slices on; load the model with workers=1")
+                raise InferError(f"output {name!r} has no batch dimension to join the chunks of the "
+                                 f"batch on; load the model with workers=1")
             joined.append(np.concatenate(parts, axis=0))
         return joined
-
-    def _worker_pool(self) -> ThreadPoolExecutor:
-        """The graph's persistent threads for the slices after the first (made on first use)."""
-        with self._pool_lock:
-            if self._pool is None or self._pool_size != self.workers - 1:
-                if self._pool is not None:
-                    self._pool.shutdown(wait=False)
-                self._pool_size = self.workers - 1
-                self._pool = ThreadPoolExecutor(self._pool_size, thread_name_prefix="kuiper-worker")
-            return self._pool
 
     def run_node(self, op: RuntimeOperator, inputs: list[Any]) -> list[Any]:
         """Run one operator on its input values and return its output values. Override to
