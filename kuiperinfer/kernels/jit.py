@@ -13,8 +13,9 @@ warning (:data:`AVAILABLE` is False). The first compilation in a process says so
 stderr, once: it takes seconds per kernel, and the user deserves to know why the first
 load is slow.
 
-Kernels take C-contiguous arrays and plain numbers, so that every call of a kernel hits
-the same compiled specialisation; the callers make their arrays contiguous.
+Kernels take C-contiguous, writable arrays and plain numbers, so that every call of a
+kernel hits the same compiled specialisation (Numba compiles another one for a read-only
+or strided array); the callers prepare their arrays so.
 """
 
 from __future__ import annotations
@@ -60,17 +61,28 @@ if not AVAILABLE:
 def kernel(function: F) -> F:
     """Compile ``function`` with Numba (see the module's docstring); without Numba, return
     it unchanged, since only tests call a kernel that has no compiled form."""
+    return _compile(function, OPTIONS)
+
+
+def inline(function: F) -> F:
+    """A function that kernels call value by value, compiled into each of them, so that
+    LLVM sees through it and vectorises the caller's loop (Numba's ``inline="always"``)."""
+    return _compile(function, {**OPTIONS, "cache": False, "inline": "always"})
+
+
+def _compile(function: F, options: dict[str, Any]) -> F:
     if not AVAILABLE:
         return function
     saved = numba.config.CACHE_DIR
     numba.config.CACHE_DIR = str(CACHE_DIR)   # read when the dispatcher picks its cache
     try:
-        dispatcher = numba.njit(**OPTIONS)(function)
+        dispatcher = numba.njit(**options)(function)
     except RuntimeError:   # no cache location for this function's source: compile it every time
-        dispatcher = numba.njit(**{**OPTIONS, "cache": False})(function)
+        dispatcher = numba.njit(**{**options, "cache": False})(function)
     finally:
         numba.config.CACHE_DIR = saved
-    KERNELS.append(dispatcher)
+    if options["cache"] is not False or "inline" not in options:
+        KERNELS.append(dispatcher)
     return dispatcher
 
 

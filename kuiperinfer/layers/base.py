@@ -42,6 +42,10 @@ class Layer:
     """The class of the record (:mod:`kuiperinfer.layers.fusion`) that ``create`` reads
     from ``op.fusion``; None for layers the optimiser never rewrites."""
 
+    compiled_kernels: ClassVar[bool] = False
+    """Whether the layer has compiled kernels beside its NumPy references, which it runs
+    when its record says ``compiled`` (:func:`compiled`)."""
+
     def __init__(self, layer_name: str):
         self.layer_name = layer_name
 
@@ -62,6 +66,11 @@ class Layer:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.layer_name!r})"
+
+
+def compiled(op: RuntimeOperator) -> bool:
+    """Whether the optimiser chose ``op``'s compiled kernels (its record says so)."""
+    return bool(getattr(op.fusion, "compiled", False))
 
 
 def declared_rank(op: RuntimeOperator) -> int:

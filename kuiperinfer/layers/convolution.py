@@ -26,9 +26,11 @@ from kuiperinfer.errors import InferError, InferStatus
 from kuiperinfer.errors import ParseParameterAttrStatus as Status
 from kuiperinfer.kernels.blockwise_transposed import blockwise_conv_transpose2d, pack_blockwise_weight
 from kuiperinfer.kernels.col2im import col2im
+from kuiperinfer.kernels.compiled import epilogue as compiled_epilogue
 from kuiperinfer.kernels.depthwise import DepthwiseWeight, depthwise_conv2d
 from kuiperinfer.kernels.depthwise_stripes import depthwise_in_stripes
-from kuiperinfer.kernels.elementwise import Epilogue, InplaceActivation, product_epilogue
+from kuiperinfer.kernels.elementwise import Epilogue, InplaceActivation
+from kuiperinfer.kernels.elementwise import product_epilogue as reference_epilogue
 from kuiperinfer.kernels.im2col import (
     PLANAR_MAX_CHANNELS,
     im2col_conv2d,
@@ -232,7 +234,7 @@ class PackedWeight:
     Winograd computes that shape, and so every larger batch, the GEMM operand is made only
     if a call needs it (a smaller image): the weight is not held twice more than it must be.
     Every form is of ``scale`` times the weight
-    (:func:`~kuiperinfer.kernels.elementwise.product_epilogue` says why).
+    (:func:`product_epilogue` says why).
     """
 
     def __init__(self, weight: np.ndarray, groups: int, winograd: bool = False,
@@ -274,15 +276,27 @@ class PackedWeight:
         return self.gemm[0]
 
 
+def product_epilogue(bias: np.ndarray | None, channels: int, activation: InplaceActivation | None,
+                     compiled: bool) -> tuple[np.float32, Epilogue | compiled_epilogue.CompiledEpilogue]:
+    """The epilogue of a product of ``channels`` output channels that ``bias`` and then
+    ``activation`` follow, and the scale its weights take: the compiled epilogue does it all
+    in one pass; the reference halves the weights for an activation that starts by halving
+    (:func:`kuiperinfer.kernels.elementwise.product_epilogue`)."""
+    if compiled:
+        return np.float32(1), compiled_epilogue.CompiledEpilogue(bias, channels, activation)
+    return reference_epilogue(bias, activation)
+
+
 class PointwiseProduct:
     """A 1x1, stride-1, single-group convolution as a product of rows of pixels: (P, Cin) rows
     times :attr:`matrix` (Cin, Cout), then :attr:`epilogue` (bias and activation) in place.
     The fused operators compute their 1x1 convolutions through it."""
 
-    def __init__(self, weight: np.ndarray, bias: np.ndarray | None, activation: InplaceActivation | None):
+    def __init__(self, weight: np.ndarray, bias: np.ndarray | None, activation: InplaceActivation | None,
+                 compiled: bool = False):
         if weight.ndim != 4 or weight.shape[2:] != (1, 1):
             raise ValueError(f"a 1x1 convolution's weight has shape (out, in, 1, 1), not {weight.shape}")
-        scale, self.epilogue = product_epilogue(bias, activation)
+        scale, self.epilogue = product_epilogue(bias, weight.shape[0], activation, compiled)
         self.matrix = PackedWeight(weight, 1, scale=scale).matrix
         self.in_channels, self.out_channels = self.matrix.shape
 
@@ -325,9 +339,13 @@ def conv2d(x: np.ndarray, weight: PackedWeight, geometry: ConvGeometry,
                          epilogue)
 
 
-def add_residual(out: np.ndarray, residual: np.ndarray, activation: InplaceActivation | None) -> np.ndarray:
+def add_residual(out: np.ndarray, residual: np.ndarray, activation: InplaceActivation | None,
+                 compiled: bool = False) -> np.ndarray:
     """``activation(out + residual)``, in ``out`` (a fresh convolution output) unless the
-    sum broadcasts to a larger shape."""
+    sum broadcasts to a larger shape; compiled, in one pass where both are channels-last
+    arrays of one shape (as convolutions hand them on)."""
+    if compiled and out.ndim == 4 and compiled_epilogue.add_residual(nhwc(out), nhwc(residual), activation):
+        return out
     if np.broadcast_shapes(out.shape, residual.shape) == out.shape:
         out += residual
     else:
@@ -345,6 +363,7 @@ class Convolution(ParamLayer):
 
     batch_independent = True
     fusion = ConvolutionFusion
+    compiled_kernels = True
 
     def __init__(self, layer_name: str, weight: np.ndarray, bias: np.ndarray | None,
                  geometry: ConvGeometry, rank: int, fused: ConvolutionFusion = NOTHING_FUSED,
@@ -385,7 +404,8 @@ class Convolution(ParamLayer):
 
     def pack(self) -> None:
         weight_2d = self._weight.reshape(*self._weight.shape[:2], *self.geometry.kernel)
-        scale, epilogue = product_epilogue(self._bias, self.fused.activation)
+        scale, epilogue = product_epilogue(self._bias, self._weight.shape[0], self.fused.activation,
+                                           self.fused.compiled)
         self.epilogue = epilogue
         """Bias and fused activation, applied in place on each block of output."""
         self.packed = PackedWeight(weight_2d, self.geometry.groups, self.winograd, self.geometry, self.recorded,
@@ -396,7 +416,7 @@ class Convolution(ParamLayer):
         out = from_2d(nchw(conv2d(as_2d(inputs[0], self.rank), self.packed, self.geometry, self.epilogue)),
                       self.rank)
         if self.fused.residual:
-            out = add_residual(out, inputs[1], self.fused.residual_activation)
+            out = add_residual(out, inputs[1], self.fused.residual_activation, self.fused.compiled)
         if not self.channels_last:
             out = np.ascontiguousarray(out)
         return [out]

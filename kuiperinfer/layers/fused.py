@@ -17,6 +17,7 @@ operator computes:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -32,7 +33,7 @@ from kuiperinfer.runtime.operator import RuntimeOperator
 from kuiperinfer.runtime.registry import register_layer
 
 
-def pointwise_product(op: RuntimeOperator, pointwise: Pointwise, what: str) -> PointwiseProduct:
+def pointwise_product(op: RuntimeOperator, pointwise: Pointwise, what: str, compiled: bool) -> PointwiseProduct:
     """The product computing the 1x1 convolution ``what`` of the fused ``op``."""
     weight, bias = pointwise.weight, pointwise.bias
     if weight.ndim != 4 or weight.shape[2:] != (1, 1):
@@ -41,7 +42,7 @@ def pointwise_product(op: RuntimeOperator, pointwise: Pointwise, what: str) -> P
     if bias is not None and bias.shape != weight.shape[:1]:
         raise op.error(f"the {what} convolution's bias has shape {bias.shape}, expected {weight.shape[:1]}",
                        Status.kAttrWrongSize)
-    return PointwiseProduct(weight, bias, pointwise.activation)
+    return PointwiseProduct(weight, bias, pointwise.activation, compiled)
 
 
 def fusion_record(op: RuntimeOperator, record_class: type) -> Any:
@@ -59,6 +60,7 @@ class PointwiseDepthwise(Layer):
 
     batch_independent = True
     fusion = PointwiseDepthwiseFusion
+    compiled_kernels = True
 
     def __init__(self, layer_name: str, pointwise: PointwiseProduct, depthwise: Convolution):
         super().__init__(layer_name)
@@ -67,8 +69,8 @@ class PointwiseDepthwise(Layer):
     @classmethod
     def create(cls, op: RuntimeOperator) -> PointwiseDepthwise:
         record = fusion_record(op, PointwiseDepthwiseFusion)
-        pointwise = pointwise_product(op, record.pointwise, "1x1")
-        depthwise = Convolution.create_fused(op, record.depthwise)
+        pointwise = pointwise_product(op, record.pointwise, "1x1", record.compiled)
+        depthwise = Convolution.create_fused(op, replace(record.depthwise, compiled=record.compiled))
         if pointwise.out_channels != depthwise.packed.in_channels or depthwise.packed.depthwise is None:
             raise op.error(f"the 1x1 convolution makes {pointwise.out_channels} channels, the depthwise "
                            f"one takes {depthwise.packed.in_channels}", Status.kAttrWrongSize)
@@ -92,6 +94,7 @@ class SqueezeExcitation(Layer):
 
     batch_independent = True
     fusion = SqueezeExcitationFusion
+    compiled_kernels = True
 
     def __init__(self, layer_name: str, reduce: PointwiseProduct, expand: PointwiseProduct):
         super().__init__(layer_name)
@@ -100,8 +103,8 @@ class SqueezeExcitation(Layer):
     @classmethod
     def create(cls, op: RuntimeOperator) -> SqueezeExcitation:
         record = fusion_record(op, SqueezeExcitationFusion)
-        reduce = pointwise_product(op, record.reduce, "reducing")
-        expand = pointwise_product(op, record.expand, "expanding")
+        reduce = pointwise_product(op, record.reduce, "reducing", record.compiled)
+        expand = pointwise_product(op, record.expand, "expanding", record.compiled)
         if (expand.in_channels, expand.out_channels) != (reduce.out_channels, reduce.in_channels):
             raise op.error(f"the expanding convolution maps {expand.in_channels} to {expand.out_channels} "
                            f"channels, expected {reduce.out_channels} to {reduce.in_channels}", Status.kAttrWrongSize)

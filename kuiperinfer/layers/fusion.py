@@ -14,6 +14,10 @@ what the operator now computes:
   operator: a 1x1 convolution and the depthwise convolution that alone reads it.
 * :class:`SqueezeExcitationFusion`, the record of a ``kuiper.SqueezeExcitation`` operator:
   ``x * expand(reduce(mean of x over H and W))`` with two 1x1 convolutions.
+* :class:`KernelChoice` on any other layer that has compiled kernels.
+
+Every record says whether the layer runs its compiled kernels (``compiled``, set by the
+optimiser wherever Numba imported) or their NumPy references.
 
 Weights travel in the records as the arrays the model file holds (read-only views of the
 archive), never as renamed attributes.
@@ -33,10 +37,18 @@ Padding = tuple[tuple[int, int], tuple[int, int]]
 
 
 @dataclass(frozen=True)
+class KernelChoice:
+    """For a layer with nothing fused: whether it runs its compiled kernels."""
+
+    compiled: bool = False
+
+
+@dataclass(frozen=True)
 class ActivationFusion:
     """An activation the layer applies in place on its fresh output."""
 
     activation: InplaceActivation | None = None
+    compiled: bool = False
 
 
 @dataclass(frozen=True)
@@ -56,6 +68,7 @@ class ConvolutionFusion:
     channels_last: bool = False
     """Whether the output stays in the channels-last memory the kernels compute in
     (:mod:`kuiperinfer.kernels.layout`) instead of being copied to row-major NCHW."""
+    compiled: bool = False
 
 
 @dataclass(frozen=True, eq=False)
@@ -76,6 +89,7 @@ class PointwiseDepthwiseFusion:
     TYPE: ClassVar[str] = "kuiper.PointwiseDepthwise"
     pointwise: Pointwise
     depthwise: ConvolutionFusion
+    compiled: bool = False
 
 
 @dataclass(frozen=True, eq=False)
@@ -86,3 +100,4 @@ class SqueezeExcitationFusion:
     TYPE: ClassVar[str] = "kuiper.SqueezeExcitation"
     reduce: Pointwise
     expand: Pointwise
+    compiled: bool = False

@@ -9,8 +9,9 @@ import numpy as np
 
 from kuiperinfer.errors import InferError, InferStatus
 from kuiperinfer.errors import ParseParameterAttrStatus as Status
+from kuiperinfer.kernels.compiled.epilogue import CompiledEpilogue
 from kuiperinfer.kernels.elementwise import InplaceActivation
-from kuiperinfer.layers.base import Layer, ParamLayer, declared_rank
+from kuiperinfer.layers.base import Layer, ParamLayer, compiled, declared_rank
 from kuiperinfer.layers.fusion import ActivationFusion
 from kuiperinfer.runtime.operator import RuntimeOperator
 from kuiperinfer.runtime.registry import register_layer
@@ -33,12 +34,15 @@ class Linear(ParamLayer):
     """y = x W^T + b over the last dimension; W^T is packed once, contiguous."""
 
     fusion = ActivationFusion
+    compiled_kernels = True
 
     def __init__(self, layer_name: str, weight: np.ndarray, bias: np.ndarray | None = None,
-                 activation: InplaceActivation | None = None):
+                 activation: InplaceActivation | None = None, compiled: bool = False):
         super().__init__(layer_name, weight, bias)
         self.activation = activation
         """An activation the graph optimiser fused in, applied in place on the output."""
+        self.compiled = compiled
+        """Whether the bias and activation follow the product in one compiled pass."""
         self.pack()
 
     @classmethod
@@ -48,7 +52,7 @@ class Linear(ParamLayer):
         weight = op.weight("weight", (out_features, in_features), copy=False)
         use_bias = op.param_bool("bias", Status.kParameterMissingUseBias, default=op.has_weight("bias"))
         bias = op.weight("bias", (out_features,), Status.kAttrMissingBias) if use_bias else None
-        layer = cls(op.name, weight, bias, op.fusion.activation if op.fusion is not None else None)
+        layer = cls(op.name, weight, bias, op.fusion.activation if op.fusion is not None else None, compiled(op))
         layer.batch_independent = declared_rank(op) >= 2
         return layer
 
@@ -58,10 +62,16 @@ class Linear(ParamLayer):
 
     def pack(self) -> None:
         self._weight_t = np.require(self._weight.T, np.float32, "CA")
+        self._epilogue = CompiledEpilogue(self._bias, self._weight.shape[0], self.activation) if self.compiled \
+            else None
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
-        y = linear(inputs[0], self._weight_t, self._bias)
-        return [y if self.activation is None else self.activation(y)]
+        if self._epilogue is None:
+            y = linear(inputs[0], self._weight_t, self._bias)
+            return [y if self.activation is None else self.activation(y)]
+        y = linear(inputs[0], self._weight_t, None)
+        self._epilogue(y)
+        return [y]
 
 
 @register_layer("F.linear")

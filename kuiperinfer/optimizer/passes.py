@@ -20,6 +20,8 @@
   (:mod:`kuiperinfer.kernels.winograd`) where it pays.
 * :func:`select_channels_last`: convolutions (and learned 2x upsampling) hand on their
   output in channels-last memory (:mod:`kuiperinfer.kernels.layout`), as they compute it.
+* :func:`select_compiled_kernels`: every layer that has compiled kernels runs them, where
+  Numba imported (:mod:`kuiperinfer.kernels.jit`).
 
 A pass takes the graph and returns how many rewrites it made. It learns what an operator
 is from the :class:`LayerRegisterer`'s classes, without building layers; it edits the
@@ -35,11 +37,18 @@ from dataclasses import replace
 import numpy as np
 
 from kuiperinfer.errors import GraphError, KuiperError
+from kuiperinfer.kernels import jit
 from kuiperinfer.kernels.winograd import MIN_CHANNELS
 from kuiperinfer.layers.activation import InplaceActivationLayer
 from kuiperinfer.layers.convolution import ConvGeometry, Convolution, TransposedConvolution, spatial_rank
 from kuiperinfer.layers.expression import ExpressionLayer
-from kuiperinfer.layers.fusion import ConvolutionFusion, Pointwise, PointwiseDepthwiseFusion, SqueezeExcitationFusion
+from kuiperinfer.layers.fusion import (
+    ConvolutionFusion,
+    KernelChoice,
+    Pointwise,
+    PointwiseDepthwiseFusion,
+    SqueezeExcitationFusion,
+)
 from kuiperinfer.layers.normalization import BatchNorm
 from kuiperinfer.layers.normalization import fold_batch_norm as batch_norm_scale_shift
 from kuiperinfer.layers.padding import Pad
@@ -294,8 +303,24 @@ def select_channels_last(graph: RuntimeGraph) -> int:
     return selected
 
 
+def select_compiled_kernels(graph: RuntimeGraph) -> int:
+    """Record on every operator whose layer has compiled kernels that it runs them (none
+    where Numba could not be imported: the layers then run their NumPy references)."""
+    if not jit.AVAILABLE:
+        return 0
+    selected = 0
+    for op in graph.operators:
+        layer_class = LayerRegisterer.layer_class(op.type)
+        if layer_class is not None and layer_class.compiled_kernels:
+            record = op.fusion or (layer_class.fusion or KernelChoice)()
+            fuse(op, replace(record, compiled=True))
+            selected += 1
+    return selected
+
+
 PASSES: tuple[Pass, ...] = (fold_batch_norm, fold_zero_padding, fuse_activation, fuse_pointwise_depthwise,
-                            fuse_squeeze_excitation, fuse_residual_add, select_winograd, select_channels_last)
+                            fuse_squeeze_excitation, fuse_residual_add, select_winograd, select_channels_last,
+                            select_compiled_kernels)
 
 
 def optimize(graph: RuntimeGraph, passes: tuple[Pass, ...] = PASSES) -> dict[str, int]:

@@ -1,0 +1,7 @@
+"""The compiled twins of the NumPy reference kernels: Numba, through :func:`kuiperinfer.kernels.jit.kernel`.
+
+Each module here computes what a reference kernel of :mod:`kuiperinfer.kernels` computes,
+on C-contiguous float32 arrays, releasing the GIL; the tests compare every one with its
+reference on edge shapes. Layers take them when the optimiser's record says so
+(``compiled`` in :mod:`kuiperinfer.layers.fusion`), which it does wherever Numba imported.
+"""

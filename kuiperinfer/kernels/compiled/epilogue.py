@@ -1,0 +1,63 @@
+"""What follows a matrix product, in one pass over its rows: bias, activation, residual.
+
+:class:`CompiledEpilogue` is the compiled twin of
+:class:`~kuiperinfer.kernels.elementwise.Epilogue` (same call: a block of output pixels
+whose last axis holds the output channels), and :func:`add_residual_rows` the twin of
+adding a residual in place and applying the activation after it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kuiperinfer.kernels.compiled.activation import ActivationCode, finish_row
+from kuiperinfer.kernels.elementwise import Epilogue, InplaceActivation
+from kuiperinfer.kernels.jit import kernel
+
+
+@kernel
+def finish_rows(out: np.ndarray, bias: np.ndarray, code: int, a: np.float32, b: np.float32) -> None:
+    """``out = activation(out + bias)`` in place over every row of the (P, K) ``out``."""
+    for i in range(out.shape[0]):
+        finish_row(out[i], bias, code, a, b)
+
+
+@kernel
+def add_residual_rows(out: np.ndarray, residual: np.ndarray, zeros: np.ndarray, code: int, a: np.float32,
+                      b: np.float32) -> None:
+    """``out = activation(out + residual)`` in place, both (P, K); ``zeros`` is K zeros."""
+    for i in range(out.shape[0]):
+        row = out[i]
+        row += residual[i]
+        finish_row(row, zeros, code, a, b)
+
+
+class CompiledEpilogue:
+    """A bias along the last axis, then an activation, in place on each block of output rows
+    (:class:`~kuiperinfer.kernels.elementwise.Epilogue`'s call); channel slices and blocks
+    that are not one run of memory go to the reference."""
+
+    def __init__(self, bias: np.ndarray | None, channels: int, activation: InplaceActivation | None):
+        # a writable copy: a read-only array (the model file's) would be another specialisation
+        self.bias = np.zeros(channels, np.float32) if bias is None else np.array(bias, np.float32)
+        self.activation = activation
+        self.code = ActivationCode.of(activation)
+        self._reference = Epilogue(bias, activation)
+
+    def __call__(self, block: np.ndarray, channels: slice = slice(None)) -> None:
+        if channels != slice(None) or not block.flags.c_contiguous or block.shape[-1] != len(self.bias):
+            self._reference(block, channels)
+            return
+        finish_rows(block.reshape(-1, block.shape[-1]), self.bias, *self.code)
+
+
+def add_residual(out: np.ndarray, residual: np.ndarray, activation: InplaceActivation | None) -> bool:
+    """``out = activation(out + residual)`` in place where both are C-contiguous arrays of one
+    shape (NHWC or any other, the same); False, doing nothing, for any other pair."""
+    if out.shape != residual.shape or not (out.flags.c_contiguous and residual.flags.c_contiguous) \
+            or residual.dtype != np.float32 or out.ndim == 0:
+        return False
+    rows = out.reshape(-1, out.shape[-1])
+    add_residual_rows(rows, residual.reshape(rows.shape), np.zeros(rows.shape[1], np.float32),
+                      *ActivationCode.of(activation))
+    return True
