@@ -1,27 +1,20 @@
-"""``python -m benchmarks``: time kuiperinfer, onnxruntime and PyTorch eager side by side.
+"""``python -m benchmarks``: time kuiperinfer, onnxruntime and PyTorch eager as users run them.
 
-For each model and batch, in one process: export (cached), load the three engines with
-the same thread count (kuiperinfer's workers and BLAS, onnxruntime's intra-op threads,
-``torch.set_num_threads``), check that their outputs agree, warm each up, then time them
-round-robin -- one run of each engine per round, the order rotating -- so that drifts in
-the machine's load hit all three alike. The memory each engine adds to its process, by
-loading the model and at its peak while inferring, is measured in a fresh spawned process
-per engine (in one shared process the allocator would keep what one engine freed and hide
-the next one's peak). kuiperinfer's loading ends with a warm-up run on zeros, so what its
-first inference would allocate counts as loaded; compare the sum of the two columns.
+First the kernel rates (:mod:`benchmarks.kernels`), so that a slower kernel shows on its own.
+Then, for each model and batch: export (cached), start each engine in its own spawned
+process with its default settings (``--threads`` pins them all to one count instead), check
+that their outputs agree, and time them in alternating blocks, one engine computing at a
+time (:mod:`benchmarks.alternate`). The memory each engine adds to its process, by loading
+the model and at its peak while inferring, is measured in a fresh spawned process per engine
+(in a process that already ran the model the allocator would keep what the runs freed and
+hide the peak). kuiperinfer's loading ends with a warm-up run on zeros when the model
+declares its input shapes (not for the transformers, exported with a dynamic batch), so what
+its first inference would allocate then counts as loaded; compare the sum of the two columns.
 
-Idle threads sleep instead of spinning in every engine (PyTorch's OpenMP threads through
-``OMP_WAIT_POLICY=PASSIVE``, onnxruntime's through ``session.intra_op.allow_spinning=0``,
-the OpenBLAS threads of kuiperinfer's NumPy through ``OPENBLAS_THREAD_TIMEOUT=4``): in
-interleaved rounds on a small machine one engine's spinning threads would otherwise steal
-the cores of the engine timed next.
+``--busy N`` times the same table on a shared machine: N single-threaded CPU-bound
+processes (:mod:`benchmarks.busy`) run beside it for the whole of the models' timing.
 
-Beside the three times the table shows kuiperinfer's floor (:mod:`benchmarks.floor`): the
-model's multiply-adds at the best rates of kuiperinfer's kernels on this machine, shared
-perfectly among the threads, and its ratio to onnxruntime's time. Where that ratio is above
-a target, no work around the kernels reaches the target; only faster kernels would.
-
-Writes ``latest.md`` (the table) and ``latest.json`` (everything) into ``--out``.
+Writes ``latest.md`` (the tables) and ``latest.json`` (everything) into ``--out``.
 """
 
 from __future__ import annotations
@@ -31,21 +24,22 @@ import json
 import multiprocessing
 import platform
 import shlex
+import signal
 import statistics
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from benchmarks.engines import ENGINES, make_engine, memory_use, model_files, sample_batch
-from benchmarks.floor import KernelRates, measure_rates, model_work
-from benchmarks.models import MODELS
-from kuiperinfer.benchmark import blas_description, blas_threads
-from kuiperinfer.errors import KuiperError
+from benchmarks import kernels
+from benchmarks.alternate import EngineFailed, EngineProcess, time_alternating
+from benchmarks.busy import BusyProcesses
+from benchmarks.engines import ENGINES, memory_use, onnx_file, pnnx_file
+from benchmarks.models import MODELS, BenchModel
 
 MB = 1 << 20
+SHORT = {"kuiperinfer": "kuiper", "onnxruntime": "ort", "torch": "torch"}
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -54,11 +48,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help=f"comma-separated, from {', '.join(MODELS)} (default: all)")
     parser.add_argument("--batches", default="",
                         help="comma-separated batch sizes (default: each model's own, 1 and 8 or 1)")
-    parser.add_argument("--threads", type=int, default=2, help="threads per engine (default 2)")
-    parser.add_argument("--runs", type=int, default=10, help="timed rounds (default 10)")
-    parser.add_argument("--warmup", type=int, default=2, help="untimed runs per engine (default 2)")
+    parser.add_argument("--runs", type=int, default=20, help="timed runs per engine (default 20)")
+    parser.add_argument("--block", type=int, default=5,
+                        help="runs an engine makes before the next one takes over (default 5)")
+    parser.add_argument("--warmup", type=int, default=2, help="untimed runs per engine after loading (default 2)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="pin every engine to this many threads (default: each engine's own default)")
+    parser.add_argument("--busy", type=int, default=0,
+                        help="CPU-bound processes running beside the timing, each in its own session (default 0)")
     parser.add_argument("--memory-runs", type=int, default=2,
                         help="inferences per memory probe; 0 skips the memory probes (default 2)")
+    parser.add_argument("--no-kernels", action="store_true", help="skip the kernel rates")
     parser.add_argument("--out", type=Path, default=Path("bench-results"), help="output folder")
     parser.add_argument("--cache", type=Path, default=None,
                         help="exported models (default: OUT/cache)")
@@ -66,62 +66,94 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     unknown = [m for m in args.models.split(",") if m not in MODELS]
     if unknown:
         parser.error(f"unknown models {unknown}; choose from {list(MODELS)}")
-    if args.threads < 1 or args.runs < 1 or args.warmup < 0 or args.memory_runs < 0:
-        parser.error("--threads and --runs must be positive, --warmup and --memory-runs not negative")
+    if args.runs < 1 or args.block < 1 or (args.threads is not None and args.threads < 1):
+        parser.error("--runs, --block and --threads must be positive")
+    if args.warmup < 0 or args.memory_runs < 0 or args.busy < 0:
+        parser.error("--warmup, --memory-runs and --busy must not be negative")
     return args
 
 
-def time_round_robin(engines: dict[str, Any], x: np.ndarray, runs: int, warmup: int) -> dict[str, list[float]]:
-    """Seconds per run of each engine, one run of each per round, the order rotating."""
-    names = list(engines)
-    for name in names:
-        for _ in range(warmup):
-            engines[name](x)
-    times: dict[str, list[float]] = {name: [] for name in names}
-    for i in range(runs):
-        for name in names[i % len(names):] + names[:i % len(names)]:
-            start = time.perf_counter()
-            engines[name](x)
-            times[name].append(time.perf_counter() - start)
-    return times
+def cases(args: argparse.Namespace) -> list[tuple[BenchModel, int]]:
+    """(model, batch) in the order they are timed."""
+    return [(MODELS[name], batch) for name in args.models.split(",")
+            for batch in ([int(b) for b in args.batches.split(",")] if args.batches else MODELS[name].batches)]
 
 
-def memory_uses(model: str, batch: int, param: Path, onnx_path: Path, threads: int,
-                runs: int) -> dict[str, dict[str, int | None]]:
+def export(model: BenchModel, cache: Path) -> dict[str, Path | str]:
+    """Each engine's model file, or why it could not be made (pnnx or torch.onnx failed)."""
+    files: dict[str, Path | str] = {}
+    for engine, make in (("kuiperinfer", pnnx_file), ("onnxruntime", onnx_file)):
+        try:
+            files[engine] = make(model, cache)
+        except Exception as exc:   # reported in the table for this engine; the others still run
+            files[engine] = f"export failed: {type(exc).__name__}: {exc}"
+    return files
+
+
+def _paths(files: dict[str, Path | str]) -> tuple[Path | None, Path | None]:
+    """The .pnnx.param and the .onnx, None for one whose export failed."""
+    return tuple(files[e] if isinstance(files.get(e), Path) else None for e in ("kuiperinfer", "onnxruntime"))
+
+
+def memory_uses(model: str, batch: int, files: dict[str, Path | str], engines: list[str],
+                threads: int | None, runs: int) -> dict[str, dict[str, int | None]]:
     """:func:`~benchmarks.engines.memory_use` per engine, each in a fresh spawned process,
     one after another."""
     context = multiprocessing.get_context("spawn")
+    param, onnx_path = (None if path is None else str(path) for path in _paths(files))
     result = {}
-    for engine in ENGINES:
+    for engine in engines:
         with context.Pool(1) as pool:
-            result[engine] = pool.apply(memory_use, (engine, model, batch, str(param), str(onnx_path), threads, runs))
+            result[engine] = pool.apply(memory_use, (engine, model, batch, param, onnx_path, threads, runs))
     return result
 
 
-def bench_case(name: str, batch: int, args: argparse.Namespace, rates: KernelRates) -> dict[str, Any]:
-    model = MODELS[name]
-    param, onnx_path = model_files(model, args.cache)
-    engines = {engine: make_engine(engine, model, param, onnx_path, args.threads) for engine in ENGINES}
-    x = sample_batch(model, batch)
-    outputs = {engine: np.asarray(run(x)) for engine, run in engines.items()}
-    times = time_round_robin(engines, x, args.runs, args.warmup)
-    del engines
-    memory = (memory_uses(name, batch, param, onnx_path, args.threads, args.memory_runs)
-              if args.memory_runs else {})
-    case: dict[str, Any] = {"model": name, "batch": batch, "input_shape": [batch, *model.input_shape]}
-    for engine in ENGINES:
-        case[engine] = {"median_ms": statistics.median(times[engine]) * 1e3,
-                        "min_ms": min(times[engine]) * 1e3,
-                        "runs_ms": [t * 1e3 for t in times[engine]],
+def summary(times_s: list[float]) -> dict[str, Any]:
+    """Median, 90th percentile (linear between ranks) and minimum, in milliseconds."""
+    ms = [t * 1e3 for t in times_s]
+    return {"median_ms": statistics.median(ms), "p90_ms": float(np.percentile(ms, 90)), "min_ms": min(ms),
+            "runs_ms": ms}
+
+
+def bench_case(model: BenchModel, batch: int, files: dict[str, Path | str], args: argparse.Namespace
+               ) -> dict[str, Any]:
+    """Time one model at one batch in every engine; an engine that fails is reported, not fatal."""
+    inputs = model.sample_inputs(batch)
+    case: dict[str, Any] = {"model": model.name, "batch": batch,
+                            "inputs": {name: [list(x.shape), str(x.dtype)] for name, x in inputs.items()}}
+    param, onnx_path = _paths(files)
+    processes: dict[str, EngineProcess] = {}
+    outputs: dict[str, np.ndarray] = {}
+    try:
+        for engine in ENGINES:
+            if isinstance(files.get(engine), str):   # its export failed
+                case[engine] = {"error": files[engine]}
+                continue
+            processes[engine] = EngineProcess(engine, model.name, param, onnx_path, args.threads, inputs,
+                                              args.warmup).start()
+        for engine, process in list(processes.items()):
+            try:
+                outputs[engine] = process.ready()
+            except EngineFailed as exc:
+                case[engine] = {"error": str(exc)}
+                del processes[engine]
+        times, settled = time_alternating(processes, args.runs, args.block) if processes else ({}, {})
+    finally:
+        for process in processes.values():
+            process.close()
+    memory = memory_uses(model.name, batch, files, list(processes), args.threads, args.memory_runs) \
+        if args.memory_runs and processes else {}
+    for engine, process in processes.items():
+        case[engine] = {**summary(times[engine]), "threads": process.thread_text,
+                        "settle_max_s": settled[engine],
                         "loaded_memory_bytes": memory.get(engine, {}).get("loaded"),
                         "peak_memory_added_bytes": memory.get(engine, {}).get("peak_added")}
-    kuiper = case["kuiperinfer"]["median_ms"]
-    case["floor_ms"] = model_work(param).floor_ms(rates, batch, args.threads)
-    case["floor_vs_onnxruntime"] = case["floor_ms"] / case["onnxruntime"]["median_ms"]
-    case["ratio_vs_onnxruntime"] = kuiper / case["onnxruntime"]["median_ms"]
-    case["ratio_vs_torch"] = kuiper / case["torch"]["median_ms"]
-    case["max_abs_diff_vs_onnxruntime"] = _max_diff(outputs["kuiperinfer"], outputs["onnxruntime"])
-    case["max_abs_diff_vs_torch"] = _max_diff(outputs["kuiperinfer"], outputs["torch"])
+    for other in ("onnxruntime", "torch"):
+        both = all("median_ms" in case[e] for e in ("kuiperinfer", other))
+        case[f"ratio_vs_{other}"] = case["kuiperinfer"]["median_ms"] / case[other]["median_ms"] if both else None
+    case["max_abs_diff"] = {f"{a}_vs_{b}": _max_diff(outputs[a], outputs[b])
+                            for a, b in (("kuiperinfer", "onnxruntime"), ("kuiperinfer", "torch"),
+                                         ("onnxruntime", "torch")) if a in outputs and b in outputs}
     return case
 
 
@@ -134,6 +166,7 @@ def machine() -> dict[str, Any]:
     import torch
 
     import kuiperinfer
+    from kuiperinfer.benchmark import blas_description
 
     cpu = platform.processor() or platform.machine()
     try:
@@ -146,52 +179,95 @@ def machine() -> dict[str, Any]:
             "onnxruntime": onnxruntime.__version__, "torch": torch.__version__}
 
 
+def mode_text(busy: int) -> str:
+    if not busy:
+        return "quiet machine (no load started beside the benchmark)"
+    return (f"shared machine, {busy} CPU-bound process{'es' if busy != 1 else ''} running beside the timing "
+            f"(each single-threaded, in its own session)")
+
+
+def threads_text(report: dict[str, Any]) -> str:
+    """What threads each engine ran on, as the first case that ran it says."""
+    pinned = "default threads" if report["threads"] is None else f"pinned to {report['threads']} threads"
+    seen = {}
+    for case in report["cases"]:
+        for engine in ENGINES:
+            if "threads" in case[engine]:
+                seen.setdefault(engine, case[engine]["threads"])
+    return f"Each engine with its {pinned}" + "".join(f"; {e}: {seen[e]}" for e in ENGINES if e in seen)
+
+
+def _ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
 def markdown(report: dict[str, Any]) -> str:
-    m, rates = report["machine"], report["kernel_rates"]
-    lines = [f"`{report['command']}` on {m['cpu']} ({m['cpus']} CPUs), {report['threads']} threads per "
-             f"engine, median of {report['runs']} interleaved runs (min in brackets), "
-             f"numpy {m['numpy']} ({m['blas']}), onnxruntime {m['onnxruntime']}, torch {m['torch']}. "
-             f"Floor: the model's multiply-adds at kuiperinfer's best kernel rates here (one thread: "
-             f"matrix products {rates['gemm'] / 1e9:.1f} GMAC/s, depthwise {rates['depthwise'] / 1e9:.1f} "
-             f"GMAC/s; 3x3 convolutions at a quarter of their multiply-adds, for Winograd) over "
-             f"{report['threads']} threads.",
-             "",
-             "| model | batch | kuiperinfer ms | onnxruntime ms | torch ms | floor ms | kuiper/ort | floor/ort "
-             "| kuiper/torch | MB loaded (kuiper / ort / torch) | peak MB added (kuiper / ort / torch) "
-             "| max abs diff (ort / torch) |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    """The model table (and the kernel rates before it, when measured), with a header saying
+    how it was measured and a footnote for every engine that failed."""
+    m = report["machine"]
+    lines = [f"`{report['command']}` on {m['cpu']} ({m['cpus']} CPUs).", "",
+             f"**Mode: {mode_text(report['busy'])}.** {threads_text(report)}. Each engine in its own process, "
+             f"loaded once, timed in alternating blocks of {report['block']} runs (order rotating, one engine "
+             f"computing at a time), {report['runs']} timed runs each after {report['warmup']} warm-up runs. "
+             f"numpy {m['numpy']} ({m['blas']}), onnxruntime {m['onnxruntime']}, torch {m['torch']}.", ""]
+    if report["kernels"]:
+        lines += ["Kernel rates, measured before the models" + (" and before the busy processes started"
+                                                            if report["busy"] else "") + ":", "",
+                  kernels.markdown(report["kernels"])]
+    columns = [c for e in ENGINES for c in (f"{e} ms median (min)", f"{e} ms p90")]
+    lines += ["| model | batch | " + " | ".join(columns) + " | kuiper/ort | kuiper/torch "
+              "| MB loaded (kuiper / ort / torch) | peak MB added (kuiper / ort / torch) "
+              "| max abs diff kuiper vs (ort / torch) |",
+              "|---|---:|" + "---:|" * (len(columns) + 5)]
+    notes = []
     for c in report["cases"]:
-        if "error" in c:
-            lines.append(f"| {c['model']} | {c['batch']} | failed: {c['error'][:120]} ||||||||||")
-            continue
-        cells = [f"{c[e]['median_ms']:.1f} ({c[e]['min_ms']:.1f})" for e in ENGINES]
-        loaded, peak = (" / ".join("-" if c[e][key] is None else f"{c[e][key] / MB:.0f}" for e in ENGINES)
-                        for key in ("loaded_memory_bytes", "peak_memory_added_bytes"))
-        lines.append(f"| {c['model']} | {c['batch']} | {' | '.join(cells)} | {c['floor_ms']:.1f} "
-                     f"| {c['ratio_vs_onnxruntime']:.2f} | {c['floor_vs_onnxruntime']:.2f} "
-                     f"| {c['ratio_vs_torch']:.2f} | {loaded} | {peak} | {c['max_abs_diff_vs_onnxruntime']:.1e} / "
-                     f"{c['max_abs_diff_vs_torch']:.1e} |")
+        cells = [c["model"], str(c["batch"])]
+        for engine in ENGINES:
+            result = c[engine]
+            if "error" in result:
+                notes.append(f"{c['model']} batch {c['batch']}, {engine}: {' '.join(result['error'].split())}")
+                cells += [f"failed ({len(notes)})", "-"]
+            else:
+                cells += [f"{result['median_ms']:.1f} ({result['min_ms']:.1f})", f"{result['p90_ms']:.1f}"]
+        cells += [_ratio(c["ratio_vs_onnxruntime"]), _ratio(c["ratio_vs_torch"])]
+        for key in ("loaded_memory_bytes", "peak_memory_added_bytes"):
+            cells.append(" / ".join("-" if c[e].get(key) is None else f"{c[e][key] / MB:.0f}" for e in ENGINES))
+        diffs = c["max_abs_diff"]
+        cells.append(" / ".join(f"{diffs[k]:.1e}" if k in diffs else "-"
+                                for k in ("kuiperinfer_vs_onnxruntime", "kuiperinfer_vs_torch")))
+        lines.append("| " + " | ".join(cells) + " |")
+    if notes:
+        lines += ["", "Failed (numbered as in the table):", *(f"{i}. {n}" for i, n in enumerate(notes, 1))]
     return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     args.cache = args.cache or args.out / "cache"
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))   # unwinds: busy processes end too
     report: dict[str, Any] = {
         "command": "python -m benchmarks " + shlex.join(sys.argv[1:] if argv is None else argv),
-        "threads": args.threads, "runs": args.runs, "warmup": args.warmup, "machine": machine(), "cases": []}
-    rates = measure_rates()
-    report["kernel_rates"] = {"gemm": rates.gemm, "depthwise": rates.depthwise}
-    with blas_threads(args.threads):
-        for name in args.models.split(","):
-            batches = [int(b) for b in args.batches.split(",")] if args.batches else MODELS[name].batches
-            for batch in batches:
-                print(f"{name} batch {batch} ...", file=sys.stderr, flush=True)
-                try:
-                    report["cases"].append(bench_case(name, batch, args, rates))
-                except KuiperError as exc:   # e.g. an operator not supported yet: report, go on
-                    print(f"  {name} batch {batch} failed: {exc}", file=sys.stderr)
-                    report["cases"].append({"model": name, "batch": batch, "error": str(exc)})
+        "threads": args.threads, "busy": args.busy, "runs": args.runs, "block": args.block, "warmup": args.warmup,
+        "machine": machine(), "kernels": [], "cases": []}
+    todo = cases(args)
+    files = {}
+    for model in dict.fromkeys(model for model, _ in todo):   # exports first: not timed, not beside busy loops
+        print(f"exporting {model.name} ...", file=sys.stderr, flush=True)
+        files[model.name] = export(model, args.cache)
+    if not args.no_kernels:
+        print("kernel rates ...", file=sys.stderr, flush=True)
+        results = kernels.measure_all()
+        report["kernels"] = [r.to_dict() for r in results]
+        print(kernels.markdown(report["kernels"]), file=sys.stderr, flush=True)
+    with BusyProcesses(args.busy):
+        for model, batch in todo:
+            print(f"{model.name} batch {batch} ...", file=sys.stderr, flush=True)
+            try:
+                report["cases"].append(bench_case(model, batch, files[model.name], args))
+            except Exception as exc:   # the case is reported as failed; the others still run
+                error = {"error": f"{type(exc).__name__}: {exc}"}
+                report["cases"].append({"model": model.name, "batch": batch, "ratio_vs_onnxruntime": None,
+                                        "ratio_vs_torch": None, "max_abs_diff": {}, **dict.fromkeys(ENGINES, error)})
     args.out.mkdir(parents=True, exist_ok=True)
     table = markdown(report)
     (args.out / "latest.md").write_text(table, encoding="utf-8")

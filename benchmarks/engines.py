@@ -1,7 +1,9 @@
 """The three engines behind one call signature, their model files, and the memory probe.
 
-An engine is a function from a float32 NCHW batch to the model's (first) output as a
-NumPy array, made ready to run by :func:`make_engine` with a fixed thread count.
+An engine is loaded by :func:`make_engine` as its users load it, with its default settings
+(its own thread count, onnxruntime's spinning threads), unless ``threads`` pins every engine
+to the same count for an experiment. It is then a function from a model's named inputs
+(:meth:`~benchmarks.models.BenchModel.sample_inputs`) to its first output as a NumPy array.
 """
 
 from __future__ import annotations
@@ -11,14 +13,26 @@ import os
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from benchmarks.models import MODELS, BenchModel
+from benchmarks.models import MODELS, BenchModel, Inputs
 
 ENGINES = ("kuiperinfer", "onnxruntime", "torch")
-Engine = Callable[[np.ndarray], np.ndarray]
+
+
+@dataclass(frozen=True)
+class Engine:
+    """A loaded model: call it on a model's inputs for its first output."""
+
+    run: Callable[[Inputs], np.ndarray]
+    threads: str
+    """How many threads it computes on, as far as the engine says (for the report)."""
+
+    def __call__(self, inputs: Inputs) -> np.ndarray:
+        return self.run(inputs)
 
 
 @contextlib.contextmanager
@@ -39,79 +53,126 @@ def _quiet() -> Iterator[None]:
             os.close(copy)
 
 
-def model_files(model: BenchModel, cache: Path) -> tuple[Path, Path]:
-    """The model's .pnnx.param and .onnx, exported into ``cache`` unless already there."""
+def _torch_inputs(model: BenchModel, batch: int) -> tuple:
     import torch
 
+    return tuple(torch.from_numpy(value) for value in model.sample_inputs(batch).values())
+
+
+def pnnx_file(model: BenchModel, cache: Path) -> Path:
+    """The model's .pnnx.param (the bundled one, or exported into ``cache`` unless already there)."""
+    if model.bundled_param:
+        return model.bundled_param()
     directory = cache / model.name
+    param = directory / f"{model.name}.pnnx.param"
+    if param.exists():
+        return param
+    import pnnx
+    import torch
+
     directory.mkdir(parents=True, exist_ok=True)
-    param = model.bundled_param() if model.bundled_param else directory / f"{model.name}.pnnx.param"
+    second = (_torch_inputs(model, 2),) if model.dynamic else ()
+    with torch.no_grad(), _quiet():
+        try:
+            pnnx.export(model.module(), str(directory / f"{model.name}.pt"), _torch_inputs(model, 1), *second)
+        except SyntaxError:   # pnnx's generated Python may not import; the .param/.bin are written before it
+            if not param.exists():
+                raise
+    return param
+
+
+def onnx_file(model: BenchModel, cache: Path) -> Path:
+    """The model's .onnx, exported into ``cache`` unless already there: inputs named as the
+    model's, the batch dimension of every input and of the output dynamic."""
+    directory = cache / model.name
     onnx_path = directory / f"{model.name}.onnx"
-    if param.exists() and onnx_path.exists():
-        return param, onnx_path
-    module = model.module()
-    sample = torch.rand(1, *model.input_shape)
+    if onnx_path.exists():
+        return onnx_path
+    import torch
+
+    directory.mkdir(parents=True, exist_ok=True)
+    names = [spec.name for spec in model.inputs]
     with torch.no_grad():
-        if not param.exists():
-            import pnnx
-            with _quiet():
-                pnnx.export(module, str(directory / f"{model.name}.pt"), (sample,))
-        if not onnx_path.exists():
-            torch.onnx.export(module, (sample,), str(onnx_path), dynamo=False, opset_version=17,
-                              input_names=["input"], output_names=["output"],
-                              dynamic_axes={"input": {0: "batch"}, "output": {0: "batch"}})
-    return param, onnx_path
+        torch.onnx.export(model.module(), _torch_inputs(model, 1), str(onnx_path), dynamo=False, opset_version=17,
+                          input_names=names, output_names=["output"],
+                          dynamic_axes={name: {0: "batch"} for name in [*names, "output"]})
+    return onnx_path
 
 
-def onnxruntime_session(onnx_path: Path, threads: int, profile: bool = False):
-    """An onnxruntime CPU session on ``threads`` intra-op threads whose idle threads sleep
-    (so that they do not slow the engine timed next); with ``profile``, it records every
-    node's time (``session.end_profiling()`` writes them to a JSON file)."""
+def model_files(model: BenchModel, cache: Path) -> tuple[Path, Path]:
+    """The model's .pnnx.param and .onnx, exported into ``cache`` unless already there."""
+    return pnnx_file(model, cache), onnx_file(model, cache)
+
+
+def onnxruntime_session(onnx_path: Path, threads: int | None = None, profile: bool = False):
+    """An onnxruntime CPU session with default options (its own thread count, spinning idle
+    threads), or on ``threads`` intra-op threads. With ``profile`` it keeps the profiling
+    session's settings (one inter-op thread, idle threads sleeping) and records every node's
+    time (``session.end_profiling()`` writes them to a JSON file in the temporary directory)."""
     import onnxruntime as ort
 
+    if threads is None and not profile:
+        return ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
     options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    options.enable_profiling = profile
+    if threads is not None:
+        options.intra_op_num_threads = threads
     if profile:   # the JSON goes to the temporary directory, never the working tree
+        options.inter_op_num_threads = 1
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        options.enable_profiling = True
         options.profile_file_prefix = os.path.join(tempfile.gettempdir(), "kuiper-onnxruntime-profile")
     return ort.InferenceSession(str(onnx_path), options, providers=["CPUExecutionProvider"])
 
 
-def make_engine(engine: str, model: BenchModel, param: Path, onnx_path: Path, threads: int) -> Engine:
-    """Load ``model`` into ``engine``, running on ``threads`` threads."""
+def make_engine(engine: str, model: BenchModel, param: Path | None, onnx_path: Path | None,
+                threads: int | None = None) -> Engine:
+    """Load ``model`` into ``engine`` with its default settings, or on ``threads`` threads.
+
+    ``threads`` also limits NumPy's BLAS only where the caller does (``blas_threads``), as the
+    engine's process is the caller's.
+    """
     if engine == "kuiperinfer":
         import kuiperinfer
+        from kuiperinfer.benchmark import blas_description
 
-        graph = kuiperinfer.load(param, workers=threads)
-        return lambda x: graph.run(x)[0]
+        graph = kuiperinfer.load(param) if threads is None else kuiperinfer.load(param, workers=threads)
+        return Engine(lambda inputs: graph.run(*inputs.values())[0],
+                      f"{graph.workers} workers, BLAS {blas_description()}")
     if engine == "onnxruntime":
         session = onnxruntime_session(onnx_path, threads)
-        return lambda x: session.run(None, {"input": x})[0]
+        return Engine(lambda inputs: session.run(None, inputs)[0],
+                      "default" if threads is None else f"{threads} intra-op")
     if engine == "torch":
         import torch
 
-        torch.set_num_threads(threads)
+        if threads is not None:
+            torch.set_num_threads(threads)
         module = model.module()
 
-        def run(x: np.ndarray) -> np.ndarray:
+        def run(inputs: Inputs) -> np.ndarray:
             with torch.inference_mode():
-                return module(torch.from_numpy(x)).numpy()
-        return run
+                return module(*(torch.from_numpy(value) for value in inputs.values())).numpy()
+        return Engine(run, f"{torch.get_num_threads()} intra-op")
     raise ValueError(f"unknown engine {engine!r}; choose from {ENGINES}")
-
-
-def sample_batch(model: BenchModel, batch: int, seed: int = 0) -> np.ndarray:
-    """A reproducible random input batch."""
-    return np.random.default_rng(seed).random((batch, *model.input_shape), dtype=np.float32)
 
 
 ENGINE_MODULES = {"kuiperinfer": "kuiperinfer", "onnxruntime": "onnxruntime", "torch": "torch"}
 
 
-def memory_use(engine: str, model_name: str, batch: int, param: str, onnx_path: str,
-               threads: int, runs: int) -> dict[str, int | None]:
+@contextlib.contextmanager
+def engine_threads(threads: int | None) -> Iterator[None]:
+    """NumPy's BLAS limited to ``threads`` for the ``with`` (nothing changed when None)."""
+    if threads is None:
+        yield
+        return
+    from kuiperinfer.benchmark import blas_threads
+
+    with blas_threads(threads):
+        yield
+
+
+def memory_use(engine: str, model_name: str, batch: int, param: str | None, onnx_path: str | None,
+               threads: int | None, runs: int) -> dict[str, int | None]:
     """What ``engine`` adds to the resident set (bytes): ``loaded``, by loading the model
     (its library imported beforehand, so not counted), and ``peak_added``, at its peak
     over ``runs`` inferences after that.
@@ -121,16 +182,16 @@ def memory_use(engine: str, model_name: str, batch: int, param: str, onnx_path: 
     """
     import importlib
 
-    from kuiperinfer.benchmark import PeakMemory, blas_threads, resident_bytes
+    from kuiperinfer.benchmark import PeakMemory, resident_bytes
 
     importlib.import_module(ENGINE_MODULES[engine])
     model = MODELS[model_name]
-    with blas_threads(threads):
+    inputs = model.sample_inputs(batch)
+    with engine_threads(threads):
         before = resident_bytes()
-        run = make_engine(engine, model, Path(param), Path(onnx_path), threads)
+        run = make_engine(engine, model, param and Path(param), onnx_path and Path(onnx_path), threads)
         after = resident_bytes()
-        x = sample_batch(model, batch)
         with PeakMemory() as memory:
             for _ in range(runs):
-                run(x)
+                run(inputs)
     return {"loaded": None if before is None or after is None else after - before, "peak_added": memory.growth}

@@ -2,7 +2,7 @@
 
 The counterpart of ``kuiper profile`` for the benchmark's other engine, to compare the two
 operator by operator: it loads the model's ONNX export (from the benchmark's cache, made
-if missing) into onnxruntime with the benchmark's session options and profiling on, runs
+if missing) into onnxruntime on ``--threads`` threads, idle threads sleeping, profiling on, runs
 it, and prints each node's median kernel time over the timed runs, largest first, then
 the total per operator type. onnxruntime's node names differ from pnnx's; the output
 shapes say which layer is which.
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.engines import model_files, onnxruntime_session, sample_batch
+from benchmarks.engines import onnx_file, onnxruntime_session
 from benchmarks.models import MODELS
 
 
@@ -86,11 +86,10 @@ def main(argv: list[str] | None = None) -> None:
     if args.batch < 1 or args.threads < 1 or args.runs < 1:
         parser.error("--batch, --threads and --runs must be positive")
     model = MODELS[args.model]
-    _, onnx_path = model_files(model, args.cache)
-    session = onnxruntime_session(onnx_path, args.threads, profile=True)
-    x = sample_batch(model, args.batch)
+    session = onnxruntime_session(onnx_file(model, args.cache), args.threads, profile=True)
+    inputs = model.sample_inputs(args.batch)
     for _ in range(args.runs + 3):
-        session.run(None, {"input": x})
+        session.run(None, inputs)
     profile = Path(session.end_profiling())
     try:
         events = json.loads(profile.read_text())

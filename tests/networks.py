@@ -406,3 +406,126 @@ class UNet(nn.Module):
 def unet(bilinear: bool, base: int = 64, seed: int = 0) -> UNet:
     torch.manual_seed(seed)
     return randomize_batchnorm(UNet(bilinear=bilinear, base=base), seed)
+
+
+# --------------------------------------------------------------------------- transformers
+
+
+def randomize_transformer(model: nn.Module, seed: int = 0) -> nn.Module:
+    """LayerNorm affine parameters and biases away from their initial 1 and 0, so that none is the identity."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, nn.LayerNorm):
+                m.weight.copy_(torch.rand(m.weight.shape, generator=generator) + 0.5)
+                m.bias.copy_((torch.rand(m.bias.shape, generator=generator) - 0.5) * 0.2)
+            elif isinstance(m, nn.Linear) and m.bias is not None:
+                m.bias.copy_((torch.rand(m.bias.shape, generator=generator) - 0.5) * 0.2)
+    return model.eval()
+
+
+class SelfAttention(nn.Module):
+    """Multi-head self-attention as timm writes it: one Linear for q, k and v, reshape/permute,
+    ``q @ k^T * scale``, softmax, ``@ v``; ``bias`` (N, 1, 1, L) is added to the scores (a key mask)."""
+
+    def __init__(self, dim: int, heads: int):
+        super().__init__()
+        self.heads = heads
+        self.scale = (dim // heads) ** -0.5
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+
+    def forward(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        b, n, c = x.shape
+        qkv = self.qkv(x).reshape(b, n, 3, self.heads, c // self.heads).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv[0], qkv[1], qkv[2]
+        scores = (q @ k.transpose(-2, -1)) * self.scale
+        if bias is not None:
+            scores = scores + bias
+        x = scores.softmax(dim=-1) @ v
+        return self.proj(x.transpose(1, 2).reshape(b, n, c))
+
+
+class ViTBlock(nn.Module):
+    """Pre-norm transformer block: x + attention(LN(x)), then x + MLP(LN(x)) with GELU."""
+
+    def __init__(self, dim: int, heads: int, hidden: int):
+        super().__init__()
+        self.norm1 = nn.LayerNorm(dim, eps=1e-6)
+        self.attn = SelfAttention(dim, heads)
+        self.norm2 = nn.LayerNorm(dim, eps=1e-6)
+        self.mlp = nn.Sequential(nn.Linear(dim, hidden), nn.GELU(), nn.Linear(hidden, dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.norm1(x))
+        return x + self.mlp(self.norm2(x))
+
+
+class VisionTransformer(nn.Module):
+    """timm's ViT layout: patch embedding by a strided Conv2d, class token, position embedding,
+    pre-norm blocks, final LayerNorm, linear head on the class token."""
+
+    def __init__(self, image: int = 224, patch: int = 16, dim: int = 192, depth: int = 12, heads: int = 3,
+                 hidden: int = 768, classes: int = 1000):
+        super().__init__()
+        self.patch_embed = nn.Conv2d(3, dim, patch, stride=patch)
+        self.cls_token = nn.Parameter(torch.randn(1, 1, dim) * 0.02)
+        self.pos_embed = nn.Parameter(torch.randn(1, (image // patch) ** 2 + 1, dim) * 0.02)
+        self.blocks = nn.Sequential(*[ViTBlock(dim, heads, hidden) for _ in range(depth)])
+        self.norm = nn.LayerNorm(dim, eps=1e-6)
+        self.head = nn.Linear(dim, classes)
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        x = self.patch_embed(images).flatten(2).transpose(1, 2)
+        x = torch.cat((self.cls_token.expand(x.shape[0], -1, -1), x), dim=1) + self.pos_embed
+        return self.head(self.norm(self.blocks(x))[:, 0])
+
+
+def vit_tiny(seed: int = 0) -> VisionTransformer:
+    """ViT-Tiny/16 at 224x224: embed 192, depth 12, 3 heads, MLP 768."""
+    torch.manual_seed(seed)
+    return randomize_transformer(VisionTransformer(), seed)
+
+
+class EncoderLayer(nn.Module):
+    """BERT's post-norm layer: LN(x + attention(x)), then LN(x + FFN(x)) with GELU."""
+
+    def __init__(self, dim: int, heads: int, hidden: int):
+        super().__init__()
+        self.attn = SelfAttention(dim, heads)
+        self.norm1 = nn.LayerNorm(dim, eps=1e-12)
+        self.ffn = nn.Sequential(nn.Linear(dim, hidden), nn.GELU(), nn.Linear(hidden, dim))
+        self.norm2 = nn.LayerNorm(dim, eps=1e-12)
+
+    def forward(self, x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+        x = self.norm1(x + self.attn(x, bias))
+        return self.norm2(x + self.ffn(x))
+
+
+class SentenceEncoder(nn.Module):
+    """A MiniLM-sized sentence encoder (BERT layout): token and position embeddings, LayerNorm,
+    post-norm encoder layers whose attention ignores masked keys, mean pooling over the
+    unmasked tokens to one embedding per sentence."""
+
+    def __init__(self, vocab: int = 30522, length: int = 32, dim: int = 384, depth: int = 6, heads: int = 12,
+                 hidden: int = 1536):
+        super().__init__()
+        self.tokens = nn.Embedding(vocab, dim)
+        self.positions = nn.Parameter(torch.randn(1, length, dim) * 0.02)
+        self.norm = nn.LayerNorm(dim, eps=1e-12)
+        self.layers = nn.ModuleList(EncoderLayer(dim, heads, hidden) for _ in range(depth))
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        mask = attention_mask.to(torch.float32)
+        bias = (1.0 - mask[:, None, None, :]) * -10000.0
+        x = self.norm(self.tokens(input_ids) + self.positions)
+        for layer in self.layers:
+            x = layer(x, bias)
+        weights = mask.unsqueeze(-1)
+        return (x * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1e-9)
+
+
+def minilm(seed: int = 0) -> SentenceEncoder:
+    """MiniLM-L6's size: 6 layers, hidden 384, 12 heads, intermediate 1536, vocabulary 30522, 32 tokens."""
+    torch.manual_seed(seed)
+    return randomize_transformer(SentenceEncoder(), seed)

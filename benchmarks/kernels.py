@@ -1,0 +1,270 @@
+"""``python -m benchmarks.kernels``: the rates of single kernels, so that a regression shows.
+
+Each case is a name, a setup function returning a zero-argument callable, and the work of
+one call: multiply-adds (printed as GMAC/s) or values (printed as ns per value). It is timed
+single-threaded (BLAS limited to one thread, kuiperinfer loaded with one worker) as the best
+of a few rounds, each long enough for the clock. The cases go through public, stable entry
+points only, so that they survive rewrites of the kernels: NumPy's matrix product, the rate
+the other cases compare with, and whole layers, each a one-operator model written as pnnx
+writes it and run through ``kuiperinfer.load`` and ``graph.run``, with the optimiser on as
+users have it (a ReLU6 after a convolution is fused into it, 3x3 convolutions may take
+Winograd). A convolution's multiply-adds are counted as computed directly, whatever
+algorithm runs.
+
+Adding a case takes a few lines::
+
+    @kernel("softmax 3x197x197", values=3 * 197 * 197)
+    def _softmax():
+        return layer("F.softmax", "dim=-1", (1, 3, 197, 197))
+
+:func:`layer` writes the model; a convolution (:func:`conv`) also takes its weights.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+Setup = Callable[[], Callable[[], Any]]
+
+
+@dataclass(frozen=True)
+class KernelCase:
+    """One micro-benchmark: ``setup()`` returns the call to time; ``macs`` or ``values`` is its work."""
+
+    name: str
+    setup: Setup
+    macs: int = 0
+    values: int = 0
+
+
+@dataclass(frozen=True)
+class KernelResult:
+    """A case's best time per call, and its rate."""
+
+    case: KernelCase
+    seconds: float
+
+    @property
+    def gmacs(self) -> float | None:
+        """Billions of multiply-adds per second (None for a case counted in values)."""
+        return self.case.macs / self.seconds / 1e9 if self.case.macs else None
+
+    @property
+    def ns_per_value(self) -> float | None:
+        """Nanoseconds per value (None for a case counted in multiply-adds)."""
+        return self.seconds / self.case.values * 1e9 if self.case.values and not self.case.macs else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.case.name, "seconds": self.seconds, "macs": self.case.macs,
+                "values": self.case.values, "gmacs_per_s": self.gmacs, "ns_per_value": self.ns_per_value}
+
+
+CASES: list[KernelCase] = []
+
+
+def kernel(name: str, *, macs: int = 0, values: int = 0) -> Callable[[Setup], Setup]:
+    """Register the decorated setup function as a case (give ``macs`` or ``values``)."""
+    if bool(macs) == bool(values):
+        raise ValueError(f"kernel case {name!r}: give its multiply-adds or its values, one of them")
+
+    def register(setup: Setup) -> Setup:
+        CASES.append(KernelCase(name, setup, macs, values))
+        return setup
+    return register
+
+
+def best_seconds(call: Callable[[], Any], rounds: int = 5, round_seconds: float = 0.02,
+                 clock: Callable[[], float] = time.perf_counter) -> float:
+    """Seconds per call of ``call``: the best of ``rounds`` rounds, each of as many calls as
+    fill ``round_seconds`` (measured on a first call, which also warms up)."""
+    start = clock()
+    call()
+    repeats = max(1, int(round_seconds / max(clock() - start, 1e-9)))
+    best = float("inf")
+    for _ in range(rounds):
+        start = clock()
+        for _ in range(repeats):
+            call()
+        best = min(best, (clock() - start) / repeats)
+    return best
+
+
+def measure(case: KernelCase, rounds: int = 5) -> KernelResult:
+    """Time ``case`` on one thread."""
+    from kuiperinfer.benchmark import blas_threads
+
+    with blas_threads(1):
+        call = case.setup()
+        return KernelResult(case, best_seconds(call, rounds))
+
+
+def measure_all(cases: list[KernelCase] | None = None, rounds: int = 5) -> list[KernelResult]:
+    return [measure(case, rounds) for case in (CASES if cases is None else cases)]
+
+
+def rate_text(result: dict[str, Any]) -> str:
+    """``12.34 GMAC/s`` or ``1.234 ns/value``."""
+    if result["gmacs_per_s"] is not None:
+        return f"{result['gmacs_per_s']:.2f} GMAC/s"
+    return f"{result['ns_per_value']:.3f} ns/value"
+
+
+def markdown(results: list[dict[str, Any]]) -> str:
+    """A table of results (as :meth:`KernelResult.to_dict` gives them)."""
+    lines = ["| kernel (one thread) | rate | µs per call |", "|---|---:|---:|"]
+    lines += [f"| {r['name']} | {rate_text(r)} | {r['seconds'] * 1e6:.1f} |" for r in results]
+    return "\n".join(lines) + "\n"
+
+
+# -- one-operator models through kuiperinfer's public API ---------------------------
+
+
+def _shape(shape: tuple[int, ...]) -> str:
+    return "(" + ",".join(map(str, shape)) + ")f32"
+
+
+def layer(op_type: str, params: str, shape: tuple[int, ...], out_shape: tuple[int, ...] | None = None,
+          weights: dict[str, np.ndarray] | None = None, after: str = "") -> Callable[[], Any]:
+    """``graph.run`` of a model holding one ``op_type`` operator (pnnx's ``params`` text, its
+    ``weights`` as ``@name`` arrays), optionally followed by an ``after`` operator of the same
+    output shape, on one random float32 input of ``shape``."""
+    import kuiperinfer
+
+    out_shape = out_shape or shape
+    weights = weights or {}
+    attributes = " ".join(f"@{key}={_shape(value.shape)}" for key, value in weights.items())
+    lines = [f"pnnx.Input in 0 1 x #x={_shape(shape)}",
+             f"{op_type} op 1 1 x y {params} {attributes} #x={_shape(shape)} #y={_shape(out_shape)}"]
+    last = "y"
+    if after:
+        lines.append(f"{after} after 1 1 y z #y={_shape(out_shape)} #z={_shape(out_shape)}")
+        last = "z"
+    lines.append(f"pnnx.Output out 1 0 {last} #{last}={_shape(out_shape)}")
+    directory = tempfile.TemporaryDirectory(prefix="kuiper-kernel-")
+    path = Path(directory.name)
+    (path / "m.pnnx.param").write_text(f"7767517\n{len(lines)} {len(lines) - 1}\n" + "\n".join(lines) + "\n")
+    with zipfile.ZipFile(path / "m.pnnx.bin", "w", zipfile.ZIP_STORED) as archive:
+        for key, value in weights.items():
+            archive.writestr(f"op.{key}", np.ascontiguousarray(value, np.float32).tobytes())
+    graph = kuiperinfer.load(path / "m.pnnx.param", workers=1)
+    x = np.random.default_rng(0).standard_normal(shape, dtype=np.float32)
+
+    def run() -> Any:
+        return graph.run(x)
+    run.files = directory   # the model's files live as long as the call
+    return run
+
+
+def conv(cin: int, cout: int, size: int, kernel_size: int, stride: int = 1, groups: int = 1,
+         after: str = "") -> Callable[[], Any]:
+    """An nn.Conv2d with bias, "same" padding, on a (1, cin, size, size) input."""
+    rng = np.random.default_rng(0)
+    pad, out = kernel_size // 2, (size + 2 * (kernel_size // 2) - kernel_size) // stride + 1
+    params = (f"bias=True dilation=(1,1) groups={groups} in_channels={cin} kernel_size=({kernel_size},{kernel_size}) "
+              f"out_channels={cout} padding=({pad},{pad}) padding_mode=zeros stride=({stride},{stride})")
+    weights = {"bias": rng.standard_normal(cout), "weight": rng.standard_normal(
+        (cout, cin // groups, kernel_size, kernel_size)) / np.sqrt(cin // groups * kernel_size ** 2)}
+    return layer("nn.Conv2d", params, (1, cin, size, size), (1, cout, out, out), weights, after)
+
+
+def matmul(m: int, k: int, n: int) -> Callable[[], Any]:
+    """``np.matmul`` of (m, k) by (k, n) float32 into a preallocated output."""
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((m, k), dtype=np.float32), rng.standard_normal((k, n), dtype=np.float32)
+    out = np.empty((m, n), np.float32)
+    return lambda: np.matmul(a, b, out=out)
+
+
+# -- the cases ----------------------------------------------------------------------
+
+@kernel("np.matmul 3136x96 @ 96x576 (a 1x1 convolution's GEMM, 56x56)", macs=3136 * 96 * 576)
+def _gemm_pointwise():
+    return matmul(3136, 96, 576)
+
+
+@kernel("np.matmul 197x192 @ 192x576 (ViT-Tiny's qkv)", macs=197 * 192 * 576)
+def _gemm_qkv():
+    return matmul(197, 192, 576)
+
+
+@kernel("conv 1x1 96->576 56x56", macs=3136 * 96 * 576)
+def _pointwise():
+    return conv(96, 576, 56, 1)
+
+
+@kernel("conv 1x1 96->576 56x56 + bias + ReLU6", macs=3136 * 96 * 576)
+def _pointwise_relu6():
+    return conv(96, 576, 56, 1, after="nn.ReLU6")
+
+
+@kernel("conv 3x3 64->64 56x56", macs=3136 * 64 * 64 * 9)
+def _dense3x3():
+    return conv(64, 64, 56, 3)
+
+
+@kernel("depthwise 3x3 stride 1, 96 channels 56x56", macs=96 * 56 * 56 * 9)
+def _depthwise3x3():
+    return conv(96, 96, 56, 3, groups=96)
+
+
+@kernel("depthwise 3x3 stride 2, 96 channels 56x56", macs=96 * 28 * 28 * 9)
+def _depthwise3x3_s2():
+    return conv(96, 96, 56, 3, stride=2, groups=96)
+
+
+@kernel("depthwise 5x5 stride 1, 96 channels 28x28", macs=96 * 28 * 28 * 25)
+def _depthwise5x5():
+    return conv(96, 96, 28, 5, groups=96)
+
+
+@kernel("max pool 3x3 stride 2, 64 channels 112x112 (per output value)", values=64 * 56 * 56)
+def _max_pool():
+    return layer("nn.MaxPool2d", "ceil_mode=False dilation=(1,1) kernel_size=(3,3) padding=(1,1) "
+                 "return_indices=False stride=(2,2)", (1, 64, 112, 112), (1, 64, 56, 56))
+
+
+@kernel("global average pool 576 channels 7x7 (per input value)", values=576 * 7 * 7)
+def _global_average_pool():
+    return layer("nn.AdaptiveAvgPool2d", "output_size=(1,1)", (1, 576, 7, 7), (1, 576, 1, 1))
+
+
+@kernel("softmax over 3x197x197", values=3 * 197 * 197)
+def _softmax():
+    return layer("F.softmax", "dim=-1", (1, 3, 197, 197))
+
+
+@kernel("layer norm 197x192", values=197 * 192)
+def _layer_norm():
+    rng = np.random.default_rng(0)
+    return layer("nn.LayerNorm", "elementwise_affine=True eps=1.000000e-6 normalized_shape=(192)", (1, 197, 192),
+                 weights={"bias": rng.standard_normal(192), "weight": rng.random(192) + 0.5})
+
+
+@kernel("GELU 197x768", values=197 * 768)
+def _gelu():
+    return layer("nn.GELU", "", (1, 197, 768))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.kernels", description=__doc__.splitlines()[0])
+    parser.add_argument("-k", "--match", default="", help="only the cases whose name contains this text")
+    parser.add_argument("--rounds", type=int, default=5, help="rounds per case, the best counts (default 5)")
+    args = parser.parse_args(argv)
+    cases = [case for case in CASES if args.match.lower() in case.name.lower()]
+    if not cases:
+        parser.error(f"no case matches {args.match!r}")
+    print(markdown([result.to_dict() for result in measure_all(cases, args.rounds)]), end="")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
