@@ -14,7 +14,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from handmade import one_operator_model
-from oracle import Branches, assert_matches, check_branches, export, torch_outputs
+from oracle import Branches, assert_matches, check_branches, check_op, export, torch_outputs
 
 import kuiperinfer
 from kuiperinfer.errors import InferError, LayerCreateError
@@ -24,6 +24,16 @@ def with_weight(module, values):
     with torch.no_grad():
         module.weight.copy_(torch.as_tensor(values, dtype=torch.float32))
     return module
+
+
+@pytest.mark.parametrize("fn", [nn.ReLU(), F.relu, torch.relu, lambda x: x.relu(),
+                                nn.Sigmoid(), torch.sigmoid, F.sigmoid, lambda x: x.sigmoid()])
+def test_relu_sigmoid_spellings(fn, tmp_path):
+    check_op(fn, (2, 3, 5, 4), directory=tmp_path, batch=3)
+
+
+def test_sigmoid_extremes_do_not_overflow(tmp_path):
+    check_op(lambda x: torch.sigmoid(x * 200), (1, 64), directory=tmp_path)
 
 
 SHAPE = (2, 3, 4, 5)

@@ -1,7 +1,6 @@
-"""Conv1d and the transposed convolutions against PyTorch, each exported by pnnx.
-
-nn.Conv2d / F.conv2d are covered in test_ops_core.py; here the 1-D path (the 2-D code on
-a unit height) and ConvTranspose1d/2d (GEMM + col2im) over a spread of parameters.
+"""Convolutions against PyTorch, each exported by pnnx: nn.Conv2d / F.conv2d, the 1-D path
+(the 2-D code on a unit height) and ConvTranspose1d/2d (GEMM + col2im), over a spread of
+parameters.
 """
 
 import pytest
@@ -17,6 +16,37 @@ from kuiperinfer.layers import LayerRegisterer
 
 def case_id(case: dict) -> str:
     return ",".join(f"{k}={v}" for k, v in case.items())
+
+
+CONV_CASES = [
+    dict(cin=3, cout=8, k=3, stride=1, padding=1),
+    dict(cin=4, cout=6, k=(3, 5), stride=(2, 1), padding=(1, 2), bias=False),
+    dict(cin=4, cout=4, k=3, stride=1, padding=2, dilation=2),
+    dict(cin=8, cout=8, k=3, stride=2, padding=1, groups=8),           # depthwise
+    dict(cin=4, cout=8, k=3, stride=1, padding=1, groups=4),           # depth multiplier 2
+    dict(cin=6, cout=9, k=1, stride=1, padding=0, groups=3),
+    dict(cin=3, cout=5, k=4, stride=1, padding="same"),                # even kernel: asymmetric
+    dict(cin=3, cout=5, k=3, stride=1, padding="same", dilation=2),
+    dict(cin=3, cout=5, k=3, stride=1, padding="valid"),
+    dict(cin=3, cout=4, k=3, stride=1, padding=1, padding_mode="reflect"),
+    dict(cin=3, cout=4, k=3, stride=2, padding=2, padding_mode="replicate"),
+    dict(cin=3, cout=4, k=3, stride=1, padding=(1, 2), padding_mode="circular"),
+    dict(cin=8, cout=8, k=5, stride=1, padding=2, groups=8, padding_mode="reflect"),
+    dict(cin=16, cout=32, k=7, stride=2, padding=3, bias=False),
+]
+
+
+@pytest.mark.parametrize("case", CONV_CASES, ids=case_id)
+def test_conv2d(case, tmp_path):
+    case = dict(case)
+    cin, cout, k = case.pop("cin"), case.pop("cout"), case.pop("k")
+    torch.manual_seed(0)
+    check_op(nn.Conv2d(cin, cout, k, **case), (1, cin, 13, 11), directory=tmp_path, batch=2)
+
+
+def test_functional_conv2d_with_weight_input(tmp_path):
+    check_op(lambda x, w: F.conv2d(x, w, stride=2, padding=1), (1, 4, 9, 9), (6, 4, 3, 3),
+             directory=tmp_path)
 
 
 CONV1D_CASES = [

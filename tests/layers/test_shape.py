@@ -27,6 +27,37 @@ def op_types(graph):
     return [op.type for op in graph.operators]
 
 
+# -- flatten, view, reshape -----------------------------------------------------------
+
+@pytest.mark.parametrize("start,end", [(0, -1), (1, -1), (1, 2), (2, 3)])
+def test_flatten(start, end, tmp_path):
+    check_op(lambda x: torch.flatten(x, start, end) + 1, (1, 2, 3, 4), directory=tmp_path, batch=2)
+
+
+class FlattenLinear(nn.Module):
+    # Named children: pnnx's generated Python cannot name an attribute "1" (nn.Sequential).
+    def __init__(self):
+        super().__init__()
+        self.flatten, self.fc = nn.Flatten(), nn.Linear(24, 3)
+
+    def forward(self, x):
+        return self.fc(self.flatten(x))
+
+
+def test_nn_flatten(tmp_path):
+    check_op(FlattenLinear(), (1, 2, 3, 4), directory=tmp_path, batch=3)
+
+
+@pytest.mark.parametrize("fn", [lambda x: x.view(1, 6, 4) * 2, lambda x: x.reshape(-1, 2, 12) * 2,
+                                lambda x: x.view(x.size(0), -1) * 2, lambda x: torch.reshape(x, (1, 24)) * 2])
+def test_view_reshape(fn, tmp_path):
+    check_op(fn, (1, 2, 3, 4), directory=tmp_path)
+
+
+def test_reshape_follows_batch(tmp_path):
+    check_op(lambda x: x.view(x.size(0), 6, 4) * 2, (1, 2, 3, 4), directory=tmp_path, batch=5)
+
+
 # -- permute, transpose, unflatten, squeeze --------------------------------------------
 
 def test_permute(tmp_path):
