@@ -1,5 +1,5 @@
 """Indexing against PyTorch, each exported by pnnx: slices and selects (alone, fused over
-several dimensions, with bounds computed at run time)."""
+several dimensions, with bounds computed at run time), where and masked_fill."""
 
 import numpy as np
 import torch
@@ -48,3 +48,17 @@ def test_slice_and_select_bounds_from_inputs(tmp_path):
         return (x[:, : x.size(1) // 2] * 2, x[:, :, x.size(2) // 3:] * 2, x[:, x.size(1) - 1] * 2)
     graph = check_dynamic(fn, [torch.randn(1, 4, 6)], [torch.randn(2, 6, 9)], tmp_path)
     assert any("end" in op.input_names for op in graph.operators)
+
+
+def test_where(tmp_path):
+    check_op(lambda x, y: (torch.where(x > 0, x, y), torch.where(x > 0, x, 0.5), torch.where(x > y, 2.0, y),
+                           torch.where(x > 0, 1.0, 0.0), torch.where(x > 0, 1, 0), torch.where(x > 0, x, y[:, :1]),
+                           torch.where(y[:, :1] > 0, x, float("-inf"))),
+             (1, 3, 4), (1, 3, 4), directory=tmp_path, batch=2)
+
+
+def test_masked_fill(tmp_path):
+    check_op(lambda x, y: (x.masked_fill(x > 0, 0.0), x.masked_fill(y > 0.5, float("-inf")),
+                           torch.masked_fill(x, x < 0, 2), x.masked_fill(y[:, :1] > 0, -1.5),
+                           x.masked_fill(x > 1, float("nan")), (x * 4).long().masked_fill(y > 0, 7)),
+             (1, 3, 4), (1, 3, 4), directory=tmp_path, batch=2)
