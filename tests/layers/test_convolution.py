@@ -1,8 +1,11 @@
 """Convolutions against PyTorch, each exported by pnnx: nn.Conv2d / F.conv2d, the 1-D path
 (the 2-D code on a unit height) and ConvTranspose1d/2d (GEMM + col2im), over a spread of
-parameters.
+parameters; and conv2d on its packed weights, called directly.
+
+The kernels behind conv2d (im2col, Winograd, depthwise, ...) have their own tests in tests/kernels.
 """
 
+import numpy as np
 import pytest
 import torch
 import torch.nn as nn
@@ -11,7 +14,12 @@ from handmade import make_operator
 from oracle import check_op
 
 from kuiperinfer.errors import LayerCreateError
+from kuiperinfer.kernels.elementwise import Epilogue
+from kuiperinfer.kernels.layout import nchw, nhwc
 from kuiperinfer.layers import LayerRegisterer
+from kuiperinfer.layers.convolution import ConvGeometry, PackedWeight, conv2d
+
+RNG = np.random.default_rng(0)
 
 
 def case_id(case: dict) -> str:
@@ -187,3 +195,34 @@ def test_conv_chain_keeps_float32(tmp_path):
 def test_bad_parameters_raise_layer_create_error(type_name, shapes, params, message):
     with pytest.raises(LayerCreateError, match=message):
         LayerRegisterer.create_layer(make_operator(type_name, shapes, **params))
+
+
+# -- conv2d on packed weights, called directly ------------------------------------------
+
+@pytest.mark.parametrize("shape, groups", [((1, 6, 1, 1), 1), ((4, 1, 3, 3), 4), ((1, 3, 3, 3), 1)])
+def test_weights_packed_from_an_unaligned_read_only_view_are_aligned(shape, groups):
+    values = RNG.standard_normal(shape, dtype=np.float32)
+    stored = np.frombuffer(b"\0" + values.tobytes(), dtype=np.float32, offset=1).reshape(shape)
+    stored.flags.writeable = False
+    assert not stored.flags.aligned
+    packed = PackedWeight(stored, groups)
+    operands = [packed.depthwise.taps] if packed.depthwise else [packed.gemm] + [packed.planar] * (shape[1] <= 4)
+    assert all(a.flags.aligned and a.flags.c_contiguous for a in operands)
+    x = RNG.standard_normal((2, shape[1] * groups, 9, 9), dtype=np.float32)
+    geometry = ConvGeometry(shape[2:], (1, 1), (1, 1), ((1, 1), (1, 1)), "zeros", groups)
+    expected = F.conv2d(torch.from_numpy(x), torch.from_numpy(values), padding=1, groups=groups).numpy()
+    np.testing.assert_allclose(nchw(conv2d(x, packed, geometry)), expected, atol=1e-5)
+
+
+@pytest.mark.parametrize("groups, kernel, stride", [(1, (3, 3), (2, 2)), (1, (1, 1), (1, 1)), (4, (3, 1), (1, 2)),
+                                                    (8, (3, 3), (1, 1))])
+def test_conv2d_takes_either_layout_and_returns_nhwc(groups, kernel, stride):
+    x = RNG.standard_normal((2, 8, 11, 10), dtype=np.float32)
+    weight = RNG.standard_normal((8, 8 // groups, *kernel), dtype=np.float32)
+    bias = RNG.standard_normal(8, dtype=np.float32)
+    geometry = ConvGeometry(kernel, stride, (1, 1), ((1, 0), (2, 1)), "zeros", groups)
+    expected = F.conv2d(F.pad(torch.from_numpy(x), (2, 1, 1, 0)), torch.from_numpy(weight),
+                        torch.from_numpy(bias), stride=stride, groups=groups).numpy()
+    for source in (x, nchw(np.ascontiguousarray(nhwc(x)))):
+        ours = conv2d(source, PackedWeight(weight, groups), geometry, Epilogue(bias))
+        np.testing.assert_allclose(nchw(ours), expected, atol=1e-5, rtol=1e-5)
