@@ -130,6 +130,13 @@ def check_op(fn_or_module, *shapes: Sequence[int], directory: Path, batch: int |
     return check_model(module, inputs, directory, more, atol, rtol)
 
 
+def check_dynamic(fn, inputs: Sequence[torch.Tensor], inputs2: Sequence[torch.Tensor],
+                  directory: Path) -> kuiperinfer.RuntimeGraph:
+    """Export ``fn`` with pnnx's dynamic shapes, so that sizes read from tensors stay run-time
+    values; compare on both sets of inputs."""
+    return check_model(Lambda(fn), inputs, directory, [inputs2], dynamic=True)
+
+
 class Branches(torch.nn.Module):
     """Returns ``tuple(f(*inputs) for f in fns)``."""
 

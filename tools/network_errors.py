@@ -4,7 +4,7 @@ table of the worst errors against PyTorch for every output.
     .venv/bin/python tools/network_errors.py [--only NAME ...] [--verbose]
 
 The networks are the ones the tests use (tests/networks.py, and the vision transformer of
-tests/test_vit.py when that file exists), with the same random weights. Errors are measured
+tests/e2e/test_vit.py when that file exists), with the same random weights. Errors are measured
 in float64: the max absolute error over all elements, and the max relative error
 |ours - torch| / |torch| over the elements where the tests' relative tolerance is the looser
 one (|torch| > ATOL / RTOL; smaller references are judged by the absolute error). The
@@ -51,8 +51,8 @@ class Network:
 
 
 def vision_transformers() -> list[Network]:
-    """The three attention variants of tests/test_vit.py, if it exists (exported as it does)."""
-    path = TESTS / "test_vit.py"
+    """The three attention variants of tests/e2e/test_vit.py, if it exists (exported as it does)."""
+    path = TESTS / "e2e" / "test_vit.py"
     if not path.exists():
         return []
     spec = importlib.util.spec_from_file_location("test_vit", path)

@@ -1,9 +1,11 @@
-"""Conv1d and the transposed convolutions against PyTorch, each exported by pnnx.
+"""Convolutions against PyTorch, each exported by pnnx: nn.Conv2d / F.conv2d, the 1-D path
+(the 2-D code on a unit height) and ConvTranspose1d/2d (GEMM + col2im), over a spread of
+parameters; and conv2d on its packed weights, called directly.
 
-nn.Conv2d / F.conv2d are covered in test_ops_core.py; here the 1-D path (the 2-D code on
-a unit height) and ConvTranspose1d/2d (GEMM + col2im) over a spread of parameters.
+The kernels behind conv2d (im2col, Winograd, depthwise, ...) have their own tests in tests/kernels.
 """
 
+import numpy as np
 import pytest
 import torch
 import torch.nn as nn
@@ -12,11 +14,47 @@ from handmade import make_operator
 from oracle import check_op
 
 from kuiperinfer.errors import LayerCreateError
+from kuiperinfer.kernels.elementwise import Epilogue
+from kuiperinfer.kernels.layout import nchw, nhwc
 from kuiperinfer.layers import LayerRegisterer
+from kuiperinfer.layers.convolution import ConvGeometry, PackedWeight, conv2d
+
+RNG = np.random.default_rng(0)
 
 
 def case_id(case: dict) -> str:
     return ",".join(f"{k}={v}" for k, v in case.items())
+
+
+CONV_CASES = [
+    dict(cin=3, cout=8, k=3, stride=1, padding=1),
+    dict(cin=4, cout=6, k=(3, 5), stride=(2, 1), padding=(1, 2), bias=False),
+    dict(cin=4, cout=4, k=3, stride=1, padding=2, dilation=2),
+    dict(cin=8, cout=8, k=3, stride=2, padding=1, groups=8),           # depthwise
+    dict(cin=4, cout=8, k=3, stride=1, padding=1, groups=4),           # depth multiplier 2
+    dict(cin=6, cout=9, k=1, stride=1, padding=0, groups=3),
+    dict(cin=3, cout=5, k=4, stride=1, padding="same"),                # even kernel: asymmetric
+    dict(cin=3, cout=5, k=3, stride=1, padding="same", dilation=2),
+    dict(cin=3, cout=5, k=3, stride=1, padding="valid"),
+    dict(cin=3, cout=4, k=3, stride=1, padding=1, padding_mode="reflect"),
+    dict(cin=3, cout=4, k=3, stride=2, padding=2, padding_mode="replicate"),
+    dict(cin=3, cout=4, k=3, stride=1, padding=(1, 2), padding_mode="circular"),
+    dict(cin=8, cout=8, k=5, stride=1, padding=2, groups=8, padding_mode="reflect"),
+    dict(cin=16, cout=32, k=7, stride=2, padding=3, bias=False),
+]
+
+
+@pytest.mark.parametrize("case", CONV_CASES, ids=case_id)
+def test_conv2d(case, tmp_path):
+    case = dict(case)
+    cin, cout, k = case.pop("cin"), case.pop("cout"), case.pop("k")
+    torch.manual_seed(0)
+    check_op(nn.Conv2d(cin, cout, k, **case), (1, cin, 13, 11), directory=tmp_path, batch=2)
+
+
+def test_functional_conv2d_with_weight_input(tmp_path):
+    check_op(lambda x, w: F.conv2d(x, w, stride=2, padding=1), (1, 4, 9, 9), (6, 4, 3, 3),
+             directory=tmp_path)
 
 
 CONV1D_CASES = [
@@ -157,3 +195,34 @@ def test_conv_chain_keeps_float32(tmp_path):
 def test_bad_parameters_raise_layer_create_error(type_name, shapes, params, message):
     with pytest.raises(LayerCreateError, match=message):
         LayerRegisterer.create_layer(make_operator(type_name, shapes, **params))
+
+
+# -- conv2d on packed weights, called directly ------------------------------------------
+
+@pytest.mark.parametrize("shape, groups", [((1, 6, 1, 1), 1), ((4, 1, 3, 3), 4), ((1, 3, 3, 3), 1)])
+def test_weights_packed_from_an_unaligned_read_only_view_are_aligned(shape, groups):
+    values = RNG.standard_normal(shape, dtype=np.float32)
+    stored = np.frombuffer(b"\0" + values.tobytes(), dtype=np.float32, offset=1).reshape(shape)
+    stored.flags.writeable = False
+    assert not stored.flags.aligned
+    packed = PackedWeight(stored, groups)
+    operands = [packed.depthwise.taps] if packed.depthwise else [packed.gemm] + [packed.planar] * (shape[1] <= 4)
+    assert all(a.flags.aligned and a.flags.c_contiguous for a in operands)
+    x = RNG.standard_normal((2, shape[1] * groups, 9, 9), dtype=np.float32)
+    geometry = ConvGeometry(shape[2:], (1, 1), (1, 1), ((1, 1), (1, 1)), "zeros", groups)
+    expected = F.conv2d(torch.from_numpy(x), torch.from_numpy(values), padding=1, groups=groups).numpy()
+    np.testing.assert_allclose(nchw(conv2d(x, packed, geometry)), expected, atol=1e-5)
+
+
+@pytest.mark.parametrize("groups, kernel, stride", [(1, (3, 3), (2, 2)), (1, (1, 1), (1, 1)), (4, (3, 1), (1, 2)),
+                                                    (8, (3, 3), (1, 1))])
+def test_conv2d_takes_either_layout_and_returns_nhwc(groups, kernel, stride):
+    x = RNG.standard_normal((2, 8, 11, 10), dtype=np.float32)
+    weight = RNG.standard_normal((8, 8 // groups, *kernel), dtype=np.float32)
+    bias = RNG.standard_normal(8, dtype=np.float32)
+    geometry = ConvGeometry(kernel, stride, (1, 1), ((1, 0), (2, 1)), "zeros", groups)
+    expected = F.conv2d(F.pad(torch.from_numpy(x), (2, 1, 1, 0)), torch.from_numpy(weight),
+                        torch.from_numpy(bias), stride=stride, groups=groups).numpy()
+    for source in (x, nchw(np.ascontiguousarray(nhwc(x)))):
+        ours = conv2d(source, PackedWeight(weight, groups), geometry, Epilogue(bias))
+        np.testing.assert_allclose(nchw(ours), expected, atol=1e-5, rtol=1e-5)

@@ -12,7 +12,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from handmade import one_operator_model
-from oracle import check_branches
+from networks import randomize_batchnorm
+from oracle import check_branches, check_op
 
 import kuiperinfer
 from kuiperinfer.errors import LayerCreateError
@@ -47,6 +48,12 @@ def test_batch_norm_1d(shape, tmp_path):
 def test_batch_norm_3d(tmp_path):
     fns = [randomized(nn.BatchNorm3d(3)), randomized(nn.BatchNorm3d(3, affine=False), seed=2)]
     check_branches(fns, ["nn.BatchNorm3d"], (1, 3, 2, 4, 5), directory=tmp_path)
+
+
+def test_batchnorm2d_left_unfused(tmp_path):
+    bn = randomize_batchnorm(nn.BatchNorm2d(5), seed=3)
+    graph = check_op(bn, (1, 5, 6, 7), directory=tmp_path, batch=4)
+    assert "nn.BatchNorm2d" in [op.type for op in graph.operators]
 
 
 def test_functional_batch_norm_with_inputs(tmp_path):

@@ -1,6 +1,6 @@
-"""Comparisons, logic, NaN/inf tests, where, masked_fill and clamp against PyTorch.
+"""Comparisons, logic, NaN/inf tests and clamp against PyTorch.
 
-Outputs are bool masks (compared exactly) or values selected by them.
+Outputs are bool masks (compared exactly) or clamped values.
 """
 
 import numpy as np
@@ -52,20 +52,6 @@ def test_isnan_isinf_isfinite(tmp_path):
         outputs = graph.run(case.numpy())
         assert all(o.dtype == np.bool_ for o in outputs)
         assert_matches(outputs, torch_outputs(module, [case]))
-
-
-def test_where(tmp_path):
-    check_op(lambda x, y: (torch.where(x > 0, x, y), torch.where(x > 0, x, 0.5), torch.where(x > y, 2.0, y),
-                           torch.where(x > 0, 1.0, 0.0), torch.where(x > 0, 1, 0), torch.where(x > 0, x, y[:, :1]),
-                           torch.where(y[:, :1] > 0, x, float("-inf"))),
-             (1, 3, 4), (1, 3, 4), directory=tmp_path, batch=2)
-
-
-def test_masked_fill(tmp_path):
-    check_op(lambda x, y: (x.masked_fill(x > 0, 0.0), x.masked_fill(y > 0.5, float("-inf")),
-                           torch.masked_fill(x, x < 0, 2), x.masked_fill(y[:, :1] > 0, -1.5),
-                           x.masked_fill(x > 1, float("nan")), (x * 4).long().masked_fill(y > 0, 7)),
-             (1, 3, 4), (1, 3, 4), directory=tmp_path, batch=2)
 
 
 def test_clamp(tmp_path):

@@ -18,6 +18,22 @@ def case_id(case: dict) -> str:
     return ",".join(f"{k}={v}" for k, v in case.items())
 
 
+POOL_CASES = [
+    dict(kernel_size=2),
+    dict(kernel_size=3, stride=2, padding=1),
+    dict(kernel_size=3, stride=2, ceil_mode=True),
+    dict(kernel_size=(3, 2), stride=(2, 1), padding=(1, 1), ceil_mode=True),
+    dict(kernel_size=3, stride=1, padding=1, dilation=2),
+    dict(kernel_size=2, stride=3, dilation=2, ceil_mode=True),
+]
+
+
+@pytest.mark.parametrize("case", POOL_CASES, ids=str)
+def test_max_pool2d(case, tmp_path):
+    check_op(nn.MaxPool2d(**case), (1, 3, 11, 10), directory=tmp_path, batch=2)
+    check_op(lambda x: F.max_pool2d(x, **case), (1, 2, 9, 12), directory=tmp_path)
+
+
 MAX_POOL1D_CASES = [
     dict(kernel_size=2),
     dict(kernel_size=3, stride=2, padding=1),
@@ -79,6 +95,15 @@ def test_avg_pool1d(case, tmp_path):
 def test_functional_avg_pools(tmp_path):
     check_op(lambda x: F.avg_pool2d(x, 3, padding=1, count_include_pad=False), (1, 2, 7, 7), directory=tmp_path)
     check_op(lambda x: F.avg_pool1d(x, 2, ceil_mode=True), (1, 2, 7), directory=tmp_path)
+
+
+@pytest.mark.parametrize("size", [1, (1, 1), 3, (2, 5), (4, 3), (7, 7), (None, 2)])
+def test_adaptive_avg_pool2d(size, tmp_path):
+    check_op(nn.AdaptiveAvgPool2d(size), (1, 3, 14, 10), directory=tmp_path, batch=2)
+
+
+def test_functional_adaptive_avg_pool2d(tmp_path):
+    check_op(lambda x: F.adaptive_avg_pool2d(x, (3, 3)), (1, 4, 8, 7), directory=tmp_path)
 
 
 ADAPTIVE_2D = {"avg": F.adaptive_avg_pool2d, "max": F.adaptive_max_pool2d}

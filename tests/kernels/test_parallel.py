@@ -1,13 +1,22 @@
 """run_parts: parts taken by the caller and helper threads as they come free, failures, a
-descheduled helper, many callers, fork; even_step: blocks that the threads share evenly."""
+descheduled helper, many callers, fork; even_step: blocks that the threads share evenly; the
+convolution kernels' blocks shared among the intra-op threads."""
 
 import os
 import threading
 import time
 
+import numpy as np
 import pytest
+import torch
+import torch.nn.functional as F
 
 from kuiperinfer.kernels import parallel
+from kuiperinfer.kernels.depthwise import PIXELS_MIN_CHANNELS
+from kuiperinfer.kernels.layout import nchw
+from kuiperinfer.layers.convolution import ConvGeometry, PackedWeight, conv2d
+
+RNG = np.random.default_rng(0)
 
 
 @pytest.fixture
@@ -123,3 +132,61 @@ def test_a_forked_child_starts_helpers_of_its_own(two_threads):
 ])
 def test_even_step_cuts_rows_into_blocks_the_threads_share_evenly(length, step, threads, images, expected):
     assert parallel.even_step(length, step, threads, images) == expected
+
+
+class ThreadRecorder:
+    """An epilogue that records which threads ran it on which channels (and applies nothing)."""
+
+    def __init__(self):
+        self.threads = set()
+        self.channels = set()
+        self.lock = threading.Lock()
+
+    def __call__(self, block, channels=slice(None)):
+        time.sleep(0.02)   # long enough for the helper to wake and take a part too
+        with self.lock:
+            self.threads.add(threading.get_ident())
+            self.channels.add((channels.start, channels.stop))
+
+
+@pytest.mark.parametrize("kind", ["im2col", "pointwise", "winograd", "winograd few tiles", "depthwise",
+                                  "depthwise strided", "depthwise dilated rows", "depthwise dilated pixels",
+                                  "few pixels"])
+def test_kernels_share_their_blocks_among_intra_op_threads(kind, monkeypatch):
+    monkeypatch.setattr(parallel, "MIN_PARALLEL_WORK", 0)
+    c, stride = (PIXELS_MIN_CHANNELS, 2) if kind in ("depthwise strided", "depthwise dilated pixels") else (16, 1)
+    c = 64 if kind == "winograd few tiles" else c   # 16 tiles, 64 output channels
+    dilation = 2 if "dilated" in kind else 1    # dilated: depthwise_conv2d, else stripes
+    kernel = (1, 1) if kind == "pointwise" else (3, 3)   # "few pixels", "few tiles": output channels shared
+    groups = c if kind.startswith("depthwise") else 1
+    size = (7, 7) if kind == "few pixels" else (16, 16) if kind == "winograd few tiles" else (40, 36)
+    x = RNG.standard_normal((1, c, *size), dtype=np.float32)
+    weight = RNG.standard_normal((c, c // groups, *kernel), dtype=np.float32) / np.float32(4 * c)
+    padding = dilation if kernel == (3, 3) else 0
+    geometry = ConvGeometry(kernel, (stride, stride), (dilation, dilation), ((padding, padding), (padding, padding)),
+                            "zeros", groups)
+    recorder = ThreadRecorder()
+    token = parallel.INTRA_OP_THREADS.set(2)
+    try:
+        ours = conv2d(x, PackedWeight(weight, groups, winograd=kind.startswith("winograd")), geometry, recorder)
+    finally:
+        parallel.INTRA_OP_THREADS.reset(token)
+    expected = F.conv2d(torch.from_numpy(x), torch.from_numpy(weight), stride=stride, padding=padding,
+                        dilation=dilation, groups=groups).numpy()
+    np.testing.assert_allclose(nchw(ours), expected, atol=1e-5, rtol=1e-4)
+    assert len(recorder.threads) == 2
+    if kind in ("few pixels", "winograd few tiles"):
+        assert recorder.channels == {(0, c // 2), (c // 2, c)}
+
+
+def test_small_kernels_stay_in_the_calling_thread():
+    recorder = ThreadRecorder()
+    token = parallel.INTRA_OP_THREADS.set(2)
+    try:
+        x = RNG.standard_normal((1, 8, 10, 10), dtype=np.float32)
+        weight = RNG.standard_normal((8, 8, 3, 3), dtype=np.float32)
+        conv2d(x, PackedWeight(weight, 1), ConvGeometry((3, 3), (1, 1), (1, 1), ((1, 1), (1, 1)), "zeros", 1),
+               recorder)
+    finally:
+        parallel.INTRA_OP_THREADS.reset(token)
+    assert recorder.threads == {threading.get_ident()}

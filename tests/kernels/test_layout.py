@@ -1,0 +1,64 @@
+"""Channels-last memory: padding in NHWC, copies in bands of rows, concatenated channels."""
+
+import threading
+import time
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from oracle import check_op
+
+from kuiperinfer.kernels import layout, parallel
+from kuiperinfer.kernels.layout import is_channels_last, nchw, nhwc, pad_nhwc
+
+RNG = np.random.default_rng(0)
+
+
+@pytest.mark.parametrize("mode", ["zeros", "reflect", "replicate", "circular"])
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_pad_nhwc_matches_pytorch_from_either_layout(mode, channels_last):
+    x = RNG.standard_normal((2, 3, 5, 6), dtype=np.float32)
+    source = nchw(np.ascontiguousarray(nhwc(x))) if channels_last else x
+    assert is_channels_last(source) == channels_last
+    ours = pad_nhwc(source, ((1, 2), (3, 0)), mode)
+    expected = F.pad(torch.from_numpy(x), (3, 0, 1, 2), mode="constant" if mode == "zeros" else mode)
+    assert ours.flags.c_contiguous
+    np.testing.assert_array_equal(nchw(ours), expected.numpy())
+
+
+def test_large_copies_go_in_bands_of_rows_shared_among_intra_op_threads(monkeypatch):
+    monkeypatch.setattr(parallel, "MIN_PARALLEL_WORK", 0)
+    threads, copyto = set(), np.copyto
+
+    def recording(*args, **kwargs):
+        time.sleep(0.02)   # long enough for the helper to wake and take a part too
+        threads.add(threading.get_ident())
+        copyto(*args, **kwargs)
+
+    monkeypatch.setattr(layout.np, "copyto", recording)
+    parts = [RNG.standard_normal((2, c, 7, 5), dtype=np.float32) for c in (3, 1, 4)]
+    sources = [nchw(np.ascontiguousarray(nhwc(p))) for p in parts]
+    token = parallel.INTRA_OP_THREADS.set(2)
+    try:
+        joined = layout.concatenate_channels(sources)
+        padded = pad_nhwc(parts[0], ((2, 0), (1, 3)))
+    finally:
+        parallel.INTRA_OP_THREADS.reset(token)
+    assert is_channels_last(joined) and len(threads) == 2
+    np.testing.assert_array_equal(joined, np.concatenate(parts, axis=1))
+    np.testing.assert_array_equal(nchw(padded), F.pad(torch.from_numpy(parts[0]), (1, 3, 2, 0)).numpy())
+
+
+def test_concatenating_channels_last_images_keeps_them_channels_last(tmp_path):
+    class ConvCat(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = nn.Conv2d(3, 4, 3, padding=1), nn.Conv2d(3, 5, 1)
+
+        def forward(self, x):
+            return torch.cat((self.a(x), self.b(x), self.a(x)), dim=1)
+
+    torch.manual_seed(0)
+    check_op(ConvCat(), (1, 3, 9, 8), directory=tmp_path, batch=2)

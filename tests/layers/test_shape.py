@@ -1,0 +1,106 @@
+"""Shape operators against PyTorch: flatten, view/reshape, permute, transpose, unflatten,
+squeeze/unsqueeze, expand, repeat/tile, flip and roll.
+
+Each test exports a small function with pnnx and compares every output; most also run
+the same export at another batch size. Several operators share one export (a tuple of
+outputs) to keep the suite fast.
+"""
+
+import pytest
+import torch
+import torch.nn as nn
+from oracle import check_dynamic, check_op
+
+
+def op_types(graph):
+    return [op.type for op in graph.operators]
+
+
+# -- flatten, view, reshape -----------------------------------------------------------
+
+@pytest.mark.parametrize("start,end", [(0, -1), (1, -1), (1, 2), (2, 3)])
+def test_flatten(start, end, tmp_path):
+    check_op(lambda x: torch.flatten(x, start, end) + 1, (1, 2, 3, 4), directory=tmp_path, batch=2)
+
+
+class FlattenLinear(nn.Module):
+    # Named children: pnnx's generated Python cannot name an attribute "1" (nn.Sequential).
+    def __init__(self):
+        super().__init__()
+        self.flatten, self.fc = nn.Flatten(), nn.Linear(24, 3)
+
+    def forward(self, x):
+        return self.fc(self.flatten(x))
+
+
+def test_nn_flatten(tmp_path):
+    check_op(FlattenLinear(), (1, 2, 3, 4), directory=tmp_path, batch=3)
+
+
+@pytest.mark.parametrize("fn", [lambda x: x.view(1, 6, 4) * 2, lambda x: x.reshape(-1, 2, 12) * 2,
+                                lambda x: x.view(x.size(0), -1) * 2, lambda x: torch.reshape(x, (1, 24)) * 2])
+def test_view_reshape(fn, tmp_path):
+    check_op(fn, (1, 2, 3, 4), directory=tmp_path)
+
+
+def test_reshape_follows_batch(tmp_path):
+    check_op(lambda x: x.view(x.size(0), 6, 4) * 2, (1, 2, 3, 4), directory=tmp_path, batch=5)
+
+
+# -- permute, transpose, unflatten, squeeze --------------------------------------------
+
+def test_permute(tmp_path):
+    check_op(lambda x: (x.permute(0, 2, 1, 3), torch.permute(x, (3, 2, 1, 0)), x.permute(-1, 0, 1, -2)),
+             (1, 2, 3, 4), directory=tmp_path, batch=3)
+
+
+def test_transpose(tmp_path):
+    check_op(lambda x: (torch.transpose(x, 1, 2), x.transpose(-1, 0), x.transpose(2, -2) + 1),
+             (1, 2, 3, 4), directory=tmp_path, batch=2)
+
+
+def test_t(tmp_path):
+    graph = check_op(lambda x: x.t() * 2, (3, 5), directory=tmp_path)
+    assert "torch.t" in op_types(graph)
+
+
+def test_unflatten(tmp_path):
+    check_op(lambda x: (torch.unflatten(x, 1, (2, 3)), x.unflatten(-1, (2, -1)), nn.Unflatten(1, (3, -1))(x)),
+             (1, 6, 4), directory=tmp_path, batch=2)
+
+
+def test_squeeze_unsqueeze(tmp_path):
+    # At batch 1 squeeze() also drops the batch dimension; at batch 2 it must not.
+    check_op(lambda x: (torch.squeeze(x), torch.squeeze(x, 1), x.squeeze((1, 3)), x.squeeze(-1),
+                        x.squeeze(2), torch.unsqueeze(x, 0), x.unsqueeze(-1), x.unsqueeze(2)),
+             (1, 1, 3, 1), directory=tmp_path, batch=2)
+
+
+# -- expand, repeat, flip, roll --------------------------------------------------------
+
+def test_expand(tmp_path):
+    check_op(lambda x: (x.expand(2, 3, 4), x.expand(-1, 3, -1), x.expand(5, -1, 3, 4),
+                        x.expand_as(torch.zeros(1, 3, 4))),
+             (1, 1, 4), directory=tmp_path)
+
+
+def test_expand_follows_batch(tmp_path):
+    # x.size(0) is the constant 2 in the export; it must follow the actual batch.
+    check_op(lambda x: x[:, :1].expand(x.size(0), 3, 4) + x, (2, 3, 4), directory=tmp_path, batch=5)
+
+
+def test_expand_sizes_from_input(tmp_path):
+    def fn(x):
+        return (x[:, :1].expand(x.size(0), 3, -1) * 2, x.unsqueeze(1).expand(-1, 2, -1, -1) * 2)
+    check_dynamic(fn, [torch.randn(1, 3, 4)], [torch.randn(2, 3, 4)], tmp_path)
+
+
+def test_repeat_tile(tmp_path):
+    check_op(lambda x: (x.repeat(1, 2, 3), x.repeat(2, 1, 1, 2), x.tile((1, 2)), torch.tile(x, (2,))),
+             (1, 2, 3), directory=tmp_path, batch=2)
+
+
+def test_flip_roll(tmp_path):
+    check_op(lambda x: (torch.flip(x, (1,)), x.flip(-1, 0), torch.roll(x, 1, 1), torch.roll(x, (1, -2), (1, 2)),
+                        x.roll(3), torch.roll(x, -1, -1), torch.roll(x, 5, 2)),
+             (1, 3, 4), directory=tmp_path, batch=2)
