@@ -206,7 +206,11 @@ def _tensor_data(tensor: Mapping[str, Any], spec: TensorSpec, shape: tuple[int, 
             raise ProtocolError(f"input {spec.name!r} needs {size} bytes of binary data, "
                                 f"{len(binary)} are left in the body")
         array = np.frombuffer(binary[:size], dtype=dtype).reshape(shape)
-        return (array != 0 if dtype.kind == "b" else array), size
+        if dtype.kind == "b":
+            array = array != 0
+        elif not array.flags.aligned:  # the JSON header's length decides where the values start
+            array = array.copy()
+        return array, size
     if "data" not in tensor:
         raise ProtocolError(f"input {spec.name!r} has no 'data' and no binary_data_size")
     return _json_array(tensor["data"], spec, shape, dtype, count), 0
