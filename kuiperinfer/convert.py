@@ -4,10 +4,11 @@
 >>> conversion = convert("model.onnx", "out/", input_shapes=[(1, 3, 224, 224)])
 >>> conversion.param_path                          # out/model.pnnx.param, .pnnx.bin beside it
 
-The converter is the ``pnnx`` binary inside the ``pnnx`` package (``pip install pnnx``,
-or the ``kuiperinfer[convert]`` extra). It reads ONNX without PyTorch and TorchScript
-with the libtorch built into it; the package's Python wrapper, which imports torch and
-then imports the Python file pnnx generates, is not used. pnnx runs in a temporary
+The converter is the ``pnnx`` binary inside the ``pnnx`` package. It reads ONNX without
+PyTorch and TorchScript with the libtorch built into it; the package's Python wrapper,
+which imports torch and then imports the Python file pnnx generates, is not used. So
+``pip install --no-deps pnnx`` is all it takes (the package declares torch, which pip
+would otherwise install; the ``kuiperinfer[convert]`` extra pins the CPU torch 2.13.0). pnnx runs in a temporary
 directory on a copy of the model, and only the .pnnx.param/.pnnx.bin pair is kept.
 
 :func:`cached_conversion` is what ``kuiperinfer.load("model.onnx", input_shapes=...)``
@@ -47,7 +48,7 @@ TORCHSCRIPT_SUFFIXES = (".pt", ".torchscript")
 TORCH_EXPORT_SUFFIXES = (".pt2",)
 CONVERTIBLE_SUFFIXES = ONNX_SUFFIXES + TORCHSCRIPT_SUFFIXES + TORCH_EXPORT_SUFFIXES
 
-PNNX_INSTALL = "pip install pnnx"
+PNNX_INSTALL = "pip install --no-deps pnnx"
 CACHE_ENV = "KUIPERINFER_CACHE"
 CACHE_FORMAT = 1
 """Part of every cache key: raising it makes earlier conversions stale."""
@@ -257,7 +258,8 @@ def find_pnnx() -> Path:
                 binary = Path(directory) / name
                 if binary.is_file():
                     return binary
-    raise ConversionError(f"the pnnx converter is not installed; install it with: {PNNX_INSTALL}")
+    raise ConversionError(f"the pnnx converter is not installed; install it with: {PNNX_INSTALL} "
+                          f"(its binary needs no PyTorch)")
 
 
 def pnnx_version() -> str:

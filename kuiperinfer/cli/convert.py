@@ -1,6 +1,6 @@
 """Convert an ONNX or TorchScript model to a .pnnx.param/.pnnx.bin pair with pnnx.
 
-Runs the pnnx converter (pip install pnnx) and writes MODEL_NAME.pnnx.param and
+Runs the pnnx converter (pip install --no-deps pnnx) and writes MODEL_NAME.pnnx.param and
 MODEL_NAME.pnnx.bin into the output directory (default: beside the model), then
 reports the inputs pnnx recorded (static, or dynamic where dimensions stay open),
 the operators, and whether kuiperinfer will run them (kuiper check's answer).
