@@ -10,9 +10,10 @@ is served. Any Open Inference Protocol client works, for example tritonclient.ht
   POST /v2/models/NAME/infer                  JSON tensors, or binary ones (binary tensor data
                                               extension, Inference-Header-Content-Length)
 
-Requests for one model that arrive within --batch-window-ms of each other are joined
-into one run of up to --max-batch-size samples and split back (--max-batch-size 1
-turns this off); while a model runs, new requests queue, up to --max-queue each.
+Requests for one model that arrive within --batch-window-ms of the oldest waiting one
+are joined into one run of up to --max-batch-size samples and split back
+(--max-batch-size 1 turns this off); while a model runs, new requests queue, up to
+--max-queue each, and join the next run.
 Ctrl-C or SIGTERM stops taking connections, answers the requests in flight, then exits.
 
 Examples:
