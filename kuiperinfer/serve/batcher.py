@@ -163,8 +163,9 @@ class Batcher:
         """In the worker thread: one run for the batch, split back; each alone if that fails."""
         graph = self.model.graph
         if len(batch) > 1:
+            joined = [np.concatenate(arrays) for arrays in zip(*(p.inputs for p in batch))]
             try:
-                outputs = graph.run(*(np.concatenate(arrays) for arrays in zip(*(p.inputs for p in batch))))
+                outputs = graph.run(*joined)
             except KuiperError:  # let each request fail or succeed on its own below
                 outputs = None
             total = sum(p.batch for p in batch)
