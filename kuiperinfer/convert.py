@@ -8,8 +8,9 @@ The converter is the ``pnnx`` binary inside the ``pnnx`` package. It reads ONNX 
 PyTorch and TorchScript with the libtorch built into it; the package's Python wrapper,
 which imports torch and then imports the Python file pnnx generates, is not used. So
 ``pip install --no-deps pnnx`` is all it takes (the package declares torch, which pip
-would otherwise install; the ``kuiperinfer[convert]`` extra pins the CPU torch 2.13.0). pnnx runs in a temporary
-directory on a copy of the model, and only the .pnnx.param/.pnnx.bin pair is kept.
+would otherwise install; the ``kuiperinfer[convert]`` extra pins the CPU torch 2.13.0).
+pnnx runs in a temporary directory on a copy of the model, and only the
+.pnnx.param/.pnnx.bin pair is kept.
 
 :func:`cached_conversion` is what ``kuiperinfer.load("model.onnx", input_shapes=...)``
 uses: a cache keyed by the file's content, the shapes and the pnnx version, under

@@ -185,7 +185,8 @@ def test_concurrent_requests_are_joined_and_split_back(server, graphs):
 def test_bad_requests_through_the_client_get_400(client, graphs):
     x = rng_images(2, 1, 64)
     cases = [
-        (triton.InferInput(DEMO_INPUT, [1, 3, 32, 32], "FP32"), x[:, :, :32, :32], "has shape [1, 3, 32, 32]"),
+        (triton.InferInput(DEMO_INPUT, [1, 3, 32, 32], "FP32"), x[:, :, :32, :32],
+         "has shape [1, 3, 32, 32]"),
         (triton.InferInput(DEMO_INPUT, x.shape, "FP64"), x.astype(np.float64), "expects FP32"),
         (triton.InferInput("image", x.shape, "FP32"), x, "unexpected inference input 'image'"),
         (triton.InferInput(DEMO_INPUT, x.shape, "INT64"), x.astype(np.int64), "expects FP32"),
@@ -225,8 +226,7 @@ ZEROS = [0.0] * (3 * 64 * 64)
     (demo_request(ZEROS, outputs=[{"name": DEMO_OUTPUT, "parameters": {"classification": 3}}]),
      "classification extension is not supported"),
     (demo_request(ZEROS, id=7), "'id' must be a string"),
-    (json.dumps({"inputs": [{"name": DEMO_INPUT, "datatype": "FP32", "shape": [1, 3, 64, 64], "data": ZEROS}] * 2}).encode(),
-     "given twice"),
+    (json.dumps({"inputs": [json.loads(demo_request(ZEROS))["inputs"][0]] * 2}).encode(), "given twice"),
 ])
 def test_bad_json_requests_get_400_with_an_error_body(server, body, message):
     status, headers, content = post(server, "/v2/models/demo/infer", body)
