@@ -393,3 +393,12 @@ def test_integer_and_boolean_inputs():
                                        "data": [True] * 4}]}).encode()
         with pytest.raises(ProtocolError, match=message):
             parse_infer_request(body, None, "m", inputs, outputs)
+
+
+def test_the_listening_socket_is_tcp_so_that_answers_are_not_delayed():
+    from kuiperinfer.cli.serve import _listen
+
+    # asyncio turns Nagle's algorithm off only on IPPROTO_TCP sockets; on a socket made with
+    # protocol 0 every answer waited for the client's delayed acknowledgement.
+    with _listen("127.0.0.1", 0) as listener:
+        assert listener.proto == socket.IPPROTO_TCP

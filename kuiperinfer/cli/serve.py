@@ -134,8 +134,9 @@ def _listen(host: str, port: int) -> socket.socket:
     """A listening socket, bound here so that a busy port is one clear error and port 0 works."""
     listener = None
     try:
-        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
-        listener = socket.socket(family, socket.SOCK_STREAM)
+        family, kind, protocol = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][:3]
+        # The protocol must be IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on such sockets.
+        listener = socket.socket(family, kind, protocol or socket.IPPROTO_TCP)
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         listener.bind((host, port))
         listener.listen(2048)
