@@ -398,7 +398,6 @@ def test_integer_and_boolean_inputs():
 def test_the_listening_socket_is_tcp_so_that_answers_are_not_delayed():
     from kuiperinfer.cli.serve import _listen
 
-    # asyncio turns Nagle's algorithm off only on IPPROTO_TCP sockets; on a socket made with
-    # protocol 0 every answer waited for the client's delayed acknowledgement.
+    # asyncio turns Nagle's algorithm off only on IPPROTO_TCP sockets, else answers wait for ACKs.
     with _listen("127.0.0.1", 0) as listener:
         assert listener.proto == socket.IPPROTO_TCP
