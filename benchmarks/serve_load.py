@@ -1,13 +1,15 @@
 """Load on `kuiper serve`: throughput and latency at 1, 4 and 16 concurrent clients, with and
 without request batching.
 
-``python -m benchmarks.serve_load`` starts `kuiper serve` on a free loopback port, once with
-batching (requests joined up to ``--max-batch-size`` samples) and once without
+``python -m benchmarks.serve_load`` starts two `kuiper serve` processes on free loopback
+ports, one batching (requests joined up to ``--max-batch-size`` samples) and one not
 (``--max-batch-size 1``), and for each number of clients sends single-image inference
 requests for the bundled EfficientNet-Lite0 (binary tensors, keep-alive connections, each
-client sending its next request when the last is answered) until ``--requests`` have been
-answered or ``--seconds`` have passed, after a warm-up. It prints a markdown table:
-requests a second and the 50th and 99th percentile of the latency each client saw.
+client sending its next request when the last is answered), after a warm-up, until
+``--requests`` have been answered or ``--seconds`` have passed. The two servers take turns
+in ``--rounds`` slices of that, so that a change in the machine's load hits both alike.
+It prints a markdown table: requests a second and the 50th and 99th percentile of the
+latency each client saw.
 
 Everything stays on this machine: the server listens on 127.0.0.1 only and the clients
 connect there.
@@ -208,29 +210,45 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=20.0,
                         help="most seconds per row (default: 20)")
     parser.add_argument("--warmup", type=int, default=10, help="requests before each row (default: 10)")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="the servers take turns this many times per row, so that a change in "
+                             "the machine's load hits both alike (default: 3)")
     parser.add_argument("--max-batch-size", type=int, default=8,
                         help="the batching server's --max-batch-size (default: 8)")
     parser.add_argument("--batch-window-ms", type=float, default=2.0,
                         help="the batching server's --batch-window-ms (default: 2)")
     args = parser.parse_args(argv)
-    if not 1 <= args.requests <= 100_000 or not 0 < args.seconds <= 600:
-        parser.error("--requests must be 1 to 100000 and --seconds more than 0, at most 600")
+    if not 1 <= args.rounds <= args.requests <= 100_000 or not 0 < args.seconds <= 600:
+        parser.error("--requests must be 1 to 100000 (at least --rounds, 1 or more) and --seconds "
+                     "more than 0, at most 600")
 
     name = "model"
+    options = {"on": ["--max-batch-size", str(args.max_batch_size),
+                      "--batch-window-ms", str(args.batch_window_ms)],
+               "off": ["--max-batch-size", "1"]}
     rows = []
-    setups = [("on", ["--max-batch-size", str(args.max_batch_size),
-                      "--batch-window-ms", str(args.batch_window_ms)]),
-              ("off", ["--max-batch-size", "1"])]
-    for batching, options in setups:
-        with running_server([f"{name}={args.model}"], *options) as server:
-            metadata = _get_json(server, f"/v2/models/{name}")
-            spec = metadata["inputs"][0]
-            shape = [1 if d < 0 else d for d in spec["shape"]]
-            image = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
-            body, headers = binary_request(spec["name"], image)
-            for clients in args.clients:
+    with contextlib.ExitStack() as stack:
+        servers = {batching: stack.enter_context(running_server([f"{name}={args.model}"], *flags))
+                   for batching, flags in options.items()}
+        spec = _get_json(servers["on"], f"/v2/models/{name}")["inputs"][0]
+        shape = [1 if d < 0 else d for d in spec["shape"]]
+        image = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+        body, headers = binary_request(spec["name"], image)
+        for clients in args.clients:
+            for server in servers.values():
                 load(server, name, body, headers, clients, args.warmup, args.seconds)
-                result = load(server, name, body, headers, clients, args.requests, args.seconds)
+            slices = {batching: [] for batching in servers}
+            for round_number in range(args.rounds):
+                for batching, server in servers.items():
+                    time.sleep(0.3)  # the other server's idle threads settle first
+                    share = args.requests // args.rounds + (round_number < args.requests % args.rounds)
+                    slices[batching].append(load(server, name, body, headers, clients, share,
+                                                 args.seconds / args.rounds))
+            for batching, results in slices.items():
+                result = LoadResult(clients, sum(r.requests for r in results),
+                                    sum(r.seconds for r in results),
+                                    [t for r in results for t in r.latencies],
+                                    sum(r.errors for r in results))
                 rows.append((batching, result))
                 print(f"batching {batching}, {clients} clients: {result.requests} requests in "
                       f"{result.seconds:.1f} s, {result.errors} errors", file=sys.stderr, flush=True)
