@@ -269,3 +269,12 @@ def test_input_shape_syntax(text, expected):
 def test_input_shape_syntax_errors(text):
     with pytest.raises(ValueError):
         conversion.parse_input_shape(text)
+
+
+def test_convert_explains_itself(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        run(capsys, "convert", "--help")
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: kuiper convert ") and "Examples:\n  kuiper convert" in out
+    assert "--input-shape SHAPE" in out and "--dynamic-shape SHAPE" in out

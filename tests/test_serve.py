@@ -401,3 +401,12 @@ def test_the_listening_socket_is_tcp_so_that_answers_are_not_delayed():
     # asyncio turns Nagle's algorithm off only on IPPROTO_TCP sockets, else answers wait for ACKs.
     with _listen("127.0.0.1", 0) as listener:
         assert listener.proto == socket.IPPROTO_TCP
+
+
+def test_serve_explains_itself(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        run(capsys, "serve", "--help")
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: kuiper serve ") and "Examples:\n  kuiper serve" in out
+    assert "--max-batch-size N" in out and "--batch-window-ms MS" in out
