@@ -8,6 +8,7 @@ shutdown) is sent as plain HTTP or raw bytes.
 
 from __future__ import annotations
 
+import asyncio
 import http.client
 import json
 import signal
@@ -15,17 +16,24 @@ import socket
 import sys
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
 import tritonclient.http as triton
+import uvicorn
 from cli_runner import DEMO, run
 from tritonclient.utils import InferenceServerException
 
 import kuiperinfer
-from benchmarks.serve_load import binary_request, running_server
+from benchmarks.serve_load import Server, binary_request, running_server
 from benchmarks.serve_load import main as load_main
+from kuiperinfer.cli.serve import _listen
+from kuiperinfer.errors import InferError
 from kuiperinfer.models import efficientnet_lite0_path, sample_images
+from kuiperinfer.serve import create_app
+from kuiperinfer.serve.batcher import Batcher
+from kuiperinfer.serve.model import ServedModel
 from kuiperinfer.serve.protocol import (
     HEADER_LENGTH,
     ProtocolError,
@@ -396,8 +404,6 @@ def test_integer_and_boolean_inputs():
 
 
 def test_the_listening_socket_is_tcp_so_that_answers_are_not_delayed():
-    from kuiperinfer.cli.serve import _listen
-
     # asyncio turns Nagle's algorithm off only on IPPROTO_TCP sockets, else answers wait for ACKs.
     with _listen("127.0.0.1", 0) as listener:
         assert listener.proto == socket.IPPROTO_TCP
@@ -410,3 +416,88 @@ def test_serve_explains_itself(capsys):
     out = capsys.readouterr().out
     assert out.startswith("usage: kuiper serve ") and "Examples:\n  kuiper serve" in out
     assert "--max-batch-size N" in out and "--batch-window-ms MS" in out
+
+
+# -- the batcher, on stand-in graphs ------------------------------------------------------
+
+class StandInGraph:
+    """Doubles its input; fails on any sample holding -1; ``keeps_batch=False`` sums the batch."""
+
+    def __init__(self, keeps_batch: bool = True):
+        self.output_names = ["y"]
+        self.keeps_batch = keeps_batch
+        self.batches: list[int] = []
+
+    def run(self, x):
+        self.batches.append(x.shape[0])
+        if (x == -1).any():
+            raise InferError("a sample holds -1", "double", "Stand.In")
+        return [x * 2 if self.keeps_batch else (x * 2).sum(0, keepdims=True)]
+
+
+def stand_in_batcher(graph: StandInGraph, window: float = 0.2) -> Batcher:
+    inputs, outputs = (TensorSpec("x", "FP32", (-1, 2)),), (TensorSpec("y", "FP32", (-1, 2)),)
+    return Batcher(ServedModel("stand-in", graph, inputs, outputs, Path("stand-in")),
+                   max_batch_size=8, window=window)
+
+
+def test_a_failing_sample_fails_only_its_own_request():
+    graph = StandInGraph()
+
+    async def scenario():
+        batcher = stand_in_batcher(graph)
+        batcher.start()
+        good = np.ones((2, 2), np.float32)
+        bad = np.array([[-1, 0]], np.float32)
+        results = await asyncio.gather(batcher.infer((good,)), batcher.infer((bad,)),
+                                       batcher.infer((good * 3,)), return_exceptions=True)
+        await batcher.stop()
+        return results
+
+    first, second, third = asyncio.run(scenario())
+    np.testing.assert_array_equal(first[0], np.full((2, 2), 2))
+    assert isinstance(second, InferError) and "holds -1" in str(second)
+    np.testing.assert_array_equal(third[0], np.full((2, 2), 6))
+    assert graph.batches == [5, 2, 1, 2]  # joined, failed, then each alone
+
+
+def test_a_model_whose_outputs_lose_the_batch_is_no_longer_joined():
+    graph = StandInGraph(keeps_batch=False)
+
+    async def scenario():
+        batcher = stand_in_batcher(graph)
+        batcher.start()
+        x = np.ones((1, 2), np.float32)
+        first = await asyncio.gather(batcher.infer((x,)), batcher.infer((x,)))
+        second = await asyncio.gather(batcher.infer((x,)), batcher.infer((x,)))
+        await batcher.stop()
+        return first + second
+
+    results = asyncio.run(scenario())
+    assert all(r[0].tolist() == [[2.0, 2.0]] for r in results)
+    assert graph.batches == [2, 1, 1, 1, 1]
+
+
+def test_a_model_that_fails_gets_500_with_the_error_body():
+    inputs, outputs = (TensorSpec("x", "FP32", (-1, 2)),), (TensorSpec("y", "FP32", (-1, 2)),)
+    app = create_app([ServedModel("stand-in", StandInGraph(), inputs, outputs, Path("stand-in"))])
+    with _listen("127.0.0.1", 0) as listener:
+        server = uvicorn.Server(uvicorn.Config(app, log_level="critical"))
+        thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]})
+        thread.start()
+        try:
+            deadline = time.monotonic() + 30
+            while not server.started and time.monotonic() < deadline:
+                time.sleep(0.01)
+            address = Server("127.0.0.1", listener.getsockname()[1], None, [], None)
+            body = json.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 2],
+                                           "data": [-1, 0]}]}).encode()
+            status, _, content = post(address, "/v2/models/stand-in/infer", body)
+            assert status == 500 and "the model failed: " in json.loads(content)["error"]
+            body = body.replace(b"-1", b"5")
+            status, _, content = post(address, "/v2/models/stand-in/infer", body)
+            assert status == 200, content
+            assert json.loads(content)["outputs"][0]["data"] == [10.0, 0.0]
+        finally:
+            server.should_exit = True
+            thread.join(timeout=30)
