@@ -336,13 +336,13 @@ def test_hostile_connections_do_not_wedge_the_server(server, client, graphs):
 def test_full_queue_gets_503_and_shutdown_answers_requests_in_flight(graphs):
     x = rng_images(5, 2, 64)
     answers = {}
-    with running_server([f"demo={DEMO}"], "--batch-window-ms", "1500", "--max-queue", "1") as server:
+    with running_server([f"demo={DEMO}"], "--batch-window-ms", "3000", "--max-queue", "1") as server:
         def waiting_request() -> None:
             answers["first"] = post(server, "/v2/models/demo/infer", *binary_request(DEMO_INPUT, x))
 
         first = threading.Thread(target=waiting_request)
         first.start()
-        time.sleep(0.5)  # the first request now waits in the queue for others to join it
+        time.sleep(1.0)  # the first request now waits in the queue for others to join it
         status, _, content = post(server, "/v2/models/demo/infer", demo_request(ZEROS))
         assert status == 503 and "the most it takes" in json.loads(content)["error"]
 
