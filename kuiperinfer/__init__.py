@@ -8,11 +8,13 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 
 from kuiperinfer import (
     layers,  # noqa: F401  (registers every layer)
     optimizer,
 )
+from kuiperinfer.convert import resolve_model
 from kuiperinfer.errors import KuiperError
 from kuiperinfer.runtime.graph import GraphState, RuntimeGraph
 from kuiperinfer.runtime.memory import keep_freed_memory
@@ -25,7 +27,9 @@ __version__ = "0.1.0"
 def load(param_path: str | os.PathLike, bin_path: str | os.PathLike | None = None, *,
          optimize: bool = True, workers: int | None = None,
          max_tensor_bytes: int | None = None, warmup: bool = True,
-         graph_class: type[RuntimeGraph] = RuntimeGraph) -> RuntimeGraph:
+         graph_class: type[RuntimeGraph] = RuntimeGraph,
+         input_shapes: Sequence[Sequence[int]] | None = None,
+         dynamic_shapes: Sequence[Sequence[int]] | None = None) -> RuntimeGraph:
     """Load a pnnx export and build it, ready to run.
 
     ``bin_path`` defaults to the ``.bin`` beside the ``.param`` (``m.pnnx.param`` ->
@@ -43,7 +47,12 @@ def load(param_path: str | os.PathLike, bin_path: str | os.PathLike | None = Non
     ``run_node`` to trace or profile (as :class:`kuiperinfer.profiler.ProfilingGraph`
     does). Raises a :class:`KuiperError` subclass for anything wrong with the files or an
     unsupported operator.
+
+    ``param_path`` may also be an ONNX (.onnx) or TorchScript (.pt) file: pnnx converts it
+    first into a cache keyed by its content and ``input_shapes``/``dynamic_shapes`` (one
+    shape per input; see :func:`kuiperinfer.convert.convert`).
     """
+    param_path = resolve_model(param_path, bin_path, input_shapes, dynamic_shapes)
     if workers is None:
         workers = (os.cpu_count() or 1) if optimize else 1
     graph = graph_class(param_path, bin_path, workers=workers, max_tensor_bytes=max_tensor_bytes)

@@ -18,6 +18,7 @@ and carry the seeds' status codes (:class:`InferStatus`,
     │   └── InferError            running the graph failed
     │       └── InputError        a wrong input: name, expected and actual shape
     ├── RegistryError             registering a layer type twice, and the like
+    ├── ConversionError           an ONNX or TorchScript file that pnnx could not convert
     └── TensorError               misuse of the Tensor API
 """
 
@@ -191,6 +192,15 @@ class InputError(InferError):
         self.expected = expected
         self.actual = actual
         super().__init__(message, status=InferStatus.kInferFailedInputEmpty)
+
+
+class ConversionError(KuiperError):
+    """Converting an ONNX or TorchScript model with pnnx failed; ``path`` is the model file."""
+
+    def __init__(self, message: str, path: str | None = None):
+        self.path = path
+        self.reason = message
+        super().__init__(f"{path}: {message}" if path is not None else message)
 
 
 class TensorError(KuiperError):

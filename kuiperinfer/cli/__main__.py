@@ -1,4 +1,4 @@
-"""python -m kuiperinfer.cli: the kuiper command."""
+"""``python -m kuiperinfer.cli ...``: the ``kuiper`` command without its console script."""
 
 import sys
 

@@ -1,0 +1,292 @@
+"""Load on `kuiper serve`: throughput and latency at 1, 4 and 16 concurrent clients, with and
+without request batching.
+
+``python -m benchmarks.serve_load`` starts two `kuiper serve` processes on free loopback
+ports, one batching (requests joined up to ``--max-batch-size`` samples) and one not
+(``--max-batch-size 1``), and for each number of clients sends single-image inference
+requests for the bundled EfficientNet-Lite0 (binary tensors, keep-alive connections, each
+client sending its next request when the last is answered), after a warm-up, until
+``--requests`` have been answered or ``--seconds`` have passed. The two servers take turns
+in ``--rounds`` slices of that, so that a change in the machine's load hits both alike.
+It prints a markdown table: requests a second and the 50th and 99th percentile of the
+latency each client saw.
+
+Everything stays on this machine: the server listens on 127.0.0.1 only and the clients
+connect there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import http.client
+import json
+import os
+import platform
+import queue
+import re
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from kuiperinfer.models import efficientnet_lite0_path
+
+HEADER_LENGTH = "Inference-Header-Content-Length"
+
+
+@dataclass
+class Server:
+    """A `kuiper serve` process: its address, the process, and what it printed so far."""
+
+    host: str
+    port: int
+    process: subprocess.Popen
+    output: list[str]
+    reader: threading.Thread
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def printed(self, timeout: float = 30.0) -> str:
+        """Everything the process printed (stdout and stderr), once it has exited."""
+        self.process.wait(timeout)
+        self.reader.join(timeout)
+        return "".join(self.output)
+
+
+@contextlib.contextmanager
+def running_server(models: Sequence[str], *options: str, timeout: float = 120.0) -> Iterator[Server]:
+    """`kuiper serve MODELS --port 0 OPTIONS` on 127.0.0.1, ready; stopped with SIGTERM after."""
+    command = [sys.executable, "-m", "kuiperinfer.cli", "serve", *models, "--host", "127.0.0.1",
+               "--port", "0", *options]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    output: list[str] = []
+    lines: queue.Queue[str] = queue.Queue()
+
+    def read() -> None:  # always drained, so that the server never blocks on a full pipe
+        for line in process.stdout:
+            output.append(line)
+            lines.put(line)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        server = Server("127.0.0.1", _announced_port(process, lines, output, timeout), process,
+                        output, reader)
+        _wait_ready(server, timeout)
+        yield server
+    finally:
+        if process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        reader.join(timeout=10)
+        process.stdout.close()
+
+
+def _announced_port(process: subprocess.Popen, lines: queue.Queue[str], output: list[str],
+                    timeout: float) -> int:
+    """The port in the server's ``serving on http://HOST:PORT/v2`` line."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            line = lines.get(timeout=0.5)
+        except queue.Empty:
+            if process.poll() is not None:
+                break
+            continue
+        found = re.search(r"serving on http://\S+?:(\d+)/v2", line)
+        if found:
+            return int(found.group(1))
+    process.kill()
+    process.wait()
+    time.sleep(0.1)
+    raise RuntimeError("kuiper serve did not start:\n" + "".join(output))
+
+
+def _wait_ready(server: Server, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError):
+            connection = http.client.HTTPConnection(server.host, server.port, timeout=5)
+            connection.request("GET", "/v2/health/ready")
+            if connection.getresponse().status == 200:
+                connection.close()
+                return
+            connection.close()
+        time.sleep(0.05)
+    raise RuntimeError(f"kuiper serve at {server.url} did not become ready in {timeout} s")
+
+
+def binary_request(input_name: str, array: np.ndarray) -> tuple[bytes, dict[str, str]]:
+    """An inference request with one FP32 input as binary data, asking for binary outputs."""
+    header = json.dumps({
+        "inputs": [{"name": input_name, "datatype": "FP32", "shape": list(array.shape),
+                    "parameters": {"binary_data_size": array.nbytes}}],
+        "parameters": {"binary_data_output": True}}).encode()
+    return header + array.astype("<f4").tobytes(), {
+        "Content-Type": "application/octet-stream", HEADER_LENGTH: str(len(header))}
+
+
+@dataclass
+class LoadResult:
+    clients: int
+    requests: int
+    seconds: float
+    latencies: list[float]
+    errors: int
+
+    @property
+    def throughput(self) -> float:
+        return self.requests / self.seconds if self.seconds else 0.0
+
+    def percentile(self, q: float) -> float:
+        return float(np.percentile(self.latencies, q)) if self.latencies else float("nan")
+
+
+def load(server: Server, model: str, body: bytes, headers: dict[str, str], clients: int,
+         requests: int, seconds: float) -> LoadResult:
+    """``clients`` threads, each with its own connection, sending until the bounds are reached."""
+    path = f"/v2/models/{model}/infer"
+    lock = threading.Lock()
+    latencies: list[float] = []
+    counts = {"sent": 0, "errors": 0}
+    deadline = time.monotonic() + seconds
+
+    def client() -> None:
+        connection = http.client.HTTPConnection(server.host, server.port, timeout=60)
+        try:
+            while time.monotonic() < deadline:
+                with lock:
+                    if counts["sent"] >= requests:
+                        return
+                    counts["sent"] += 1
+                started = time.perf_counter()
+                try:
+                    connection.request("POST", path, body=body, headers=headers)
+                    response = connection.getresponse()
+                    response.read()
+                    ok = response.status == 200
+                except (OSError, http.client.HTTPException):
+                    connection.close()  # it reconnects on the next request
+                    ok = False
+                elapsed = time.perf_counter() - started
+                with lock:
+                    if ok:
+                        latencies.append(elapsed)
+                    else:
+                        counts["errors"] += 1
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=client) for _ in range(clients)]
+    started = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return LoadResult(clients, len(latencies), time.perf_counter() - started, latencies, counts["errors"])
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.serve_load", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default=str(efficientnet_lite0_path()),
+                        help="the .pnnx.param to serve (default: the bundled EfficientNet-Lite0)")
+    parser.add_argument("--clients", type=int, nargs="+", default=[1, 4, 16],
+                        help="numbers of concurrent clients (default: 1 4 16)")
+    parser.add_argument("--requests", type=int, default=300,
+                        help="most requests answered per row (default: 300)")
+    parser.add_argument("--seconds", type=float, default=20.0,
+                        help="most seconds per row (default: 20)")
+    parser.add_argument("--warmup", type=int, default=10, help="requests before each row (default: 10)")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="the servers take turns this many times per row, so that a change in "
+                             "the machine's load hits both alike (default: 3)")
+    parser.add_argument("--max-batch-size", type=int, default=8,
+                        help="the batching server's --max-batch-size (default: 8)")
+    parser.add_argument("--batch-window-ms", type=float, default=2.0,
+                        help="the batching server's --batch-window-ms (default: 2)")
+    args = parser.parse_args(argv)
+    if not 1 <= args.rounds <= args.requests <= 100_000 or not 0 < args.seconds <= 600:
+        parser.error("--requests must be 1 to 100000 (at least --rounds, 1 or more) and --seconds "
+                     "more than 0, at most 600")
+
+    name = "model"
+    options = {"on": ["--max-batch-size", str(args.max_batch_size),
+                      "--batch-window-ms", str(args.batch_window_ms)],
+               "off": ["--max-batch-size", "1"]}
+    rows = []
+    with contextlib.ExitStack() as stack:
+        servers = {batching: stack.enter_context(running_server([f"{name}={args.model}"], *flags))
+                   for batching, flags in options.items()}
+        spec = _get_json(servers["on"], f"/v2/models/{name}")["inputs"][0]
+        shape = [1 if d < 0 else d for d in spec["shape"]]
+        image = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+        body, headers = binary_request(spec["name"], image)
+        for clients in args.clients:
+            for server in servers.values():
+                load(server, name, body, headers, clients, args.warmup, args.seconds)
+            slices = {batching: [] for batching in servers}
+            for round_number in range(args.rounds):
+                for batching, server in servers.items():
+                    time.sleep(0.3)  # the other server's idle threads settle first
+                    share = args.requests // args.rounds + (round_number < args.requests % args.rounds)
+                    slices[batching].append(load(server, name, body, headers, clients, share,
+                                                 args.seconds / args.rounds))
+            for batching, results in slices.items():
+                result = LoadResult(clients, sum(r.requests for r in results),
+                                    sum(r.seconds for r in results),
+                                    [t for r in results for t in r.latencies],
+                                    sum(r.errors for r in results))
+                rows.append((batching, result))
+                print(f"batching {batching}, {clients} clients: {result.requests} requests in "
+                      f"{result.seconds:.1f} s, {result.errors} errors", file=sys.stderr, flush=True)
+    print(table(rows, Path(args.model).name, args))
+    return 0
+
+
+def _get_json(server: Server, path: str) -> dict:
+    connection = http.client.HTTPConnection(server.host, server.port, timeout=30)
+    try:
+        connection.request("GET", path)
+        return json.loads(connection.getresponse().read())
+    finally:
+        connection.close()
+
+
+def cpu_name() -> str:
+    """The processor's model name (Linux), else what the platform module knows."""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
+def table(rows: Sequence[tuple[str, LoadResult]], model: str, args: argparse.Namespace) -> str:
+    """The markdown table, with what it ran on."""
+    setting = (f"{model}, one image a request, {cpu_name()}, {os.cpu_count()} CPUs; batching: "
+               f"up to {args.max_batch_size} samples within {args.batch_window_ms:g} ms")
+    lines = [setting, "",
+             "| clients | batching | requests/s | p50 ms | p99 ms | requests | errors |",
+             "|---:|---|---:|---:|---:|---:|---:|"]
+    for batching, result in sorted(rows, key=lambda row: (row[1].clients, row[0] == "on")):
+        lines.append(f"| {result.clients} | {batching} | {result.throughput:.1f} | "
+                     f"{result.percentile(50) * 1000:.1f} | {result.percentile(99) * 1000:.1f} | "
+                     f"{result.requests} | {result.errors} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

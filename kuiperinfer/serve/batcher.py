@@ -1,0 +1,183 @@
+"""Dynamic batching: requests for one model that arrive close together share one run.
+
+Each model has one :class:`Batcher`, which runs the model in its own worker thread, one
+run at a time, as a Triton model instance does. While the model is busy requests queue;
+when it is free the batcher takes the oldest request and every queued request that can
+join it (the same input shapes after the batch dimension), up to ``max_batch_size``
+samples, waiting up to ``window`` seconds after the oldest arrived for more to come. The
+joined inputs are concatenated along the batch, run in one ``graph.run`` and the outputs
+split back. A request larger than ``max_batch_size`` runs alone; ``max_batch_size=1``
+turns joining off.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import itertools
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from kuiperinfer.errors import KuiperError
+from kuiperinfer.serve.model import ServedModel
+from kuiperinfer.serve.protocol import ProtocolError
+
+
+@dataclass
+class _Pending:
+    inputs: tuple[np.ndarray, ...]
+    future: asyncio.Future
+    arrived: float = field(default_factory=time.monotonic)
+
+    @property
+    def batch(self) -> int:
+        return self.inputs[0].shape[0] if self.inputs and self.inputs[0].ndim else 1
+
+    @property
+    def kind(self) -> tuple | None:
+        """Requests of the same kind can be concatenated along the batch (None: cannot be)."""
+        if any(a.ndim == 0 for a in self.inputs):
+            return None
+        return tuple((a.shape[1:], a.dtype.str) for a in self.inputs)
+
+
+class Batcher:
+    """Queues one model's requests and runs them, joined into batches, in a worker thread."""
+
+    def __init__(self, model: ServedModel, max_batch_size: int = 8, window: float = 0.002,
+                 max_queue: int = 64):
+        if max_batch_size < 1 or window < 0 or max_queue < 1:
+            raise ValueError("max_batch_size and max_queue must be at least 1, window 0 or more")
+        self.model = model
+        self.max_batch_size = max_batch_size
+        self.window = window
+        self.max_queue = max_queue
+        self._queue: collections.deque[_Pending] = collections.deque()
+        self._arrival = asyncio.Event()
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix=f"kuiper-serve-{model.name}")
+        self._task: asyncio.Task | None = None
+        self.executions = 0
+        """Runs of the model so far (requests joined into one batch count once)."""
+        self.inferences = 0
+        """Samples run so far: the batch sizes of the requests answered, added up."""
+
+    @property
+    def running(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    def start(self) -> None:
+        """Start taking requests (call from the event loop that will submit them)."""
+        if not self.running:
+            self._task = asyncio.get_running_loop().create_task(self._serve())
+
+    async def stop(self) -> None:
+        """Stop: requests still queued are refused (503), the run in progress finishes."""
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+        while self._queue:
+            pending = self._queue.popleft()
+            if not pending.future.done():
+                pending.future.set_exception(ProtocolError("the server is shutting down", 503))
+        await asyncio.get_running_loop().run_in_executor(None, self._executor.shutdown)
+
+    async def infer(self, inputs: tuple[np.ndarray, ...]) -> list[np.ndarray]:
+        """Run the model on one request's inputs (model order); its outputs, in order."""
+        if not self.running:
+            raise ProtocolError(f"model {self.model.name!r} is not ready", 503)
+        if len(self._queue) >= self.max_queue:
+            raise ProtocolError(f"model {self.model.name!r} has {len(self._queue)} requests "
+                                f"queued, the most it takes; try again later", 503)
+        pending = _Pending(inputs, asyncio.get_running_loop().create_future())
+        self._queue.append(pending)
+        self._arrival.set()
+        return await pending.future
+
+    async def _serve(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            while not self._queue:
+                self._arrival.clear()
+                await self._arrival.wait()
+            batch = await self._next_batch()
+            if not batch:
+                continue
+            try:
+                results = await loop.run_in_executor(self._executor, self._run, batch)
+            except Exception as exc:  # noqa: BLE001  (whatever it is, the waiting clients must hear it)
+                results = [exc] * len(batch)
+            self.executions += 1
+            self.inferences += sum(p.batch for p in batch)
+            for pending, result in zip(batch, results):
+                if pending.future.done():  # the client went away
+                    continue
+                if isinstance(result, Exception):
+                    pending.future.set_exception(result)
+                else:
+                    pending.future.set_result(result)
+
+    async def _next_batch(self) -> list[_Pending]:
+        """The oldest request and those that can join it, once full or its window is over."""
+        while True:
+            while self._queue and self._queue[0].future.done():
+                self._queue.popleft()
+            if not self._queue:
+                return []
+            first = self._queue[0]
+            chosen = self._joinable(first)
+            samples = sum(p.batch for p in chosen)
+            remaining = first.arrived + self.window - time.monotonic()
+            if samples >= self.max_batch_size or remaining <= 0 or first.kind is None \
+                    or not self.model.joinable:
+                break
+            self._arrival.clear()
+            try:
+                await asyncio.wait_for(self._arrival.wait(), remaining)
+            except asyncio.TimeoutError:
+                pass
+        for pending in chosen:
+            self._queue.remove(pending)
+        return chosen
+
+    def _joinable(self, first: _Pending) -> list[_Pending]:
+        """``first`` and the queued requests of its kind that fit in one batch with it."""
+        chosen, samples = [first], first.batch
+        if not self.model.joinable or first.kind is None:
+            return chosen
+        for pending in list(self._queue)[1:]:
+            if pending.future.done() or pending.kind != first.kind:
+                continue
+            if samples + pending.batch > self.max_batch_size:
+                break
+            chosen.append(pending)
+            samples += pending.batch
+        return chosen
+
+    def _run(self, batch: list[_Pending]) -> list[list[np.ndarray] | KuiperError]:
+        """In the worker thread: one run for the batch, split back; each alone if that fails."""
+        graph = self.model.graph
+        if len(batch) > 1:
+            joined = [np.concatenate(arrays) for arrays in zip(*(p.inputs for p in batch))]
+            try:
+                outputs = graph.run(*joined)
+            except KuiperError:  # let each request fail or succeed on its own below
+                outputs = None
+            total = sum(p.batch for p in batch)
+            if outputs is not None and all(o.ndim and o.shape[0] == total for o in outputs):
+                bounds = np.cumsum([0] + [p.batch for p in batch])
+                return [[o[start:end] for o in outputs] for start, end in itertools.pairwise(bounds)]
+            if outputs is not None:
+                self.model.joinable = False
+        results: list[list[np.ndarray] | KuiperError] = []
+        for pending in batch:
+            try:
+                results.append(graph.run(*pending.inputs))
+            except KuiperError as exc:
+                results.append(exc)
+        return results
