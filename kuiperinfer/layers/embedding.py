@@ -31,7 +31,8 @@ def embedding(indices: np.ndarray, table: np.ndarray) -> np.ndarray:
         raise InferError(f"embedding index {int(bad.flat[0])} is out of range [0, {rows}) "
                          f"({bad.size} of {indices.size} indices are)",
                          status=InferStatus.kInferFailedDimensionParameterError)
-    return np.take(table, indices, axis=0)
+    # indexing, not np.take: take copies a whole unaligned table (a model file's may be) first
+    return table[indices]
 
 
 @register_layer("nn.Embedding")

@@ -7,7 +7,7 @@
 * :func:`fuse_activation`: an activation right after a convolution, a linear layer or
   an arithmetic expression (or after reshapes and permutations of its output) is applied
   in place on that operator's fresh output (ncnn's ``activation_type``), and its operator
-  disappears.
+  disappears; GELU only after a linear layer.
 * :func:`fuse_pointwise_depthwise`: a 1x1 convolution whose output only a depthwise
   convolution reads becomes one operator with it, computed a stripe of rows at a time
   (:mod:`kuiperinfer.kernels.depthwise_stripes`).
@@ -39,7 +39,7 @@ import numpy as np
 from kuiperinfer.errors import GraphError, KuiperError
 from kuiperinfer.kernels import jit
 from kuiperinfer.kernels.winograd import MIN_CHANNELS
-from kuiperinfer.layers.activation import InplaceActivationLayer
+from kuiperinfer.layers.activation import GELU, InplaceActivationLayer
 from kuiperinfer.layers.convolution import ConvGeometry, Convolution, TransposedConvolution, spatial_rank
 from kuiperinfer.layers.expression import ExpressionLayer
 from kuiperinfer.layers.fusion import (
@@ -49,6 +49,7 @@ from kuiperinfer.layers.fusion import (
     PointwiseDepthwiseFusion,
     SqueezeExcitationFusion,
 )
+from kuiperinfer.layers.linear import Linear
 from kuiperinfer.layers.normalization import BatchNorm
 from kuiperinfer.layers.normalization import fold_batch_norm as batch_norm_scale_shift
 from kuiperinfer.layers.padding import Pad
@@ -146,7 +147,7 @@ def fuse_activation(graph: RuntimeGraph) -> int:
                 (op.fusion is not None and op.fusion.activation is not None):
             continue
         act, last = _activation_reading(op)
-        if not is_a(act, InplaceActivationLayer):
+        if not (is_a(act, InplaceActivationLayer) or (is_a(act, GELU) and is_a(op, Linear))):
             continue
         try:
             activation = LayerRegisterer.layer_class(act.type).activation_of(act)
