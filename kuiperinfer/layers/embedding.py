@@ -39,6 +39,7 @@ def embedding(indices: np.ndarray, table: np.ndarray) -> np.ndarray:
 class Embedding(ParamLayer):
     """A lookup in the stored (num_embeddings, embedding_dim) table."""
 
+    batch_independent = True   # row i of the output is the lookup of index i
     @classmethod
     def create(cls, op: RuntimeOperator) -> Embedding:
         rows = op.param_int("num_embeddings", Status.kParameterMissingNumFeatures)
