@@ -254,6 +254,35 @@ def _gelu():
     return layer("nn.GELU", "", (1, 197, 768))
 
 
+def attention(batch: int, heads: int, length: int, depth: int, masked: bool) -> Callable[[], Any]:
+    """Self-attention over a packed (batch, length, 3, heads, depth) projection, as
+    ``kuiper.Attention`` runs it (``kuiperinfer.layers.attention.fast_attention``)."""
+    from kuiperinfer.layers.attention import fast_attention
+
+    rng = np.random.default_rng(0)
+    qkv = rng.standard_normal((batch, length, 3, heads, depth), dtype=np.float32)
+    q, k, v = (qkv[:, :, i].transpose(0, 2, 1, 3) for i in range(3))
+    mask = np.where(rng.random((batch, 1, 1, length)) > 0.2, 0, -10000).astype(np.float32) if masked else None
+    return lambda: fast_attention(q, k, v, mask, depth ** -0.5, safe=False)
+
+
+@kernel("attention 3 heads 197x64 (ViT-Tiny)", macs=2 * 3 * 197 * 197 * 64)
+def _attention_vit():
+    return attention(1, 3, 197, 64, False)
+
+
+@kernel("attention 12 heads 32x32 + key mask (MiniLM)", macs=2 * 12 * 32 * 32 * 32)
+def _attention_minilm():
+    return attention(1, 12, 32, 32, True)
+
+
+@kernel("linear 197x192 -> 768 + GELU (ViT-Tiny's MLP)", macs=197 * 192 * 768)
+def _linear_gelu():
+    rng = np.random.default_rng(0)
+    return layer("nn.Linear", "bias=True in_features=192 out_features=768", (1, 197, 192), (1, 197, 768),
+                 {"bias": rng.standard_normal(768), "weight": rng.standard_normal((768, 192)) / 14}, after="nn.GELU")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.kernels", description=__doc__.splitlines()[0])
     parser.add_argument("-k", "--match", default="", help="only the cases whose name contains this text")

@@ -10,7 +10,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from networks import mobilenet_v3_small, resnet18, unet, yolov5s
+from networks import (
+    SentenceEncoder,
+    VisionTransformer,
+    mobilenet_v3_small,
+    randomize_transformer,
+    resnet18,
+    unet,
+    yolov5s,
+)
 from oracle import export
 
 import kuiperinfer
@@ -26,6 +34,15 @@ NETWORKS = {
     "yolov5s": (yolov5s, (3, 64, 64)),
     "unet": (lambda: unet(bilinear=False, base=16), (3, 32, 32)),
     "unet_bilinear": (lambda: unet(bilinear=True, base=16), (3, 32, 32)),
+}
+
+TRANSFORMERS = {   # small ViT-Tiny and MiniLM layouts, exported for any batch size
+    "vit": (lambda: randomize_transformer(VisionTransformer(32, 8, 24, 2, 3, 48, 10)),
+            lambda batch: (torch.rand(batch, 3, 32, 32),)),
+    "minilm": (lambda: randomize_transformer(SentenceEncoder(100, 9, 24, 2, 4, 48)),
+               lambda batch: (torch.randint(0, 100, (batch, 9)),
+                              torch.cat([torch.ones(batch, 6, dtype=torch.int64),
+                                         torch.zeros(batch, 3, dtype=torch.int64)], 1))),
 }
 
 
@@ -49,7 +66,11 @@ def exported(tmp_path_factory):
     params = {"efficientnet_lite0": efficientnet_lite0_path()}
 
     def param(name: str):
-        if name not in params:
+        if name not in params and name in TRANSFORMERS:
+            build, inputs = TRANSFORMERS[name]
+            torch.manual_seed(0)
+            params[name] = export(build(), inputs(1), tmp_path_factory.mktemp(name), inputs2=inputs(3))
+        elif name not in params:
             build, shape = NETWORKS[name]
             params[name] = export(build(), (torch.rand(1, *shape),), tmp_path_factory.mktemp(name))
         return params[name]
@@ -66,12 +87,22 @@ def test_optimised_and_plain_agree(exported, name):
     assert_agree(*run_both(param, x))
 
 
+@pytest.mark.parametrize("name", TRANSFORMERS)
+@pytest.mark.parametrize("batch", [1, 3])
+def test_transformers_optimised_and_plain_agree(exported, name, batch):
+    inputs = [t.numpy() for t in TRANSFORMERS[name][1](batch)]
+    fast = kuiperinfer.load(exported(name), workers=2)
+    plain = kuiperinfer.load(exported(name), optimize=False)
+    assert "kuiper.Attention" in {op.type for op in fast.operators} and fast.batch_separable
+    assert_agree(fast.run(*inputs), plain.run(*inputs))
+
+
 def test_bundled_efficientnet_lite0_agrees():
     x = np.random.default_rng(1).random((2, 3, 224, 224), dtype=np.float32)
     assert_agree(*run_both(efficientnet_lite0_path(), x))
 
 
-@pytest.mark.parametrize("name", [*NETWORKS, "efficientnet_lite0"])
+@pytest.mark.parametrize("name", [*NETWORKS, *TRANSFORMERS, "efficientnet_lite0"])
 def test_every_pass_keeps_the_graph_invariants(exported, name):
     graph = RuntimeGraph(exported(name))
     graph.init()

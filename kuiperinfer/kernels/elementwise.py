@@ -131,8 +131,24 @@ def hardswish_(y: np.ndarray) -> np.ndarray:
     return y
 
 
+def gelu_(y: np.ndarray) -> np.ndarray:
+    """:func:`gelu` in place: y * 0.5 * (1 + erf(y / sqrt(2)))."""
+    gate = erf(y * _SQRT_HALF)
+    gate += 1
+    gate *= 0.5
+    y *= gate
+    return y
+
+
+def gelu_tanh_(y: np.ndarray) -> np.ndarray:
+    """:func:`gelu_tanh` in place."""
+    np.copyto(y, gelu_tanh(y))
+    return y
+
+
 _INPLACE = {"relu": relu_, "clip": clip_, "leaky_relu": leaky_relu_, "sigmoid": sigmoid_,
-            "silu": silu_, "hardsigmoid": hardsigmoid_, "hardswish": hardswish_}
+            "silu": silu_, "hardsigmoid": hardsigmoid_, "hardswish": hardswish_,
+            "gelu": gelu_, "gelu_tanh": gelu_tanh_}
 _OF_HALVES = {"sigmoid": _sigmoid_of_halves, "silu": _silu_of_halves}
 """The activations whose first pass halves y: given y / 2, they skip it."""
 

@@ -17,7 +17,9 @@ import numpy as np
 from kuiperinfer.errors import InferError, InferStatus
 from kuiperinfer.errors import ParseParameterAttrStatus as Status
 from kuiperinfer.kernels import elementwise
-from kuiperinfer.layers.base import NonParamLayer, ParamLayer, keeps_batch
+from kuiperinfer.kernels.compiled.activation import ActivationCode
+from kuiperinfer.kernels.compiled.epilogue import finish_rows
+from kuiperinfer.layers.base import NonParamLayer, ParamLayer, compiled, keeps_batch
 from kuiperinfer.runtime.operator import RuntimeOperator
 from kuiperinfer.runtime.registry import register_layer
 
@@ -220,12 +222,21 @@ class CELU(ActivationLayer):
 
 @register_layer("nn.GELU", "F.gelu")
 class GELU(ActivationLayer):
-    """x * Phi(x); ``approximate`` is "none" (exact, with erf) or "tanh"."""
+    """x * Phi(x); ``approximate`` is "none" (exact, with erf) or "tanh".
 
-    def __init__(self, layer_name: str, approximate: str = "none"):
+    Not an :class:`InplaceActivationLayer`: only the producers whose compiled kernels
+    finish rows with :func:`~kuiperinfer.kernels.compiled.activation.finish_row` take it,
+    which the optimiser asks with :meth:`activation_of` (nn.Linear, the feed-forward
+    layer of a transformer)."""
+
+    compiled_kernels = True
+
+    def __init__(self, layer_name: str, approximate: str = "none", compiled: bool = False):
         super().__init__(layer_name)
         self.approximate = approximate
+        self.compiled = compiled
         self._kernel = elementwise.gelu_tanh if approximate == "tanh" else elementwise.gelu
+        self._code = ActivationCode.of(self.inplace())
 
     @classmethod
     def create(cls, op: RuntimeOperator) -> GELU:
@@ -233,10 +244,23 @@ class GELU(ActivationLayer):
         if approximate not in ("none", "tanh"):
             raise op.error(f"approximate must be 'none' or 'tanh', not {approximate!r}",
                            Status.kParameterInvalidValue)
-        return cls(op.name, approximate)
+        return cls(op.name, approximate, compiled(op))
+
+    def inplace(self) -> elementwise.InplaceActivation:
+        return elementwise.InplaceActivation("gelu_tanh" if self.approximate == "tanh" else "gelu")
+
+    @classmethod
+    def activation_of(cls, op: RuntimeOperator) -> elementwise.InplaceActivation:
+        """The in-place activation ``op`` computes, from its parameters (raises LayerCreateError)."""
+        return cls.create(op).inplace()
 
     def function(self, x: np.ndarray) -> np.ndarray:
-        return self._kernel(x)
+        if not self.compiled or x.ndim == 0 or x.dtype != np.float32:
+            return self._kernel(x)
+        y = np.array(x, np.float32, order="C")
+        rows = y.reshape(-1, y.shape[-1])
+        finish_rows(rows, np.zeros(rows.shape[1], np.float32), *self._code)
+        return y
 
 
 @register_layer("nn.SiLU", "F.silu")

@@ -1,9 +1,12 @@
-"""Attention: F.scaled_dot_product_attention and nn.MultiheadAttention.
+"""Attention: F.scaled_dot_product_attention, nn.MultiheadAttention and ``kuiper.Attention``.
 
-Both reduce to one kernel, :func:`attention`: ``softmax(q k^T * scale + mask) v`` over
+All reduce to one kernel, :func:`attention`: ``softmax(q k^T * scale + mask) v`` over
 the last two dimensions, with every leading (batch, head) dimension handled by one
-batched matmul. Masks are turned into an additive float mask first (0 to keep a
-score, -inf to block it); the two operators read bool masks the opposite way round.
+batched matmul, or its compiled twin (:mod:`kuiperinfer.kernels.compiled.attention`) for
+(batch, heads, rows, depth) operands. Masks are turned into an additive float mask first
+(0 to keep a score, -inf to block it); the two PyTorch operators read bool masks the
+opposite way round. ``kuiper.Attention`` is what the optimiser makes of the products,
+scaling, mask and softmax pnnx writes for hand-written attention (timm's, BERT's).
 """
 
 from __future__ import annotations
@@ -17,7 +20,9 @@ import numpy as np
 
 from kuiperinfer.errors import InferError, InferStatus
 from kuiperinfer.errors import ParseParameterAttrStatus as Status
-from kuiperinfer.layers.base import Layer, NonParamLayer
+from kuiperinfer.kernels.compiled import attention as compiled_attention
+from kuiperinfer.layers.base import Layer, NonParamLayer, compiled
+from kuiperinfer.layers.fusion import AttentionFusion
 from kuiperinfer.layers.linear import linear
 from kuiperinfer.layers.softmax import softmax
 from kuiperinfer.pnnx.ir import numpy_dtype
@@ -49,6 +54,28 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | No
     return np.matmul(weights, v), weights
 
 
+def fast_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None, scale: float,
+                   safe: bool, out: np.ndarray | None = None) -> np.ndarray:
+    """:func:`attention`'s output through the compiled kernel where q, k and v are float32
+    (batch, heads, rows, depth) arrays of one batch and head count (views with a contiguous
+    last dimension will do), else through :func:`attention`. ``out`` (batch, heads, queries,
+    value depth), a view if need be, receives the output when given."""
+    if (q.ndim == k.ndim == v.ndim == 4 and q.shape[:2] == k.shape[:2] == v.shape[:2]
+            and k.shape[2] == v.shape[2] and q.shape[3] == k.shape[3]
+            and all(x.dtype == np.float32 and x.strides[-1] == 4 for x in (q, k, v))
+            and (mask is None or mask.ndim <= 4)):
+        if out is None:
+            out = np.empty((*q.shape[:3], v.shape[3]), np.float32)
+        compiled_attention.attention(q, k, v, out, None if mask is None else compiled_attention.Mask.of(mask),
+                                     scale, safe)
+        return out
+    result = attention(q, k, v, mask, scale, safe)[0]
+    if out is not None:
+        out[...] = result
+        return out
+    return result
+
+
 def additive_mask(mask: np.ndarray, true_keeps: bool) -> np.ndarray:
     """A float mask to add to the scores: a bool mask becomes 0 (kept) / -inf (blocked).
 
@@ -72,9 +99,13 @@ class ScaledDotProductAttention(NonParamLayer):
     ``dropout_p`` is ignored: at inference nothing is dropped.
     """
 
-    def __init__(self, layer_name: str, is_causal: bool, scale: float | None, enable_gqa: bool):
+    compiled_kernels = True
+
+    def __init__(self, layer_name: str, is_causal: bool, scale: float | None, enable_gqa: bool,
+                 compiled: bool = False):
         super().__init__(layer_name)
         self.is_causal, self.scale, self.enable_gqa = is_causal, scale, enable_gqa
+        self.compiled = compiled
 
     @classmethod
     def create(cls, op: RuntimeOperator) -> ScaledDotProductAttention:
@@ -85,7 +116,7 @@ class ScaledDotProductAttention(NonParamLayer):
         if scale is not None and scale <= 0:
             raise op.error(f"scale must be positive, got {scale}", Status.kParameterMissingScale)
         return cls(op.name, op.param_bool("is_causal", default=False), scale,
-                   op.param_bool("enable_gqa", default=False))
+                   op.param_bool("enable_gqa", default=False), compiled(op))
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         q, k, v = inputs[:3]
@@ -100,6 +131,8 @@ class ScaledDotProductAttention(NonParamLayer):
             groups = q.shape[-3] // k.shape[-3]
             k, v = np.repeat(k, groups, axis=-3), np.repeat(v, groups, axis=-3)
         scale = self.scale if self.scale is not None else 1.0 / math.sqrt(q.shape[-1])
+        if self.compiled:
+            return [fast_attention(q, k, v, mask, scale, safe=True)]
         return [attention(q, k, v, mask, scale, safe=True)[0]]
 
 
@@ -137,6 +170,10 @@ class MultiheadAttention(Layer):
     * With ``need_weights=True`` pnnx writes a second output, the attention weights,
       averaged over the heads unless the recorded output has a head dimension.
     """
+
+    compiled_kernels = True
+    compiled = False
+    """Whether attention without its weights goes through the compiled kernel."""
 
     def __init__(self, layer_name: str, num_heads: int, batch_first: bool,
                  projections: tuple[Projection, ...], out_weight_t: np.ndarray, out_bias: np.ndarray | None,
@@ -188,8 +225,10 @@ class MultiheadAttention(Layer):
                                                               query_shape, batch_first)
         need_weights = len(op.output_operands) == 2
         average = not (need_weights and len(op.output_operands[1].shapes) == len(query_shape) + 1)
-        return cls(op.name, heads, batch_first, projections, out_weight_t, out_bias, bias_kv,
-                   op.param_bool("add_zero_attn", default=False), mask_at, key_padding, need_weights, average)
+        layer = cls(op.name, heads, batch_first, projections, out_weight_t, out_bias, bias_kv,
+                    op.param_bool("add_zero_attn", default=False), mask_at, key_padding, need_weights, average)
+        layer.compiled = compiled(op)
+        return layer
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         sources = [x for i, x in enumerate(inputs) if i != self.mask_at]
@@ -214,7 +253,10 @@ class MultiheadAttention(Layer):
         mask = None
         if self.mask_at is not None:
             mask = self._mask(inputs[self.mask_at], n, q.shape[2], k.shape[2])
-        out, weights = attention(q, k, v, mask, 1.0, safe=not self.need_weights)
+        if self.compiled and not self.need_weights:
+            out, weights = fast_attention(q, k, v, mask, 1.0, safe=True), None
+        else:
+            out, weights = attention(q, k, v, mask, 1.0, safe=not self.need_weights)
         out = linear(out.transpose(0, 2, 1, 3).reshape(n, -1, embed), self.out_weight_t, self.out_bias)
         if not batched:
             out = out[0]
@@ -284,3 +326,57 @@ def _is_key_padding(mask_shape: Sequence[int], query_shape: Sequence[int], batch
         return len(mask_shape) == 1
     target = query_shape[1] if batch_first else query_shape[0]
     return len(mask_shape) == 2 and target >= 0 and mask_shape[0] != target
+
+
+@register_layer(AttentionFusion.TYPE)
+class FusedAttention(Layer):
+    """``softmax(q k^T * scale + mask) v`` that the optimiser fused (:class:`AttentionFusion`):
+    inputs q (N, H, L, E), k (N, H, S, E), v (N, H, S, Ev) and the mask, or the packed
+    (N, L, 3 * H * E) projection and the mask; output (N, H, L, Ev) or (N, L, H * Ev).
+    F.softmax over a row of -inf only gives NaN, and so does this."""
+
+    fusion = AttentionFusion
+    compiled_kernels = True
+
+    def __init__(self, layer_name: str, record: AttentionFusion):
+        super().__init__(layer_name)
+        self.record = record
+        self.batch_independent = True   # the batch is dimension 0 of every input and of the output
+
+    @classmethod
+    def create(cls, op: RuntimeOperator) -> FusedAttention:
+        if not isinstance(op.fusion, AttentionFusion):
+            raise op.error("kuiper.Attention is made by the optimiser and needs its record",
+                           Status.kParameterInvalidValue)
+        return cls(op.name, op.fusion)
+
+    def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
+        record = self.record
+        mask = inputs[-1] if record.masked else None
+        if record.packed is not None:
+            heads, depth = record.packed
+            x = inputs[0]
+            if x.ndim != 3 or x.shape[2] != 3 * heads * depth:
+                raise InferError(f"packed q, k and v of shape {x.shape}, expected (N, L, {3 * heads * depth})",
+                                 status=InferStatus.kInferFailedDimensionParameterError)
+            packed = np.ascontiguousarray(x, np.float32).reshape(x.shape[0], x.shape[1], 3, heads, depth)
+            q, k, v = (packed[:, :, i].transpose(0, 2, 1, 3) for i in range(3))
+        else:
+            q, k, v = inputs[:3]
+        out = None
+        if record.merge_heads:
+            if q.ndim != 4:
+                raise InferError(f"attention with its heads side by side needs 4-d operands, got {q.shape}",
+                                 status=InferStatus.kInferFailedDimensionParameterError)
+            n, h, length, _ = q.shape
+            merged = np.empty((n, length, h, v.shape[3]), np.float32)
+            out = merged.transpose(0, 2, 1, 3)
+        if record.compiled:
+            y = fast_attention(q, k, v, mask, record.scale, safe=False, out=out)
+        else:
+            y = attention(q, k, v, mask, record.scale, safe=False)[0]
+            if out is not None:
+                out[...] = y
+        if record.merge_heads:
+            return [merged.reshape(n, length, -1)]
+        return [y]

@@ -128,7 +128,9 @@ class Clamp(NonParamLayer):
         low, high = Argument.of(op, "min", default=None), Argument.of(op, "max", default=None)
         if low.absent and high.absent:
             raise op.error("clamp needs at least one of 'min' and 'max'", Status.kParameterInvalidValue)
-        return cls(op.name, low, high)
+        layer = cls(op.name, low, high)
+        layer.batch_independent = low.index is None and high.index is None   # number bounds: elementwise
+        return layer
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         x, low, high = inputs[0], self.low.get(inputs), self.high.get(inputs)

@@ -47,6 +47,8 @@ class Cast(NonParamLayer):
     """Convert to ``dtype`` as PyTorch does: floats to integers truncate toward zero,
     anything to bool tests for non-zero. ``dtype=None`` (a device move) changes nothing."""
 
+    batch_independent = True
+
     def __init__(self, layer_name: str, dtype: np.dtype | None):
         super().__init__(layer_name)
         self.dtype = dtype

@@ -31,13 +31,15 @@ def embedding(indices: np.ndarray, table: np.ndarray) -> np.ndarray:
         raise InferError(f"embedding index {int(bad.flat[0])} is out of range [0, {rows}) "
                          f"({bad.size} of {indices.size} indices are)",
                          status=InferStatus.kInferFailedDimensionParameterError)
-    return np.take(table, indices, axis=0)
+    # indexing, not np.take: take copies a whole unaligned table (a model file's may be) first
+    return table[indices]
 
 
 @register_layer("nn.Embedding")
 class Embedding(ParamLayer):
     """A lookup in the stored (num_embeddings, embedding_dim) table."""
 
+    batch_independent = True   # row i of the output is the lookup of index i
     @classmethod
     def create(cls, op: RuntimeOperator) -> Embedding:
         rows = op.param_int("num_embeddings", Status.kParameterMissingNumFeatures)

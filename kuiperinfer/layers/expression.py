@@ -7,6 +7,7 @@ a stack over whole arrays. See :mod:`kuiperinfer.expression`.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -25,6 +26,9 @@ from kuiperinfer.runtime.registry import register_layer
 # Outermost operations that make a new array from array operands; sizes (``size(@0,1)``)
 # and lists (``[...]``) are Python values, not arrays.
 ARITHMETIC = ("add(", "sub(", "mul(", "div(")
+SHAPE = re.compile(r"\[(-?\d+|size\(@\d+,-?\d+\))(,(-?\d+|size\(@\d+,-?\d+\)))*\]")
+"""A shape made of numbers and sizes of the inputs (``[size(@0,0),-1,-1]``, for an expand): on
+a chunk of the batch it is the chunk's shape, which is what the operator reading it needs."""
 
 
 @register_layer("pnnx.Expression")
@@ -51,7 +55,8 @@ class ExpressionLayer(NonParamLayer):
         layer = cls(op.name, expression, op.fusion.activation if op.fusion is not None else None)
         # elementwise, so slices of a batch are independent, unless it reads sizes, builds lists
         # or reads no input at all (a constant has no batch dimension to split)
-        layer.batch_independent = "size(" not in text and "[" not in text and expression.num_inputs > 0
+        layer.batch_independent = ("size(" not in text and "[" not in text and expression.num_inputs > 0) \
+            or SHAPE.fullmatch(text) is not None
         return layer
 
     @classmethod

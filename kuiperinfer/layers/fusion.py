@@ -14,6 +14,9 @@ what the operator now computes:
   operator: a 1x1 convolution and the depthwise convolution that alone reads it.
 * :class:`SqueezeExcitationFusion`, the record of a ``kuiper.SqueezeExcitation`` operator:
   ``x * expand(reduce(mean of x over H and W))`` with two 1x1 convolutions.
+* :class:`AttentionFusion`, the record of a ``kuiper.Attention`` operator: scaled
+  dot-product attention written out as products, a scaling, a mask and a softmax.
+* :class:`LayerNormFusion` on nn.LayerNorm: the residual addition before it.
 * :class:`KernelChoice` on any other layer that has compiled kernels.
 
 Every record says whether the layer runs its compiled kernels (``compiled``, set by the
@@ -100,4 +103,36 @@ class SqueezeExcitationFusion:
     TYPE: ClassVar[str] = "kuiper.SqueezeExcitation"
     reduce: Pointwise
     expand: Pointwise
+    compiled: bool = False
+
+
+@dataclass(frozen=True)
+class AttentionFusion:
+    """``softmax(q k^T * scale + mask) v`` as pnnx writes it (torch.matmul with a transposed
+    key, a scaling expression, an optional additive mask, F.softmax over the keys,
+    torch.matmul with the values), in one operator reading q, k (not transposed), v and
+    the mask, in that order, or ``packed``: one input holding them all."""
+
+    TYPE: ClassVar[str] = "kuiper.Attention"
+    scale: float = 1.0
+    masked: bool = False
+    """Whether the last input is an additive mask (broadcast to (batch, heads, queries, keys))."""
+    packed: tuple[int, int] | None = None
+    """(heads, head_dim) when the first input is a linear layer's (N, L, 3 * heads * head_dim)
+    output holding q, k and v (timm's reshape, permute and unbind, absorbed)."""
+    merge_heads: bool = False
+    """Whether the output is (N, L, heads * value_dim), the heads side by side (the transpose
+    and reshape after the product, absorbed), instead of (N, heads, L, value_dim)."""
+    compiled: bool = False
+
+
+@dataclass(frozen=True)
+class LayerNormFusion:
+    """What an nn.LayerNorm computes beyond pnnx's parameters."""
+
+    residual: bool = False
+    """Whether it reads the two addends of an ``add(@0,@1)`` (absorbed) and normalises their sum."""
+    sum_output: bool = False
+    """Whether it also hands on the sum, as its second output, to the others that read it
+    (a pre-norm transformer's running value)."""
     compiled: bool = False

@@ -1,4 +1,11 @@
-"""nn.Linear and F.linear on any number of leading dimensions, as one GEMM."""
+"""nn.Linear and F.linear on any number of leading dimensions, as one GEMM.
+
+With its compiled kernels, nn.Linear computes into a fresh array in parts that the
+engine's threads share (:mod:`~kuiperinfer.kernels.parallel`), each part's bias and fused
+activation applied while it is in cache: blocks of rows, or for few rows (a sentence of
+tokens) blocks of output columns, since BLAS runs a product of few rows badly when its
+rows are cut further.
+"""
 
 from __future__ import annotations
 
@@ -9,24 +16,44 @@ import numpy as np
 
 from kuiperinfer.errors import InferError, InferStatus
 from kuiperinfer.errors import ParseParameterAttrStatus as Status
-from kuiperinfer.kernels.compiled.epilogue import CompiledEpilogue
+from kuiperinfer.kernels.compiled.activation import ActivationCode
+from kuiperinfer.kernels.compiled.epilogue import finish_columns, finish_rows
 from kuiperinfer.kernels.elementwise import InplaceActivation
+from kuiperinfer.kernels.parallel import run_parts, threads_for
 from kuiperinfer.layers.base import Layer, ParamLayer, compiled, declared_rank
 from kuiperinfer.layers.fusion import ActivationFusion
 from kuiperinfer.runtime.operator import RuntimeOperator
 from kuiperinfer.runtime.registry import register_layer
 
 
-def linear(x: np.ndarray, weight_t: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
-    """``x @ weight_t + bias`` over the last dimension of ``x``; ``weight_t`` is (in, out)."""
-    in_features = weight_t.shape[0]
+def check_features(x: np.ndarray, in_features: int) -> None:
+    """Raise InferError unless the last dimension of ``x`` is ``in_features`` long."""
     if x.shape[-1:] != (in_features,):
         raise InferError(f"input of shape {x.shape} does not end in in_features={in_features}",
                          status=InferStatus.kInferFailedDimensionParameterError)
+
+
+def linear(x: np.ndarray, weight_t: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
+    """``x @ weight_t + bias`` over the last dimension of ``x``; ``weight_t`` is (in, out)."""
+    in_features = weight_t.shape[0]
+    check_features(x, in_features)
     y = np.matmul(x.reshape(-1, in_features), weight_t)
     if bias is not None:
         y += bias
     return y.reshape(*x.shape[:-1], weight_t.shape[1])
+
+
+FEW_ROWS = 100
+"""Rows up to which the threads share a product's output columns rather than its rows."""
+PARTS_PER_THREAD = 2
+"""Parts a shared product is cut into per thread, so that a descheduled thread's part
+goes to another."""
+
+
+def column_parts(columns: int, parts: int) -> list[tuple[int, int]]:
+    """``parts`` runs of columns, each a multiple of 16 long (whole vectors) but the last."""
+    bounds = sorted({min(columns, -(-columns * i // parts // 16) * 16) for i in range(parts + 1)})
+    return list(zip(bounds, bounds[1:]))
 
 
 @register_layer("nn.Linear")
@@ -62,16 +89,35 @@ class Linear(ParamLayer):
 
     def pack(self) -> None:
         self._weight_t = np.require(self._weight.T, np.float32, "CA")
-        self._epilogue = CompiledEpilogue(self._bias, self._weight.shape[0], self.activation) if self.compiled \
-            else None
+        # a writable copy: a read-only array (the model file's) would be another specialisation
+        out_features = self._weight.shape[0]
+        self._bias_row = np.zeros(out_features, np.float32) if self._bias is None else np.array(self._bias, np.float32)
+        self._code = ActivationCode.of(self.activation)
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
-        if self._epilogue is None:
-            y = linear(inputs[0], self._weight_t, self._bias)
+        x = inputs[0]
+        if not self.compiled:
+            y = linear(x, self._weight_t, self._bias)
             return [y if self.activation is None else self.activation(y)]
-        y = linear(inputs[0], self._weight_t, None)
-        self._epilogue(y)
-        return [y]
+        in_features, out_features = self._weight_t.shape
+        check_features(x, in_features)
+        rows = x.reshape(-1, in_features)
+        y = np.empty((rows.shape[0], out_features), np.float32)
+        work = rows.size * out_features
+        threads = threads_for(work)
+        if threads > 1 and len(rows) <= FEW_ROWS:
+            def columns(part: tuple[int, int]) -> None:
+                np.matmul(rows, self._weight_t[:, part[0]:part[1]], out=y[:, part[0]:part[1]])
+                finish_columns(y, self._bias_row, part[0], part[1], *self._code)
+            run_parts(column_parts(out_features, threads * PARTS_PER_THREAD), work, columns)
+        else:
+            step = -(-len(rows) // (threads * PARTS_PER_THREAD)) if threads > 1 else max(1, len(rows))
+
+            def block(start: int) -> None:
+                np.matmul(rows[start:start + step], self._weight_t, out=y[start:start + step])
+                finish_rows(y[start:start + step], self._bias_row, *self._code)
+            run_parts(range(0, len(rows), step), work, block)
+        return [y.reshape(*x.shape[:-1], out_features)]
 
 
 @register_layer("F.linear")

@@ -23,7 +23,9 @@ import numpy as np
 
 from kuiperinfer.errors import InferError, InferStatus, WeightError
 from kuiperinfer.errors import ParseParameterAttrStatus as Status
-from kuiperinfer.layers.base import Layer, NonParamLayer, ParamLayer
+from kuiperinfer.kernels.compiled.normalization import layer_norm_rows
+from kuiperinfer.layers.base import Layer, NonParamLayer, ParamLayer, declared_rank
+from kuiperinfer.layers.fusion import LayerNormFusion
 from kuiperinfer.layers.reduction import Norm
 from kuiperinfer.runtime.operator import RuntimeOperator
 from kuiperinfer.runtime.registry import register_layer
@@ -214,9 +216,11 @@ class LastDimsNorm(Layer):
             raise op.error(f"normalized_shape {shape} must be non-empty and positive",
                            Status.kParameterMissingShape)
         affine_weights = op.param_bool("elementwise_affine", default=False)
-        return cls(op.name, shape, read_eps(op, cls.default_eps),
-                   TensorArgument.read(op, "weight", shape, required=affine_weights),
-                   TensorArgument.read(op, "bias", shape, status=Status.kAttrMissingBias))
+        layer = cls(op.name, shape, read_eps(op, cls.default_eps),
+                    TensorArgument.read(op, "weight", shape, required=affine_weights),
+                    TensorArgument.read(op, "bias", shape, status=Status.kAttrMissingBias))
+        layer.batch_independent = declared_rank(op) > len(shape)   # the batch is not normalised
+        return layer
 
     def normalize(self, x: np.ndarray) -> np.ndarray:
         raise NotImplementedError
@@ -231,10 +235,54 @@ class LastDimsNorm(Layer):
 
 @register_layer("nn.LayerNorm", "F.layer_norm")
 class LayerNorm(LastDimsNorm):
-    """(x - mean) / sqrt(var + eps) over the last dimensions."""
+    """(x - mean) / sqrt(var + eps) over the last dimensions; with a :class:`LayerNormFusion`
+    record, of the sum of its two inputs (also handed on when the record says so)."""
+
+    fusion = LayerNormFusion
+    compiled_kernels = True
+    record = LayerNormFusion()
+
+    @classmethod
+    def create(cls, op: RuntimeOperator) -> LayerNorm:
+        layer = super().create(op)
+        layer.record = op.fusion or LayerNormFusion()
+        size = math.prod(layer.normalized_shape)
+        weight, bias = layer.weight.value, layer.bias.value
+        if layer.weight.input_index is None and layer.bias.input_index is None:
+            # writable copies: a read-only array (the model file's) would be another specialisation
+            layer._weight = np.ones(size, np.float32) if weight is None else np.array(weight, np.float32).reshape(-1)
+            layer._bias = np.zeros(size, np.float32) if bias is None else np.array(bias, np.float32).reshape(-1)
+        elif layer.record.residual:
+            raise op.error("an added residual needs a stored weight and bias", Status.kParameterInvalidValue)
+        return layer
 
     def normalize(self, x: np.ndarray) -> np.ndarray:
         return standardize(x, self.axes, self.eps)
+
+    def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
+        record = self.record
+        if record.residual:
+            a, b = inputs[0], inputs[1]
+            if not record.compiled or a.shape != b.shape or a.dtype != np.float32 or b.dtype != np.float32 \
+                    or a.shape[a.ndim - len(self.axes):] != self.normalized_shape:
+                total = np.asarray(a + b)
+                out = super().forward([total])
+                return out + [total] if record.sum_output else out
+        x = inputs[0]
+        if not record.compiled or self.weight.input_index is not None or self.bias.input_index is not None \
+                or x.dtype != np.float32 or x.shape[x.ndim - len(self.axes):] != self.normalized_shape:
+            return super().forward(inputs)
+        size = self._weight.size
+        rows = np.ascontiguousarray(x).reshape(-1, size)
+        out = np.empty(x.shape, np.float32)
+        if not record.residual:
+            layer_norm_rows(rows, rows, rows, out.reshape(-1, size), self._weight, self._bias, np.float32(self.eps), 0)
+            return [out]
+        other = np.ascontiguousarray(inputs[1]).reshape(-1, size)
+        total = np.empty(x.shape, np.float32)
+        layer_norm_rows(rows, other, total.reshape(-1, size), out.reshape(-1, size), self._weight, self._bias,
+                        np.float32(self.eps), 1)
+        return [out, total] if record.sum_output else [out]
 
 
 @register_layer("nn.RMSNorm", "F.rms_norm")

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from kuiperinfer.errors import ParseParameterAttrStatus as Status
-from kuiperinfer.layers.base import NonParamLayer
+from kuiperinfer.layers.base import NonParamLayer, keeps_batch
 from kuiperinfer.pnnx.ir import numpy_dtype
 from kuiperinfer.runtime.operator import RuntimeOperator
 from kuiperinfer.runtime.registry import register_layer
@@ -69,7 +69,9 @@ class Reduce(ReduceLayer):
         else:
             function = _ACCUMULATE[name]
             dtype = numpy_dtype(op.output_operands[0].type) if op.output_operands else None
-        return cls(op.name, _axes(op), op.param_bool("keepdim", default=False), function, dtype)
+        layer = cls(op.name, _axes(op), op.param_bool("keepdim", default=False), function, dtype)
+        layer.batch_independent = layer.axes is not None and all(keeps_batch(op, axis) for axis in layer.axes)
+        return layer
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         extra = {} if self.dtype is None else {"dtype": self.dtype}

@@ -5,6 +5,7 @@ All but repeat and roll return views of their input; no data is copied.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -76,7 +77,12 @@ class Reshape(NonParamLayer):
                 raise op.error("missing parameter 'shape'", Status.kParameterMissingShape)
             return cls(op.name, None, False)
         batch = exported_batch(op)
-        return cls(op.name, shape, batch is not None and len(shape) > 1 and shape[0] == batch)
+        layer = cls(op.name, shape, batch is not None and len(shape) > 1 and shape[0] == batch)
+        declared = op.input_operands_seq[0].shapes
+        if shape[0] == -1 and len(shape) > 1 and len(declared) > 1 and min(declared[1:]) > 0 and min(shape[1:]) > 0:
+            # a free batch and a fixed size per sample: each sample is reshaped alone
+            layer.batch_independent = math.prod(shape[1:]) == math.prod(declared[1:])
+        return layer
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         x = inputs[0]
@@ -204,7 +210,9 @@ class Unsqueeze(NonParamLayer):
 
     @classmethod
     def create(cls, op: RuntimeOperator) -> Unsqueeze:
-        return cls(op.name, op.param_int("dim", Status.kParameterMissingDim))
+        layer = cls(op.name, op.param_int("dim", Status.kParameterMissingDim))
+        layer.batch_independent = keeps_batch(op, layer.dim, new_dim=True)
+        return layer
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         return [np.expand_dims(inputs[0], self.dim)]
@@ -235,7 +243,11 @@ class Expand(NonParamLayer):
             sizes_input = op.input_index("sizes", 1)
             if sizes_input is None:
                 raise op.error("missing parameter 'sizes'", Status.kParameterMissingShape)
-            return cls(op.name, None, sizes_input=sizes_input)
+            layer = cls(op.name, None, sizes_input=sizes_input)
+            # as many dimensions out as in: the batch stays dimension 0 (its size from a shape
+            # computed on the same chunk of the batch)
+            layer.batch_independent = 0 < len(op.input_operands_seq[0].shapes) == len(op.output_operands[0].shapes)
+            return layer
         sizes = op.param_ints("sizes", status=Status.kParameterMissingShape)
         batch = exported_batch(op)
         if len(sizes) == len(op.input_operands_seq[0].shapes) and sizes[0] == batch:

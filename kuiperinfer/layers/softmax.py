@@ -14,7 +14,8 @@ import numpy as np
 
 from kuiperinfer.errors import InferError, InferStatus
 from kuiperinfer.errors import ParseParameterAttrStatus as Status
-from kuiperinfer.layers.base import NonParamLayer, keeps_batch
+from kuiperinfer.kernels.compiled.softmax import softmax_rows
+from kuiperinfer.layers.base import NonParamLayer, compiled, keeps_batch
 from kuiperinfer.runtime.operator import RuntimeOperator
 from kuiperinfer.runtime.registry import register_layer
 
@@ -65,7 +66,24 @@ class DimSoftmaxLayer(NonParamLayer):
 
 @register_layer("nn.Softmax", "F.softmax", "torch.softmax", "Tensor.softmax")
 class Softmax(DimSoftmaxLayer):
+    """Over the last dimension of a float32 array, compiled
+    (:func:`~kuiperinfer.kernels.compiled.softmax.softmax_rows`) when the optimiser chose it."""
+
+    compiled_kernels = True
+    compiled = False
+
+    @classmethod
+    def create(cls, op: RuntimeOperator) -> DimSoftmaxLayer:
+        layer = super().create(op)
+        layer.compiled = compiled(op)
+        return layer
+
     def function(self, x: np.ndarray) -> np.ndarray:
+        if self.compiled and x.dtype == np.float32 and x.ndim and self.dim % x.ndim == x.ndim - 1 and x.size:
+            rows = np.ascontiguousarray(x).reshape(-1, x.shape[-1])
+            out = np.empty(x.shape, np.float32)
+            softmax_rows(rows, out.reshape(rows.shape))
+            return out
         return softmax(x, self.dim)
 
 

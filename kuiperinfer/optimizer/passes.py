@@ -7,7 +7,7 @@
 * :func:`fuse_activation`: an activation right after a convolution, a linear layer or
   an arithmetic expression (or after reshapes and permutations of its output) is applied
   in place on that operator's fresh output (ncnn's ``activation_type``), and its operator
-  disappears.
+  disappears; GELU only after a linear layer.
 * :func:`fuse_pointwise_depthwise`: a 1x1 convolution whose output only a depthwise
   convolution reads becomes one operator with it, computed a stripe of rows at a time
   (:mod:`kuiperinfer.kernels.depthwise_stripes`).
@@ -16,6 +16,14 @@
   become one operator.
 * :func:`fuse_residual_add`: the addition of a residual to a convolution's output (with
   any activation fused into it) is done by the convolution, in place on its fresh output.
+* :func:`fuse_attention`: torch.matmul of a query and a transposed key, a scaling, an
+  optional additive mask, a softmax over the keys and torch.matmul with the values
+  become one ``kuiper.Attention`` operator; so do the reshape, permute and unbind that
+  cut a linear layer's packed q, k and v before it, and the transpose and reshape that
+  put the heads side by side after it.
+* :func:`fuse_add_layer_norm`: the addition of two float32 values of one shape right
+  before an nn.LayerNorm is done by the normalisation, which also hands on the sum where
+  others read it.
 * :func:`select_winograd`: 3x3 stride-1 convolutions take Winograd F(4x4, 3x3)
   (:mod:`kuiperinfer.kernels.winograd`) where it pays.
 * :func:`select_channels_last`: convolutions (and learned 2x upsampling) hand on their
@@ -31,6 +39,7 @@ records (:mod:`kuiperinfer.layers.fusion`) that the layers read.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -39,21 +48,34 @@ import numpy as np
 from kuiperinfer.errors import GraphError, KuiperError
 from kuiperinfer.kernels import jit
 from kuiperinfer.kernels.winograd import MIN_CHANNELS
-from kuiperinfer.layers.activation import InplaceActivationLayer
+from kuiperinfer.layers.activation import GELU, InplaceActivationLayer
 from kuiperinfer.layers.convolution import ConvGeometry, Convolution, TransposedConvolution, spatial_rank
 from kuiperinfer.layers.expression import ExpressionLayer
 from kuiperinfer.layers.fusion import (
+    AttentionFusion,
     ConvolutionFusion,
     KernelChoice,
+    LayerNormFusion,
     Pointwise,
     PointwiseDepthwiseFusion,
     SqueezeExcitationFusion,
 )
-from kuiperinfer.layers.normalization import BatchNorm
+from kuiperinfer.layers.linear import Linear
+from kuiperinfer.layers.normalization import BatchNorm, LayerNorm
 from kuiperinfer.layers.normalization import fold_batch_norm as batch_norm_scale_shift
 from kuiperinfer.layers.padding import Pad
 from kuiperinfer.layers.pooling import AdaptiveAvgPooling
-from kuiperinfer.optimizer.rewrite import absorb_consumer, absorb_producer, add_input, fuse, set_weight, sole_consumer
+from kuiperinfer.optimizer.rewrite import (
+    absorb_consumer,
+    absorb_producer,
+    add_input,
+    fuse,
+    merge_producer,
+    remove_unread,
+    replace_inputs,
+    set_weight,
+    sole_consumer,
+)
 from kuiperinfer.pnnx.ir import numpy_dtype
 from kuiperinfer.runtime.graph import GraphState, RuntimeGraph
 from kuiperinfer.runtime.operator import RuntimeOperator
@@ -146,7 +168,7 @@ def fuse_activation(graph: RuntimeGraph) -> int:
                 (op.fusion is not None and op.fusion.activation is not None):
             continue
         act, last = _activation_reading(op)
-        if not is_a(act, InplaceActivationLayer):
+        if not (is_a(act, InplaceActivationLayer) or (is_a(act, GELU) and is_a(op, Linear))):
             continue
         try:
             activation = LayerRegisterer.layer_class(act.type).activation_of(act)
@@ -275,6 +297,200 @@ def fuse_squeeze_excitation(graph: RuntimeGraph) -> int:
     return fused
 
 
+SOFTMAX_TYPES = ("nn.Softmax", "F.softmax", "torch.softmax", "Tensor.softmax")
+_NUMBER = r"(-?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)"
+
+
+def _only_reader(operand) -> RuntimeOperator | None:
+    """The operator that alone reads ``operand`` (once), if any."""
+    return operand.consumers[0] if len(operand.consumers) == 1 else None
+
+
+def _recorded(operand) -> tuple[int, ...]:
+    return tuple(operand.shapes)
+
+
+def _scores_step(op: RuntimeOperator, scores) -> tuple[float, object] | None:
+    """What an expression does to the attention scores it reads: (scale, mask operand or
+    None) for ``scores * c``, ``scores / c``, ``scores + mask`` and ``scores * c + mask``."""
+    if not is_a(op, ExpressionLayer) or len(op.output_operands) != 1 or len(op.input_operands_seq) > 2 \
+            or op.input_operands_seq.count(scores) != 1:
+        return None
+    at = op.input_operands_seq.index(scores)
+    others = [operand for operand in op.input_operands_seq if operand is not scores]
+    s, m = f"@{at}", f"@{1 - at}"
+    text = op.param_text("expr")
+    forms = [(rf"mul\({s},{_NUMBER}\)", False, 1), (rf"mul\({_NUMBER},{s}\)", False, 1),
+             (rf"div\({s},{_NUMBER}\)", False, -1), (rf"add\(mul\({s},{_NUMBER}\),{m}\)", True, 1),
+             (rf"add\({m},mul\({s},{_NUMBER}\)\)", True, 1), (rf"add\({s},{m}\)", True, 0),
+             (rf"add\({m},{s}\)", True, 0)]
+    for pattern, masked, power in forms:
+        match = re.fullmatch(pattern, text)
+        if match is None or masked != bool(others):
+            continue
+        scale = float(match.group(1)) ** power if power else 1.0
+        if masked and numpy_dtype(others[0].type) != np.float32:
+            return None
+        return scale, (others[0] if masked else None)
+    return None
+
+
+def _is_key_transpose(op: RuntimeOperator | None) -> bool:
+    """torch.transpose of the last two dimensions of a 4-d operand."""
+    if op is None or op.type not in ("torch.transpose", "Tensor.transpose") or len(op.input_operands_seq) != 1:
+        return False
+    dims = {op.param_int("dim0", default=0) % 4, op.param_int("dim1", default=0) % 4}
+    return dims == {2, 3} and len(_recorded(op.input_operands_seq[0])) == 4
+
+
+def _attention_chain(first: RuntimeOperator):
+    """The operators of the attention starting at the torch.matmul ``first`` (q @ k^T), if it
+    is one: (transpose, scoring expressions, softmax, second matmul, scale, mask)."""
+    if first.type != "torch.matmul" or len(first.input_operands_seq) != 2 or len(first.output_operands) != 1:
+        return None
+    q, key_t = first.input_operands_seq
+    transpose = key_t.producer
+    if not _is_key_transpose(transpose) or key_t.consumers != [first] or len(_recorded(q)) != 4:
+        return None
+    scale, mask, steps, operand = 1.0, None, [], first.output_operands[0]
+    reader = _only_reader(operand)
+    while reader is not None and is_a(reader, ExpressionLayer) and len(steps) < 2:
+        step = _scores_step(reader, operand)
+        if step is None or (step[1] is not None and mask is not None):
+            return None
+        if step[1] is not None:
+            mask = step[1]
+        elif mask is not None:   # a scaling after the mask would scale the mask too
+            return None
+        scale *= step[0]
+        steps.append(reader)
+        operand = reader.output_operands[0]
+        reader = _only_reader(operand)
+    if reader is None or reader.type not in SOFTMAX_TYPES or reader.input_operands_seq != [operand]:
+        return None
+    if reader.param_int("dim", default=0) % 4 != 3:
+        return None
+    softmax = reader
+    second = _only_reader(softmax.output_operands[0])
+    if second is None or second.type != "torch.matmul" or len(second.input_operands_seq) != 2 \
+            or second.input_operands_seq[0] is not softmax.output_operands[0] \
+            or second.input_operands_seq[1] is softmax.output_operands[0]:
+        return None
+    if any(numpy_dtype(o.type) != np.float32 for o in (q, key_t, second.input_operands_seq[1])):
+        return None
+    return transpose, steps, softmax, second, scale, mask
+
+
+def _packed_source(q, k, v):
+    """The (N, L, 3 * heads * head_dim) operand and (heads, head_dim) when q, k and v are the
+    three outputs of timm's ``x.reshape(N, L, 3, heads, head_dim).permute(2, 0, 3, 1, 4).unbind(0)``
+    and nothing else reads them or the steps before."""
+    unbind = q.producer
+    if unbind.type not in ("torch.unbind", "Tensor.unbind") or unbind.output_operands != [q, k, v] \
+            or unbind.param_int("dim", default=0) != 0 or len(unbind.input_operands_seq) != 1:
+        return None
+    permute = unbind.input_operands_seq[0].producer
+    if permute.type not in ("Tensor.permute", "torch.permute") or unbind.input_operands_seq[0].consumers != [unbind] \
+            or tuple(permute.param_ints("dims", default=())) != (2, 0, 3, 1, 4):
+        return None
+    reshape = permute.input_operands_seq[0].producer
+    if reshape.type not in ("Tensor.reshape", "Tensor.view") or permute.input_operands_seq[0].consumers != [permute] \
+            or len(reshape.input_operands_seq) != 1 or not reshape.has_param("shape"):
+        return None
+    shape = tuple(reshape.param_ints("shape"))
+    source = reshape.input_operands_seq[0]
+    recorded = _recorded(source)
+    if len(shape) != 5 or shape[2] != 3 or min(shape[1:]) < 1 or len(recorded) != 3 \
+            or recorded[1:] != (shape[1], 3 * shape[3] * shape[4]) or shape[0] not in (-1, recorded[0]):
+        return None
+    return source, (shape[3], shape[4]), [unbind, permute, reshape]
+
+
+def _merged_heads(op: RuntimeOperator) -> list[RuntimeOperator] | None:
+    """The transpose(1, 2) and reshape to (N, L, heads * dim) that alone read the attention's
+    (N, heads, L, dim) output, if they do."""
+    (output,) = op.output_operands
+    transpose = _only_reader(output)
+    shape = _recorded(output)
+    if transpose is None or transpose.type not in ("torch.transpose", "Tensor.transpose") or len(shape) != 4 \
+            or {transpose.param_int("dim0", default=0) % 4, transpose.param_int("dim1", default=0) % 4} != {1, 2}:
+        return None
+    reshape = _only_reader(transpose.output_operands[0])
+    if reshape is None or reshape.type not in ("Tensor.reshape", "Tensor.view") or not reshape.has_param("shape") \
+            or len(reshape.input_operands_seq) != 1:
+        return None
+    target = tuple(reshape.param_ints("shape"))
+    if len(target) != 3 or target[1:] != (shape[2], shape[1] * shape[3]) or min(target[1:]) < 1 \
+            or target[0] not in (-1, shape[0]):
+        return None
+    return [transpose, reshape]
+
+
+def fuse_attention(graph: RuntimeGraph) -> int:
+    """q @ k^T -> scale (and mask) -> softmax -> @ v becomes one ``kuiper.Attention`` operator:
+    the first torch.matmul, reading q, k, v (and the mask), or the packed projection they
+    were cut from; its output may put the heads side by side."""
+    fused = 0
+    for first in list(graph.operators):
+        if first not in graph.operators:
+            continue
+        try:
+            chain = _attention_chain(first)
+        except KuiperError:
+            continue  # ill-formed parameters: building the operators' own layers reports them
+        if chain is None:
+            continue
+        transpose, steps, softmax, second, scale, mask = chain
+        q = first.input_operands_seq[0]
+        k, v = transpose.input_operands_seq[0], second.input_operands_seq[1]
+        absorb_producer(graph, first, transpose)
+        add_input(first, v)
+        if mask is not None:
+            add_input(first, mask)
+        for consumer in (*steps, softmax, second):
+            absorb_consumer(graph, first, consumer)
+        try:
+            packed = _packed_source(q, k, v)
+            merged = _merged_heads(first)
+        except KuiperError:
+            packed = merged = None
+        if packed is not None:
+            source, heads, cut = packed
+            replace_inputs(first, [source] + ([mask] if mask is not None else []))
+            remove_unread(graph, cut)
+        for consumer in merged or ():
+            absorb_consumer(graph, first, consumer)
+        record = AttentionFusion(scale, mask is not None, heads if packed is not None else None, merged is not None)
+        fuse(first, record, record.TYPE)
+        fused += 1
+    return fused
+
+
+def fuse_add_layer_norm(graph: RuntimeGraph) -> int:
+    """``add(@0,@1)`` -> nn.LayerNorm (stored weights) becomes the normalisation reading both
+    addends; where others read the sum too, the normalisation hands it on as its second output."""
+    fused = 0
+    for norm in list(graph.operators):
+        if norm.type != "nn.LayerNorm" or not is_a(norm, LayerNorm) or len(norm.input_operands_seq) != 1 \
+                or norm.fusion is not None or len(norm.output_operands) != 1:
+            continue
+        add = norm.input_operands_seq[0].producer
+        if (not is_a(add, ExpressionLayer) or add.param_text("expr") not in ("add(@0,@1)", "add(@1,@0)")
+                or len(add.input_operands_seq) != 2 or len(add.output_operands) != 1 or add.fusion is not None):
+            continue
+        operands = add.input_operands_seq + add.output_operands
+        if operands[0] is operands[1] or len({tuple(o.shapes) for o in operands}) != 1 or not operands[0].shapes \
+                or any(numpy_dtype(o.type) != np.float32 for o in operands):
+            continue
+        if norm.input_operands_seq[0].consumers.count(norm) != 1:
+            continue
+        sum_output = len(add.output_operands[0].consumers) > 1
+        merge_producer(graph, norm, add)
+        fuse(norm, LayerNormFusion(residual=True, sum_output=sum_output))
+        fused += 1
+    return fused
+
+
 def select_winograd(graph: RuntimeGraph) -> int:
     """Mark the convolutions Winograd F(4x4, 3x3) computes: 3x3, stride 1, one group and
     enough input channels (the layer still takes im2col for calls with too few tiles)."""
@@ -319,8 +535,8 @@ def select_compiled_kernels(graph: RuntimeGraph) -> int:
 
 
 PASSES: tuple[Pass, ...] = (fold_batch_norm, fold_zero_padding, fuse_activation, fuse_pointwise_depthwise,
-                            fuse_squeeze_excitation, fuse_residual_add, select_winograd, select_channels_last,
-                            select_compiled_kernels)
+                            fuse_squeeze_excitation, fuse_residual_add, fuse_attention, fuse_add_layer_norm,
+                            select_winograd, select_channels_last, select_compiled_kernels)
 
 
 def optimize(graph: RuntimeGraph, passes: tuple[Pass, ...] = PASSES) -> dict[str, int]:

@@ -71,6 +71,46 @@ def fuse(op: RuntimeOperator, record: Any, op_type: str | None = None) -> None:
         op.type = op_type
 
 
+def merge_producer(graph: RuntimeGraph, op: RuntimeOperator, producer: RuntimeOperator) -> None:
+    """Remove ``producer``, whose one output ``op`` reads as its only input: ``op`` reads the
+    producer's inputs instead, and, where others still read the producer's output, produces
+    it too, as its last output."""
+    (between,) = producer.output_operands
+    op.input_operands_seq = list(producer.input_operands_seq)
+    op.input_names = list(producer.input_names)
+    for operand in producer.input_operands_seq:
+        operand.consumers[operand.consumers.index(producer)] = op
+    _forget_consumer(between, op)
+    if between.consumers:
+        between.producer = op
+        op.output_operands.append(between)
+    else:
+        del graph.operands[between.name]
+    graph.operators.remove(producer)
+
+
+def replace_inputs(op: RuntimeOperator, operands: list[RuntimeOperand]) -> None:
+    """Let ``op`` read ``operands`` (unnamed) instead of its inputs."""
+    for operand in op.input_operands_seq:
+        _forget_consumer(operand, op)
+    op.input_operands_seq = list(operands)
+    op.input_names = [""] * len(operands)
+    for operand in operands:
+        operand.consumers.append(op)
+
+
+def remove_unread(graph: RuntimeGraph, ops: list[RuntimeOperator]) -> None:
+    """Remove ``ops``, in order, each of whose outputs nothing reads any more."""
+    for op in ops:
+        if any(operand.consumers for operand in op.output_operands):
+            raise ValueError(f"operator {op.name!r} still has readers")
+        for operand in op.input_operands_seq:
+            _forget_consumer(operand, op)
+        for operand in op.output_operands:
+            del graph.operands[operand.name]
+        graph.operators.remove(op)
+
+
 def set_weight(op: RuntimeOperator, key: str, value: np.ndarray) -> None:
     """Replace (or add) ``op``'s weight attribute ``key``; a bias also sets ``bias=True``."""
     op.attribute[key] = RuntimeAttribute(Attribute.from_numpy(np.ascontiguousarray(value, np.float32)))

@@ -5,7 +5,8 @@ becomes an :class:`ActivationCode`: an int and two float parameters. :func:`fini
 adds a bias to a row and applies the activation, with one loop per activation, so that
 the branch on the code is taken once per row and LLVM vectorises each loop. Sigmoid and
 SiLU go through a rational approximation of tanh (no exp, which LLVM cannot vectorise
-here) whose worst error in float32 is below 1e-6 (``tools/fit_tanh.py`` fits it).
+here) whose worst error in float32 is below 1e-6 (``tools/fit_tanh.py`` fits it); GELU
+through one of erf (``tools/fit_erf.py``), its tanh form through the same tanh.
 """
 
 from __future__ import annotations
@@ -17,9 +18,9 @@ import numpy as np
 from kuiperinfer.kernels.elementwise import InplaceActivation
 from kuiperinfer.kernels.jit import inline
 
-NONE, RELU, CLIP, LEAKY_RELU, SIGMOID, SILU, HARDSIGMOID, HARDSWISH = range(8)
+NONE, RELU, CLIP, LEAKY_RELU, SIGMOID, SILU, HARDSIGMOID, HARDSWISH, GELU, GELU_TANH = range(10)
 CODES = {"relu": RELU, "clip": CLIP, "leaky_relu": LEAKY_RELU, "sigmoid": SIGMOID, "silu": SILU,
-         "hardsigmoid": HARDSIGMOID, "hardswish": HARDSWISH}
+         "hardsigmoid": HARDSIGMOID, "hardswish": HARDSWISH, "gelu": GELU, "gelu_tanh": GELU_TANH}
 
 TANH_CLAMP = np.float32(9.0)
 """Beyond it tanh is 1 to float32's precision."""
@@ -27,6 +28,16 @@ P1, P2, P3, P4 = (np.float32(0.1262255609035492), np.float32(0.00260632834397256
                   np.float32(6.512115760415327e-06), np.float32(-5.043563788831307e-09))
 Q1, Q2, Q3 = np.float32(0.4595552980899811), np.float32(0.02246302179992199), np.float32(0.00018536222341936082)
 HALF, ZERO, THREE, SIX = np.float32(0.5), np.float32(0), np.float32(3), np.float32(6)
+
+ERF_CLAMP = np.float32(3.92)
+"""Beyond it erf is 1 to float32's precision."""
+ERF_P = (np.float32(1.1283820867538452), np.float32(0.36231735348701477), np.float32(0.07234510779380798),
+         np.float32(0.010117738507688046), np.float32(0.0002533668011892587), np.float32(-1.4403456134459702e-06))
+ERF_Q = (np.float32(0.6544416546821594), np.float32(0.182257279753685), np.float32(0.02804545871913433),
+         np.float32(0.0023640035651624203))
+SQRT_HALF = np.float32(0.7071067811865476)
+SQRT_2_OVER_PI = np.float32(0.7978845608028654)
+GELU_CUBIC = np.float32(0.044715)
 
 
 class ActivationCode(NamedTuple):
@@ -52,6 +63,36 @@ def tanh(x: np.float32) -> np.float32:
     p = np.float32(1) + x2 * (P1 + x2 * (P2 + x2 * (P3 + x2 * P4)))
     q = np.float32(1) + x2 * (Q1 + x2 * (Q2 + x2 * Q3))
     return min(max(x * p / q, np.float32(-1)), np.float32(1))
+
+
+@inline
+def erf(x: np.float32) -> np.float32:
+    """erf by the rational approximation (worst error below 1e-6); exactly +-1 beyond the
+    clamp, so that GELU of a large negative value is 0, not a rounding error times it."""
+    c = min(max(x, -ERF_CLAMP), ERF_CLAMP)
+    x2 = c * c
+    p0, p1, p2, p3, p4, p5 = ERF_P
+    q1, q2, q3, q4 = ERF_Q
+    p = p0 + x2 * (p1 + x2 * (p2 + x2 * (p3 + x2 * (p4 + x2 * p5))))
+    q = np.float32(1) + x2 * (q1 + x2 * (q2 + x2 * (q3 + x2 * q4)))
+    r = min(max(c * p / q, np.float32(-1)), np.float32(1))
+    return np.float32(1) if x >= ERF_CLAMP else (np.float32(-1) if x <= -ERF_CLAMP else r)
+
+
+@inline
+def gelu(v: np.float32) -> np.float32:
+    """x * Phi(x), exact form: 0.5 * x * (1 + erf(x / sqrt(2)))."""
+    return v * (HALF + HALF * erf(v * SQRT_HALF))
+
+
+@inline
+def gelu_tanh(v: np.float32) -> np.float32:
+    """GELU's tanh approximation: the cube is of the value clamped where tanh is +-1, taken
+    exactly there (so that a large negative value gives 0)."""
+    c = min(max(v, -TANH_CLAMP), TANH_CLAMP)
+    t = tanh(SQRT_2_OVER_PI * (c + GELU_CUBIC * c * c * c))
+    t = np.float32(1) if v >= TANH_CLAMP else (np.float32(-1) if v <= -TANH_CLAMP else t)
+    return v * (HALF + HALF * t)
 
 
 @inline
@@ -86,8 +127,14 @@ def finish_row(row: np.ndarray, bias: np.ndarray, code: int, a: np.float32, b: n
         for j in range(n):
             v = row[j] + bias[j] + THREE
             row[j] = (ZERO if v < ZERO else (SIX if v > SIX else v)) / SIX
-    else:  # HARDSWISH
+    elif code == HARDSWISH:
         for j in range(n):
             v = row[j] + bias[j]
             gate = v + THREE
             row[j] = v * (ZERO if gate < ZERO else (SIX if gate > SIX else gate)) / SIX
+    elif code == GELU:
+        for j in range(n):
+            row[j] = gelu(row[j] + bias[j])
+    else:  # GELU_TANH
+        for j in range(n):
+            row[j] = gelu_tanh(row[j] + bias[j])

@@ -23,6 +23,16 @@ def finish_rows(out: np.ndarray, bias: np.ndarray, code: int, a: np.float32, b: 
 
 
 @kernel
+def finish_columns(out: np.ndarray, bias: np.ndarray, start: int, stop: int, code: int, a: np.float32,
+                   b: np.float32) -> None:
+    """``out[:, start:stop] = activation(out[:, start:stop] + bias[start:stop])`` in place over
+    the (P, K) ``out``: the columns one thread computed of a product shared by columns."""
+    columns = bias[start:stop]
+    for i in range(out.shape[0]):
+        finish_row(out[i, start:stop], columns, code, a, b)
+
+
+@kernel
 def add_residual_rows(out: np.ndarray, residual: np.ndarray, zeros: np.ndarray, code: int, a: np.float32,
                       b: np.float32) -> None:
     """``out = activation(out + residual)`` in place, both (P, K); ``zeros`` is K zeros."""
