@@ -20,11 +20,13 @@ or strided array); the callers prepare their arrays so.
 
 from __future__ import annotations
 
+import hashlib
 import sys
 import threading
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
 from kuiperinfer.settings import cache_dir, writable_dir
@@ -39,8 +41,22 @@ else:
 
 AVAILABLE = numba is not None
 """Whether the compiled kernels exist; without them layers run their NumPy references."""
-CACHE_DIR = cache_dir("numba")
-"""Where Numba keeps the machine code of kuiperinfer's kernels."""
+def _sources_key() -> str:
+    """A digest of every source a compiled kernel may be made of, and of Numba's version.
+
+    Numba checks a cached kernel against its own file only, not against the files of the
+    functions it inlines, so a cache per digest keeps a kernel from loading stale code
+    after any of them changed (an upgrade of kuiperinfer or Numba compiles afresh)."""
+    digest = hashlib.sha256(numba.__version__.encode() if numba is not None else b"")
+    kernels = Path(__file__).resolve().parent
+    for source in sorted([Path(__file__).resolve(), *kernels.joinpath("compiled").glob("*.py")]):
+        digest.update(source.name.encode())
+        digest.update(source.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+CACHE_DIR = cache_dir("numba") / _sources_key()
+"""Where Numba keeps the machine code of kuiperinfer's kernels, for these sources."""
 CACHING = AVAILABLE and writable_dir(CACHE_DIR)
 """Whether compiled code is kept for later processes (False: the cache cannot be written)."""
 OPTIONS = {"nogil": True, "cache": CACHING, "error_model": "numpy", "fastmath": {"contract"}}

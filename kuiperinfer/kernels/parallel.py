@@ -36,7 +36,9 @@ class BlasLimit:
     The BLAS thread count is process-global: the first user to enter limits it and the
     last to leave restores it (counted under a lock, so overlapping users in several
     threads cannot restore it too early or leave it limited). Other BLAS calls in the
-    process meanwhile also get one thread.
+    process meanwhile also get one thread. threadpoolctl lets only the thread that last set
+    OpenBLAS's thread count set it again until that thread lets go, and the first and last
+    users may be different threads, so the limit lets go each time, under its lock.
     """
 
     def __init__(self) -> None:
@@ -51,7 +53,9 @@ class BlasLimit:
                 if self._controller is None:
                     from threadpoolctl import ThreadpoolController
                     self._controller = ThreadpoolController()
+                _let_go_of_openblas()
                 self._limit = self._controller.limit(limits=1, user_api="blas")
+                _let_go_of_openblas()
             self._users += 1
 
     def __exit__(self, *exc_info: Any) -> None:
@@ -59,7 +63,17 @@ class BlasLimit:
             self._users -= 1
             if self._users == 0:
                 self._limit.restore_original_limits()
+                _let_go_of_openblas()
                 self._limit = None
+
+
+def _let_go_of_openblas() -> None:
+    """Let any thread set OpenBLAS's thread count next (threadpoolctl 3.8 and later)."""
+    from threadpoolctl import OpenBLASController
+
+    clear = getattr(OpenBLASController, "clear_controlling_thread", None)
+    if clear is not None:
+        clear(force=True)
 
 
 ONE_BLAS_THREAD = BlasLimit()

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import MISSING, fields, replace
 
 import numpy as np
 
@@ -527,11 +527,21 @@ def select_compiled_kernels(graph: RuntimeGraph) -> int:
     selected = 0
     for op in graph.operators:
         layer_class = LayerRegisterer.layer_class(op.type)
-        if layer_class is not None and layer_class.compiled_kernels:
-            record = op.fusion or (layer_class.fusion or KernelChoice)()
+        if layer_class is None or not layer_class.compiled_kernels:
+            continue
+        record = op.fusion if op.fusion is not None else _empty_record(layer_class.fusion or KernelChoice)
+        if record is not None:   # a fused type without the record it needs: its layer says so
             fuse(op, replace(record, compiled=True))
             selected += 1
     return selected
+
+
+def _empty_record(record_class: type) -> object | None:
+    """A record with nothing fused, for a layer the optimiser rewrote nothing of; None for
+    a record that cannot be empty (the operators fused under types of our own)."""
+    if any(field.default is MISSING and field.default_factory is MISSING for field in fields(record_class)):
+        return None
+    return record_class()
 
 
 PASSES: tuple[Pass, ...] = (fold_batch_norm, fold_zero_padding, fuse_activation, fuse_pointwise_depthwise,

@@ -190,3 +190,19 @@ def test_small_kernels_stay_in_the_calling_thread():
     finally:
         parallel.INTRA_OP_THREADS.reset(token)
     assert recorder.threads == {threading.get_ident()}
+
+
+def test_the_blas_limit_holds_in_whichever_thread_enters_it():
+    """threadpoolctl lets only one thread at a time set OpenBLAS's thread count."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from threadpoolctl import threadpool_info
+
+    def blas_threads_inside() -> list[int]:
+        with parallel.ONE_BLAS_THREAD:
+            return [pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas"]
+
+    assert blas_threads_inside() == [1]
+    with ThreadPoolExecutor(1) as pool:
+        assert pool.submit(blas_threads_inside).result() == [1]
+    assert blas_threads_inside() == [1]
