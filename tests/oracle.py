@@ -27,13 +27,15 @@ def export(model: torch.nn.Module, inputs: Sequence[torch.Tensor], directory: Pa
     shapes: sizes read from tensors stay run-time values instead of constants.
     pnnx writes operators it cannot name in Python as ``aten::...``; its generated
     ``_pnnx.py`` then fails to import, but the .param/.bin written before are complete.
+    So with an nn.LSTM of two outputs: pnnx stops writing the ``_pnnx.py`` (left empty,
+    without its ``Model``).
     """
     model.eval()
     with torch.no_grad():
         try:
             pnnx.export(model, str(directory / f"{name}.pt"), tuple(inputs),
                         None if inputs2 is None else tuple(inputs2), check_trace=False)
-        except SyntaxError:
+        except (SyntaxError, AttributeError):
             if not (directory / f"{name}.pnnx.param").exists():
                 raise
     return directory / f"{name}.pnnx.param"

@@ -48,7 +48,7 @@ def report(summary: ModelSummary) -> str:
     inputs = " ".join(shape_text(op.output_shapes[0]) for op in summary.operators
                       if op.type == INPUT_TYPE and op.output_shapes)
     lines.append(f"compute:    {si(summary.macs)} MACs, {si(summary.flops)} FLOPs "
-                 f"(convolution, linear and matmul operators, at the input shapes {inputs or '-'})")
+                 f"(convolution, linear, matmul and recurrent operators, at the input shapes {inputs or '-'})")
     return "\n".join(lines)
 
 

@@ -13,6 +13,10 @@ dominate it, convolutions, linear layers and matrix products, from those shapes:
   added matrix of ``addmm``/``baddbmm``). For these operators that is what pnnx counts
   in the ``FLOPS`` it prints after an export; pnnx's total also counts elementwise
   operators and pooling.
+* Recurrent layers (RNN, GRU, LSTM) multiply each time step's input and state by their
+  weight matrices: every element of a ``weight_*`` attribute costs one MAC per time step
+  and sequence (over all layers and directions), every element of a ``bias_*`` one
+  addition. pnnx also counts the gates' elementwise operations.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ MATMUL_REDUCED_INPUT = {"torch.matmul": 0, "torch.mm": 0, "torch.bmm": 0, "torch
                         "torch.addmm": 1, "torch.baddbmm": 1}
 """Matrix products: which input's last dimension is summed over."""
 ADDED_MATRIX_TYPES = frozenset({"torch.addmm", "torch.baddbmm"})
+RECURRENT_TYPES = frozenset({"nn.RNN", "nn.GRU", "nn.LSTM"})
 
 
 @dataclass(frozen=True)
@@ -129,6 +134,8 @@ def _cost(op: Operator) -> tuple[int | None, int]:
         return _conv_cost(op, transposed=op.type in CONV_TRANSPOSE_TYPES)
     if op.type in LINEAR_TYPES or op.type in MATMUL_REDUCED_INPUT:
         return _matmul_cost(op)
+    if op.type in RECURRENT_TYPES:
+        return _recurrent_cost(op)
     return None, 0
 
 
@@ -151,6 +158,17 @@ def _matmul_cost(op: Operator) -> tuple[int | None, int]:
     macs = outputs * k if outputs is not None and k is not None else None
     added = op.type in ADDED_MATRIX_TYPES or bool(_weight_shape(op, "bias", 2))
     return macs, outputs if added and outputs is not None else 0
+
+
+def _recurrent_cost(op: Operator) -> tuple[int | None, int]:
+    shape = op.inputs[0].shape if op.inputs else []
+    # time steps times sequences: (L, N, features), (N, L, features) or one (L, features)
+    steps = _numel(shape[:-1]) if len(shape) in (2, 3) else None
+    if steps is None:
+        return None, 0
+    weights = sum(a.elemcount() for key, a in op.attrs.items() if key.startswith("weight_"))
+    biases = sum(a.elemcount() for key, a in op.attrs.items() if key.startswith("bias_"))
+    return steps * weights, steps * biases
 
 
 def _weight_shape(op: Operator, key: str, position: int) -> list[int]:

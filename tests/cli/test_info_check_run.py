@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch.nn as nn
 from cli_runner import DEMO, run, usage_error
-from oracle import export
+from oracle import Holder, export
 
 import kuiperinfer
 from kuiperinfer.cli import main as kuiper
@@ -93,6 +93,49 @@ def test_macs_of_every_estimated_operator(products):
         ("torch.addmm", 4 * 7 * 4),
         ("torch.bmm", 4 * 4 * 64),
     ])
+
+
+class Recurrent(nn.Module):
+    """An LSTM with every option that changes its cost, a batch-first GRU, an unbatched RNN."""
+
+    def __init__(self):
+        super().__init__()
+        self.lstm = nn.LSTM(4, 6, num_layers=2, bidirectional=True, proj_size=3)
+        self.gru = nn.GRU(6, 5, batch_first=True, bias=False)
+        self.rnn = nn.RNN(4, 3)
+
+    def forward(self, x, y, z):
+        return self.lstm(x)[0], self.gru(y)[0], self.rnn(z)[0]
+
+
+def recurrent_macs(gates: int, input_size: int, hidden: int, steps: int, layers: int = 1,
+                   directions: int = 1, proj: int = 0) -> int:
+    """Per time step, layer and direction: the gates' products with the input and the state
+    (and the projection of h)."""
+    state = proj or hidden
+    per_step = sum(directions * (gates * hidden * (input_size if k == 0 else directions * state)
+                                 + gates * hidden * state + hidden * proj) for k in range(layers))
+    return steps * per_step
+
+
+def test_macs_of_recurrent_layers(tmp_path):
+    path = export(Recurrent(), (torch.rand(7, 2, 4), torch.rand(2, 5, 6), torch.rand(7, 4)), tmp_path)
+    ops = {op.type: op for op in summarize(path).operators}
+    assert ops["nn.LSTM"].macs == recurrent_macs(4, 4, 6, 7 * 2, layers=2, directions=2, proj=3)
+    assert ops["nn.GRU"].macs == recurrent_macs(3, 6, 5, 2 * 5)
+    assert ops["nn.RNN"].macs == recurrent_macs(1, 4, 3, 7)
+    assert ops["nn.LSTM"].flops == 2 * ops["nn.LSTM"].macs + 7 * 2 * 2 * 2 * (2 * 4 * 6)   # b_ih and b_hh
+    assert ops["nn.GRU"].flops == 2 * ops["nn.GRU"].macs                                  # no bias
+
+
+def test_recurrent_flops_are_pnnx_count_without_the_gates_elementwise(capfd, tmp_path):
+    path = export(Holder(nn.LSTM(4, 6, num_layers=2, bidirectional=True)), (torch.rand(7, 2, 4),), tmp_path)
+    match = re.search(r"^FLOPS = ([0-9.]+)([KMG]?)$", capfd.readouterr().err, re.M)
+    if match is None:
+        pytest.skip("this pnnx build prints no FLOPS")
+    scale = {"": 1, "K": 1e3, "M": 1e6, "G": 1e9}[match.group(2)]
+    elementwise = 7 * 2 * 2 * 2 * 10 * 6      # steps x layers x directions x 10 per hidden unit
+    assert summarize(path).flops + elementwise == pytest.approx(float(match.group(1)) * scale, abs=scale / 1000)
 
 
 def test_flops_agree_with_the_count_pnnx_prints(capfd, tmp_path):
