@@ -1,5 +1,5 @@
-"""Spectral and complex operators: ``torch.fft.*``, ``torch.stft``/``torch.istft`` and the
-complex-number plumbing (``torch.complex``, ``view_as_complex``/``view_as_real``,
+"""Spectral and complex operators: ``torch.fft.*`` (and fftshift), ``torch.stft``/``torch.istft``
+and the complex-number plumbing (``torch.complex``, ``view_as_complex``/``view_as_real``,
 ``real``/``imag``, conjugate and angle).
 
 Complex values travel through the graph as NumPy complex arrays: complex64 for float32
@@ -149,6 +149,36 @@ class FFT(NonParamLayer):
         if self.kind == "hfft":
             return [np.fft.irfftn(np.conj(x), lengths, axes, _OTHER_WAY[norm])]
         return [np.conj(np.fft.rfftn(x, lengths, axes, _OTHER_WAY[norm]))]  # ihfft
+
+
+@register_layer("aten::fft_fftshift", "aten::fft_ifftshift")
+class FFTShift(NonParamLayer):
+    """``torch.fft.fftshift``/``ifftshift``: roll the zero frequency to the middle and back.
+    pnnx writes the TorchScript operators, the dims as a second input (None: every
+    dimension; an int or a list from a ``pnnx.Expression``)."""
+
+    def __init__(self, layer_name: str, inverse: bool):
+        super().__init__(layer_name)
+        self.inverse = inverse
+
+    @classmethod
+    def create(cls, op: RuntimeOperator) -> FFTShift:
+        if len(op.input_operands_seq) not in (1, 2):
+            raise op.error(f"{op.type} takes the input and its dims, got {len(op.input_operands_seq)} inputs",
+                           Status.kParameterInvalidValue)
+        return cls(op.name, op.type == "aten::fft_ifftshift")
+
+    def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
+        x = inputs[0]
+        dims = inputs[1] if len(inputs) > 1 else None
+        if isinstance(dims, np.ndarray):
+            dims = dims.tolist()
+        dims = [dims] if isinstance(dims, int) else dims
+        if dims is not None and not (isinstance(dims, list) and all(type(d) is int and -x.ndim <= d < x.ndim
+                                                                    for d in dims)):
+            raise _fail(f"dims {dims!r} do not fit an input of shape {x.shape}")
+        shift = np.fft.ifftshift if self.inverse else np.fft.fftshift
+        return [shift(x, axes=dims)]
 
 
 # -- short-time Fourier transform ------------------------------------------------------

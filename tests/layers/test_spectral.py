@@ -105,6 +105,16 @@ def test_fft_nd(kind, tmp_path):
     assert any(not op.layer.batch_independent for op in graph.operators if op.type == f"torch.fft.{kind}n")
 
 
+def test_fftshift_and_ifftshift(tmp_path):
+    """pnnx writes the TorchScript operators, the dims a second input (None, or a list)."""
+    module = Lambda(lambda x: (torch.fft.fftshift(x, dim=(1, 2)), torch.fft.ifftshift(x, dim=-1),
+                               torch.fft.fftshift(torch.fft.fft2(x), dim=(-2, -1)), torch.fft.ifftshift(x, dim=(2,))))
+    graph = check_model(module, [randn(1, 5, 6)], tmp_path, [[randn(3, 5, 6, seed=1)]])
+    assert {"aten::fft_fftshift", "aten::fft_ifftshift"} <= op_types(graph)
+    everything = Lambda(lambda x: (torch.fft.fftshift(x), torch.fft.ifftshift(x)))  # dim=None: the batch too
+    check_model(everything, [randn(3, 5, 6)], subdirectory(tmp_path, "all"))
+
+
 def test_fft_of_float64_gives_complex128_and_back(tmp_path):
     x = randn(1, 4, 16, dtype=torch.float64)
     module = Lambda(lambda x: (torch.fft.fft(x), torch.fft.rfft2(x), torch.fft.irfft(torch.fft.rfft(x)),
