@@ -11,7 +11,11 @@ normalisations: ``backward`` (none forward, 1/n inverse; pnnx writes ``norm=None
 pnnx writes the FFTs as ``torch.fft.<name>`` with ``n``/``dim``/``norm`` (1-D) or
 ``s``/``dim``/``norm`` (2-D and n-D), ``None`` where not given. ``torch.stft`` and
 ``torch.istft`` take the window as their second input (``$window``: a graph input or a
-``pnnx.Attribute``), or none (``window=None``, a rectangular window).
+``pnnx.Attribute``), or none (``window=None``, a rectangular window). For a few functions
+pnnx has no name and writes the TorchScript operator, arguments as inputs: ``aten::stft``/
+``aten::istft`` (when an argument was computed, as ``length=x.shape[-1]``),
+``aten::fft_fftshift``/``aten::fft_ifftshift``, ``aten::_conj``, ``aten::conj_physical``
+and ``aten::angle``.
 """
 
 from __future__ import annotations
