@@ -52,7 +52,7 @@ def torch_outputs(model: torch.nn.Module, inputs: Sequence[torch.Tensor]) -> lis
             for item in value:
                 walk(item)
         else:
-            flat.append(value.detach().numpy())
+            flat.append(value.detach().resolve_conj().numpy())  # ihfft returns a lazy conjugate
 
     walk(result)
     return flat
@@ -67,11 +67,11 @@ def assert_matches(ours: Sequence[np.ndarray], expected: Sequence[np.ndarray],
         a = np.asarray(a)
         assert a.shape == b.shape, f"output {i}: shape {a.shape}, expected {b.shape}"
         assert a.dtype == b.dtype, f"output {i}: dtype {a.dtype}, expected {b.dtype}"
-        if b.dtype.kind == "f":
+        if b.dtype.kind in "fc":  # complex: the distance in the complex plane
             np.testing.assert_allclose(a, b, atol=atol, rtol=rtol, err_msg=f"output {i}")
             finite = np.isfinite(b)
             if finite.any():
-                worst = max(worst, float(np.max(np.abs(a[finite].astype(np.float64) - b[finite]))))
+                worst = max(worst, float(np.max(np.abs(a[finite].astype(np.complex128) - b[finite]))))
         else:
             np.testing.assert_array_equal(a, b, err_msg=f"output {i}")
     return worst

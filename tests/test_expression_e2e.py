@@ -196,3 +196,102 @@ def test_dynamic_shape_expressions(tmp_path):
         assert got.dtype == np.float32
         torch.testing.assert_close(torch.from_numpy(got), expected[1])
         torch.testing.assert_close(torch.from_numpy(got), ShapeArithmetic()(x)[1])
+
+
+class Expm1Log1p(torch.nn.Module):
+    def forward(self, x, y):
+        return (torch.expm1(x) * 2, torch.log1p(x.abs()), torch.expm1(x),
+                torch.expm1(x) + torch.log1p(y.abs()) * y, torch.log1p(torch.expm1(y.abs())) - x)
+
+
+def expm1_log1p_inputs():
+    generator = torch.Generator().manual_seed(0)
+    return torch.randn(2, 3, 4, generator=generator), torch.randn(2, 3, 4, generator=generator)
+
+
+def test_expm1_and_log1p_as_the_pnnx_binary_writes_them(tmp_path):
+    """pnnx's eval_expression.cpp knows no expm1/log1p: it prints them as bare names with the
+    brackets misplaced. The tokens keep pnnx's prefix order, which its own readers (and ours) use."""
+    x, y = expm1_log1p_inputs()
+    exported = export(Expm1Log1p(), (x, y), tmp_path)
+    texts = expressions(exported.ops)
+    assert "mul(expm1,@0),2" in texts and "log1p,abs(@0)" in texts and "expm1,@0" in texts
+    values = run_expressions(exported.ops, [x.numpy(), y.numpy()])
+    with torch.no_grad():
+        expected = exported.generated(x, y)
+        original = Expm1Log1p()(x, y)
+    for name, reference, model_value in zip(graph_outputs(exported.ops), expected, original):
+        got = values[name]
+        assert got.dtype == np.float32
+        torch.testing.assert_close(torch.from_numpy(got), reference, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(torch.from_numpy(got), model_value, rtol=1e-5, atol=1e-6)
+
+
+def test_expm1_and_log1p_through_the_pnnx_binary_from_torchscript(tmp_path):
+    """The same model traced to TorchScript and converted by the pnnx command, then loaded whole."""
+    import subprocess
+
+    import kuiperinfer
+
+    x, y = expm1_log1p_inputs()
+    torch.jit.trace(Expm1Log1p().eval(), (x, y)).save(str(tmp_path / "ts.pt"))
+    subprocess.run([pnnx.EXEC_PATH, "ts.pt", "inputshape=[2,3,4],[2,3,4]"], cwd=tmp_path,
+                   capture_output=True, check=True)
+    texts = expressions(read_param(tmp_path / "ts.pnnx.param"))
+    assert {"mul(expm1,@0),2", "log1p,abs(@0)", "sub(log1p,expm1),abs(@0),@1"} <= set(texts)
+    graph = kuiperinfer.load(tmp_path / "ts.pnnx.param")
+    with torch.no_grad():
+        expected = Expm1Log1p()(x, y)
+    for got, reference in zip(graph.run(x.numpy(), y.numpy()), expected):
+        torch.testing.assert_close(torch.from_numpy(got), reference, rtol=1e-5, atol=1e-6)
+
+
+def test_log1p_from_onnx_is_decomposed_into_plain_functions(tmp_path):
+    """ONNX has no Log1p (and no Expm1: torch.onnx refuses expm1): pnnx reads Log(Add(1, x))."""
+    import subprocess
+    import warnings
+
+    pytest.importorskip("onnx")
+    model = Lambda(lambda x: torch.log1p(x.abs()) * 2)
+    x = torch.randn(2, 3, 4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model, (x,), str(tmp_path / "m.onnx"), dynamo=False)
+    subprocess.run([pnnx.EXEC_PATH, "m.onnx", "inputshape=[2,3,4]"], cwd=tmp_path, capture_output=True,
+                   check=True)
+    ops = read_param(tmp_path / "m.pnnx.param")
+    assert expressions(ops) == ["mul(log(add(1.0,abs(@0))),2.0)"]
+    got = run_expressions(ops, [x.numpy()])[graph_outputs(ops)[0]]
+    torch.testing.assert_close(torch.from_numpy(got), model(x), rtol=1e-5, atol=1e-6)
+
+
+class Lambda(torch.nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *xs):
+        return self.fn(*xs)
+
+
+class ComplexArithmetic(torch.nn.Module):
+    def forward(self, z, x):
+        return (z * (1 - 2j) + 1.5, z.abs().pow(2), torch.exp(z) * x, x * (0.5 + 2j), (z - x) / (2 + 1j))
+
+
+def test_complex_literals_and_complex_values_match_the_generated_python(tmp_path):
+    generator = torch.Generator().manual_seed(0)
+    z = torch.complex(torch.randn(2, 3, 4, generator=generator), torch.randn(2, 3, 4, generator=generator))
+    x = torch.randn(2, 3, 4, generator=generator)
+    exported = export(ComplexArithmetic(), (z, x), tmp_path)
+    texts = expressions(exported.ops)
+    assert any("1.000000e+00-2.000000e+00j" in text for text in texts)
+    values = run_expressions(exported.ops, [z.numpy(), x.numpy()])
+    with torch.no_grad():
+        expected = exported.generated(z, x)
+        original = ComplexArithmetic()(z, x)
+    for name, reference, model_value in zip(graph_outputs(exported.ops), expected, original):
+        got = values[name]
+        assert str(got.dtype) == str(model_value.dtype).replace("torch.", "")
+        torch.testing.assert_close(torch.from_numpy(got), reference, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(torch.from_numpy(got), model_value, rtol=1e-5, atol=1e-5)

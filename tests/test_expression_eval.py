@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import operator
+import warnings
 
 import numpy as np
 import pytest
@@ -554,7 +555,7 @@ def test_broadcasting_mismatch_is_an_expression_error_with_position():
     assert info.value.position == 7 and "add()" in str(info.value)
 
 
-@pytest.mark.parametrize("value", [None, "text", {"a": 1}, np.array(["a"]), np.ones(2, np.complex64)])
+@pytest.mark.parametrize("value", [None, "text", {"a": 1}, np.array(["a"]), np.zeros(2, "datetime64[s]")])
 def test_unsupported_inputs_are_refused(value):
     with pytest.raises(ExpressionError, match="@0"):
         ours("neg", value)
@@ -651,3 +652,117 @@ def test_random_float32_expressions_match_torch(text):
     conditioned = torch.isclose(expected.double(), exact, rtol=1e-4, atol=1e-4, equal_nan=True)
     torch.testing.assert_close(torch.from_numpy(got)[conditioned], expected[conditioned],
                                rtol=1e-4, atol=1e-4, equal_nan=True)
+
+
+# --------------------------------------------------------------------------- complex values
+
+
+def complex_operand(rng, shape=(2, 3, 4), scale=2.0):
+    return ((rng.standard_normal(shape) + 1j * rng.standard_normal(shape)) * scale).astype(np.complex64)
+
+
+def torch_or_error(name, *args):
+    """torch's result, or None where torch refuses complex operands."""
+    try:
+        return torch_reference(name, *args)
+    except (RuntimeError, TypeError):
+        return None
+
+
+def assert_complex_case(name, *args, rtol=1e-5, atol=1e-5):
+    """Ours matches torch (values and dtype) where torch computes, and refuses where torch does."""
+    expected = torch_or_error(name, *args)
+    if expected is None:
+        with pytest.raises(ExpressionError, match="complex"):
+            ours(name, *args)
+        return
+    got = ours(name, *args)
+    if not isinstance(expected, torch.Tensor):  # Python numbers in, Python number out
+        assert type(got) is type(expected) and got == pytest.approx(expected)
+        return
+    assert isinstance(got, np.ndarray) and got.dtype == np.dtype(str(expected.dtype).replace("torch.", ""))
+    torch.testing.assert_close(torch.from_numpy(np.array(got)), expected.resolve_conj(), rtol=rtol,
+                               atol=atol, equal_nan=True)
+
+
+@pytest.mark.parametrize("name", sorted(UNARY))
+def test_unary_on_complex64_matches_torch_or_is_refused_like_torch(name, rng):
+    # abs gives float32; erf, sign and the rounding functions refuse complex as torch does
+    z = complex_operand(rng, scale=0.7)
+    assert_complex_case(name, z)
+    assert_complex_case(name, z.astype(np.complex128))
+
+
+def test_which_functions_refuse_complex():
+    z = np.array([1 + 2j], np.complex64)
+    refused = {name for name in UNARY if name not in ("abs", "neg") and torch_or_error(name, z) is None}
+    assert refused == {"ceil", "erf", "floor", "round", "sign", "trunc"}
+    for name in sorted(refused):
+        with pytest.raises(ExpressionError, match=f"{name}\\(\\) is not defined for complex operands"):
+            ours(name, z)
+
+
+@pytest.mark.parametrize("name", [name for name in FLOAT_BINARY + BITWISE if name != "logaddexp"])
+def test_binary_with_complex_operands_matches_torch_or_is_refused(name, rng):
+    z, w = complex_operand(rng), complex_operand(rng, (1, 3, 1))
+    x = (rng.standard_normal((2, 3, 4)) * 2).astype(np.float32)
+    for args in ((z, w), (w, z), (z, x), (x, z), (z, 1.5 - 0.5j), (2.0 + 1.0j, z), (x, 0.5 + 2.0j),
+                 (z, 3), (z, 2.5)):
+        assert_complex_case(name, *args, rtol=1e-4, atol=1e-4)
+
+
+def test_logaddexp_of_complex_is_refused_although_torch_has_it():
+    with pytest.raises(ExpressionError, match="logaddexp\\(\\) of complex operands is not supported"):
+        ours("logaddexp", np.ones(2, np.complex64), np.ones(2, np.complex64))
+
+
+@pytest.mark.parametrize("a, b, dtype", [
+    (np.ones(3, np.float32), 1j, np.complex64),              # Python complex: complex64
+    (np.ones(3, np.float64), 1j, np.complex128),             # ... keeping a float64 tensor's precision
+    (np.ones(3, np.int64), 1j, np.complex64),
+    (np.ones(3, np.bool_), 2 + 1j, np.complex64),
+    (np.ones(3, np.complex64), 2.5, np.complex64),
+    (np.ones(3, np.complex64), np.ones(3, np.float64), np.complex128),   # same group: wider
+    (np.ones(3, np.complex64), np.ones(3, np.complex128), np.complex128),
+    (np.ones(3, np.float32), np.array(1j, np.complex128), np.complex64),  # 0-dim complex
+    (np.ones(3, np.int32), np.array(1j, np.complex128), np.complex128),
+    (np.ones(3, np.complex64), np.array(1.5, np.float64), np.complex64),
+    (np.array(1j, np.complex64), 2.0, np.complex64),
+])
+def test_result_type_with_complex_matches_torch(a, b, dtype):
+    expected = torch.result_type(to_torch(a) if isinstance(a, np.ndarray) else a,
+                                 to_torch(b) if isinstance(b, np.ndarray) else b)
+    assert str(expected).replace("torch.", "") == np.dtype(dtype).name
+    assert result_type(a, b) == np.dtype(dtype)
+    assert ours("add", a, b).dtype == np.dtype(dtype)
+
+
+@pytest.mark.parametrize("name, dtype", [("torch.float", torch.float), ("torch.long", torch.long),
+                                          ("torch.bool", torch.bool)])
+def test_casts_of_complex_arrays_keep_the_real_part_like_tensor_to(name, dtype):
+    z = np.array([2.7 - 1j, -0.5 + 3j, 0j, 1j, -7.9 + 0j], np.complex64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch warns (once) that the imaginary part is discarded
+        expected = torch.from_numpy(z).to(dtype)
+    torch.testing.assert_close(torch.from_numpy(ours(name, z)), expected)
+
+
+def test_complex_python_numbers():
+    assert ours("mul", 1 + 2j, 3) == 3 + 6j and type(ours("mul", 1 + 2j, 3)) is complex
+    assert ours("abs", 3 + 4j) == 5.0 and type(ours("abs", 3 + 4j)) is float
+    assert ours("exp", 1j) == pytest.approx(complex(math.cos(1), math.sin(1)))
+    assert ours("pow", 1j, 2) == pytest.approx(-1)
+    assert ours("torch.float", 2.5 - 1j) == 2.5 and ours("torch.bool", 0j) is False
+    for name in ("int", "floor", "max", "and", "lshift"):
+        with pytest.raises(ExpressionError):
+            ours(name, *([1 + 1j] * FUNCTIONS[name].min_args))
+
+
+def test_complex_literals_evaluate_as_pnnx_writes_them():
+    z = np.array([1 + 1j, -2 + 0.5j], np.complex64)
+    got = compile_expression("mul(@0,1.000000e+00-2.000000e+00j)").evaluate([z])
+    assert got.dtype == np.complex64
+    np.testing.assert_allclose(got, z * (1 - 2j), rtol=1e-6)
+    real = compile_expression("add(@0,0.000000e+00+1.000000e+00j)").evaluate([np.ones(2, np.float32)])
+    assert real.dtype == np.complex64 and real.tolist() == [1 + 1j, 1 + 1j]
+    assert compile_expression("-nan+infj").evaluate([]).imag == math.inf

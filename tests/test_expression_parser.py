@@ -101,7 +101,8 @@ def test_list_tokens():
     ("add(@0,$)", 7, "unexpected character '$'"),
     ("mul(@0,1.5.3)", 7, "malformed number '1.5.3'"),
     ("mul(@0,2abc)", 7, "malformed number '2abc'"),
-    ("add(@0,1.000000e+00+2.000000e+00j)", 7, "complex literals are not supported"),
+    ("add(@0,1.000000e+00+-2.000000e+00j)", 7, "malformed number '1.000000e+00+-2.000000e+00j'"),
+    ("add(@0,1.0+2.0jk)", 7, "malformed number '1.0+2.0jk'"),
     ("add(@0,99999999999999999999)", 7, "out of the int64 range"),
     ("add(@0,+1)", 7, "unexpected character '+'"),
 ])
@@ -200,8 +201,6 @@ def test_parser_and_evaluator_share_one_table():
     ("add(@0 @1)", 7, "expected ',' or ')' but found '@1'"),
     (")", 0, "expected a value but found ')'"),
     ("add", 3, "must be followed by '(' but found the end"),
-    ("add(add(add(erf(@0),expm1),@1),log1p),abs(@1),logaddexp(@0,@1)", 25,
-     "function 'expm1' must be followed by '('"),
     ("mul[@0,2]", 3, "must be followed by '('"),
 ])
 def test_parse_errors_name_the_position(text, position, words):
@@ -315,3 +314,89 @@ def test_compiled_expression_attributes():
     assert format_program(expression.program) == "@2 @0 @0 mul/2 add/2"
     assert compile_expression("[1,2]").num_inputs == 0
     assert repr(expression) == "Expression('add(@2,mul(@0,@0))')"
+
+
+# --------------------------------------------------------------------------- complex literals
+
+
+@pytest.mark.parametrize("text, value", [
+    ("1.000000e+00+2.000000e+00j", 1 + 2j), ("-1.000000e+00-2.500000e-01j", -1 - 0.25j),
+    ("0.000000e+00+1.000000e+00j", 1j), ("1.5-0.0j", complex(1.5, -0.0)), ("2+3j", 2 + 3j),
+    ("inf-infj", complex(math.inf, -math.inf)), ("-inf+5.000000e-01j", complex(-math.inf, 0.5)),
+])
+def test_complex_literals_as_pnnx_prints_them(text, value):
+    # fuse_expression.cpp: sprintf("%e%+ej", real, imag): one token, sign always written
+    (token, end) = tokenize(text)
+    assert token.type is T.COMPLEX and token.text == text and end.type is T.END
+    assert token.value == value and math.copysign(1, token.value.imag) == math.copysign(1, value.imag)
+
+
+@pytest.mark.parametrize("text, real, imag", [
+    ("nan+nanj", math.nan, math.nan), ("-nan-nanj", math.nan, math.nan),
+    ("1.000000e+00+nanj", 1.0, math.nan), ("-nan+0.000000e+00j", math.nan, 0.0),
+])
+def test_complex_literals_with_nan_parts(text, real, imag):
+    # glibc prints a NaN as nan or -nan, and %+e as +nan or -nan
+    (token, _) = tokenize(text)
+    assert token.type is T.COMPLEX
+    for got, expected in ((token.value.real, real), (token.value.imag, imag)):
+        assert got == expected or (math.isnan(got) and math.isnan(expected))
+    assert Constant(token.value) == Constant(complex(real, imag))  # nan parts compare equal
+
+
+def test_complex_literal_in_an_expression_round_trips():
+    tree = parse("mul(@0,1.000000e+00-2.000000e+00j)")
+    assert tree == Call("mul", (InputRef(0), Constant(1 - 2j)))
+    assert format_node(tree) == "mul(@0,1.0-2.0j)"
+    assert parse(format_node(tree)) == tree
+    assert Constant(1 + 0j) != Constant(1.0) and Constant(1j) == Constant(complex(0, 1))
+    assert format_program(to_reverse_polish(tree)) == "@0 1.0-2.0j mul/2"
+
+
+# --------------------------------------------------------------------------- pnnx's token order
+
+
+@pytest.mark.parametrize("written, meant", [
+    # what the pnnx binary wrote for torch.expm1 / torch.log1p (eval_expression.cpp knows neither)
+    ("mul(expm1,@0),2", "mul(expm1(@0),2)"),
+    ("log1p,abs(@0)", "log1p(abs(@0))"),
+    ("expm1,@0", "expm1(@0)"),
+    ("add(expm1,@0),mul(log1p,abs(@0)),@1", "add(expm1(@0),mul(log1p(abs(@0)),@1))"),
+    ("add(mul(expm1,@0),2),log1p,abs(@0)", "add(mul(expm1(@0),2),log1p(abs(@0)))"),
+    ("add(add(add(erf(@0),expm1),@1),log1p),abs(@1),logaddexp(@0,@1)",
+     "add(add(add(erf(@0),expm1(@1)),log1p(abs(@1))),logaddexp(@0,@1))"),
+    ("mul(expm1,@0),1.000000e+00+2.000000e+00j", "mul(expm1(@0),1.0+2.0j)"),
+    # lists take every value left; size takes one argument when it is the last value
+    ("[expm1,@0,2]", "[expm1(@0),2]"),
+    ("[log1p,@0,size(@0)]", "[log1p(@0),size(@0)]"),
+    ("add(size,@0,0),expm1(@0)", "add(size(@0,0),expm1(@0))"),
+])
+def test_the_pnnx_binary_s_misplaced_brackets_are_read_in_token_order(written, meant):
+    assert parse(written) == parse(meant)
+    assert format_node(parse(written)) == meant
+    assert format_program(compile_expression(written).program) == \
+        format_program(compile_expression(meant).program)
+
+
+def test_token_order_reading_keeps_positions_of_the_names():
+    tree = parse("mul(expm1,@0),2")
+    assert (tree.start, tree.args[0].start, tree.args[0].args[0].start, tree.args[1].start) == (0, 4, 10, 14)
+
+
+@pytest.mark.parametrize("text, words", [
+    ("add(expm1,@0)", "function 'expm1' must be followed by '('"),      # add lacks an argument
+    ("neg,@0,@1", "function 'neg' must be followed by '('"),            # a value left over
+    ("mul(expm1,@0),2)", "function 'expm1' must be followed by '('"),   # brackets do not balance
+    ("mul(expm1,@0,2", "function 'expm1' must be followed by '('"),
+    ("mul(lgamma,@0),2", "unknown name 'lgamma'"),                      # not a function of ours
+    ("mul(expm1,@0),'x'", "function 'expm1' must be followed by '('"),  # the lexer refuses the rest
+    ("mul(expm1(@0),2", "never closed"),                                # no bare name
+])
+def test_texts_without_pnnx_s_mark_or_unreadable_keep_the_grammar_s_error(text, words):
+    assert words in str(error_of(text))
+
+
+def test_token_order_reading_is_bounded_in_depth_too():
+    text = "neg," * (MAX_NESTING_DEPTH + 1) + "@0"
+    assert "nested too deeply" in str(error_of(text))
+    assert compile_expression("neg," * MAX_NESTING_DEPTH + "@0").evaluate([5]) == 5

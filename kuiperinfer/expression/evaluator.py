@@ -4,8 +4,8 @@
                            LIST n -> pop n, push them as a list
     at the end exactly one value is left: the result.
 
-Values on the stack are NumPy arrays, Python numbers (``bool``/``int``/``float``),
-Python lists (shapes) or ``None``.
+Values on the stack are NumPy arrays, Python numbers (``bool``/``int``/``float``/
+``complex``), Python lists (shapes) or ``None``.
 
 Semantics follow what ``<model>_pnnx.py`` -- the PyTorch program pnnx writes beside
 every export -- does with the expression:
@@ -22,6 +22,12 @@ every export -- does with the expression:
   ``round``/``trunc`` and ``int``/``torch.long`` give ``int`` (as pnnx's own constant
   folding and Python's ``math.floor`` do); ``pow`` and ``<<`` wrap like int64 rather
   than growing without bound.
+* Complex arrays (complex64, complex128 where torch would) and complex literals take
+  part where torch accepts them: arithmetic, ``pow``, ``abs`` (a real result), ``neg``,
+  ``square`` and the floating functions but ``erf``; the casts keep the real part
+  (``torch.bool``: nonzero). The rest (rounding, ``sign``, ``max``/``min``, ``fmod``,
+  ``remainder``, ``floor_divide``, ``atan2``, ``logaddexp``, the bitwise functions) refuse
+  them, as torch does (torch has a complex ``logaddexp``; it is refused here).
 
 :data:`IMPLEMENTATIONS` maps every name of :data:`functions.FUNCTIONS` to its
 implementation; nothing else is callable.
@@ -42,8 +48,8 @@ from kuiperinfer.expression.promotion import DEFAULT_FLOAT, DEFAULT_INT, result_
 from kuiperinfer.expression.reverse_polish import Instruction, OpCode
 from kuiperinfer.kernels.special import erf as _erf_array
 
-Scalar = bool | int | float
-Value = np.ndarray | bool | int | float | list | None
+Scalar = bool | int | float | complex
+Value = np.ndarray | bool | int | float | complex | list | None
 
 _INT64_MIN = -(1 << 63)
 
@@ -57,7 +63,7 @@ class _Failure(Exception):
 
 def _is_scalar(value: Any) -> bool:
     """A Python number (never a NumPy scalar: those are turned into 0-dim arrays)."""
-    return type(value) in (bool, int, float)
+    return type(value) in (bool, int, float, complex)
 
 
 def _describe(value: Any) -> str:
@@ -89,11 +95,23 @@ def _to_int64(value: int) -> int:
 
 def _scalar_kind(*values: Scalar) -> type:
     """The Python type torch's promotion gives a mix of Python numbers."""
+    if any(type(v) is complex for v in values):
+        return complex
     if any(type(v) is float for v in values):
         return float
     if any(type(v) is int for v in values):
         return int
     return bool
+
+
+def _is_complex(value: Any) -> bool:
+    """A complex array or a Python complex."""
+    return type(value) is complex or (isinstance(value, np.ndarray) and promotion.is_complex(value.dtype))
+
+
+def _no_complex(name: str, *values: Any) -> None:
+    if any(_is_complex(value) for value in values):
+        raise _Failure(f"{name}() is not defined for complex operands (as in torch)")
 
 
 def _round_to_int(name: str, value: float, rounder: Callable[[float], Any]) -> int:
@@ -106,17 +124,23 @@ def _round_to_int(name: str, value: float, rounder: Callable[[float], Any]) -> i
 
 
 def _floating_input(x: np.ndarray) -> np.ndarray:
-    """Integer and bool arrays are computed as float32, as torch does for sqrt, sin, ..."""
-    if promotion.is_floating(x.dtype):
+    """Integer and bool arrays are computed as float32, as torch does for sqrt, sin, ...;
+    floating and complex arrays as they are."""
+    if promotion.is_inexact(x.dtype):
         return x
     return x.astype(DEFAULT_FLOAT)
 
 
-def _make_float_unary(name: str, array_fn: Callable[[np.ndarray], np.ndarray]) -> Callable[[Any], Value]:
-    """A function with a floating result: acos, exp, log, sqrt, erf, ..."""
+def _make_float_unary(name: str, array_fn: Callable[[np.ndarray], np.ndarray],
+                      complex_ok: bool = True) -> Callable[[Any], Value]:
+    """A function with a floating (or, of complex operands, complex) result: acos, exp, log, sqrt, ..."""
 
     def apply(x: Any) -> Value:
+        if not complex_ok:
+            _no_complex(name, x)
         if _check_operands(name, (x,)):
+            if type(x) is complex:
+                return complex(array_fn(np.asarray(x, dtype=np.complex128)))
             return float(array_fn(np.asarray(float(x), dtype=np.float64)))
         return np.asarray(array_fn(_floating_input(x)))
 
@@ -145,6 +169,7 @@ def _neg(x: Any) -> Value:
 
 
 def _sign(x: Any) -> Value:
+    _no_complex("sign", x)  # torch: use sgn for complex numbers
     if _check_operands("sign", (x,)):
         if type(x) is float:
             return 0.0 if math.isnan(x) else float((x > 0) - (x < 0))
@@ -172,6 +197,7 @@ def _make_rounding(name: str, array_fn: Callable[[np.ndarray], np.ndarray],
     """ceil/floor/round/trunc: dtype-preserving on arrays, ``int`` on Python numbers."""
 
     def apply(x: Any) -> Value:
+        _no_complex(name, x)
         if _check_operands(name, (x,)):
             if type(x) is float:
                 return _round_to_int(name, x, python_fn)
@@ -193,7 +219,7 @@ def _int(x: Any) -> Value:
         if x.size != 1:
             raise _Failure(f"int() needs a single number but got {_describe(x)}")
         x = x.reshape(-1)[0].item()
-    if not _is_scalar(x):
+    if not _is_scalar(x) or type(x) is complex:
         raise _Failure(f"int() cannot take {_describe(x)}")
     if type(x) is float:
         return _round_to_int("int", x, math.trunc)
@@ -201,21 +227,22 @@ def _int(x: Any) -> Value:
 
 
 def _to_long(x: Any) -> Value:
+    """``Tensor.to(torch.long)``: rounds toward zero; a complex keeps its real part (torch warns)."""
     if _check_operands("torch.long", (x,)):
-        return _int(x)
-    return x.astype(np.int64)  # rounds toward zero
+        return _int(x.real if type(x) is complex else x)
+    return np.real(x).astype(np.int64)
 
 
 def _to_float(x: Any) -> Value:
     if _check_operands("torch.float", (x,)):
-        return float(x)
-    return x.astype(np.float32)
+        return float(x.real if type(x) is complex else x)
+    return np.real(x).astype(np.float32)
 
 
 def _to_bool(x: Any) -> Value:
     if _check_operands("torch.bool", (x,)):
         return bool(x)
-    return x.astype(np.bool_)
+    return x.astype(np.bool_)  # a complex is True where it is nonzero
 
 
 # --------------------------------------------------------------------------- binary
@@ -268,13 +295,14 @@ def _div(a: Any, b: Any) -> Value:
         x, y, _ = _arrays(reciprocal, a)
         return np.asarray(np.multiply(x, y))
     dtype = result_type(a, b)
-    if not promotion.is_floating(dtype):
+    if not promotion.is_inexact(dtype):
         dtype = DEFAULT_FLOAT
     return np.asarray(np.true_divide(_as_array(a, dtype), _as_array(b, dtype)))
 
 
 def _floor_divide(a: Any, b: Any) -> Value:
     """``a // b``, rounding toward minus infinity (torch.floor_divide, Python ``//``)."""
+    _no_complex("floor_divide", a, b)
     if _check_operands("floor_divide", (a, b)):
         if b == 0:
             raise _Failure("integer division or modulo by zero (Python numbers)")
@@ -287,6 +315,7 @@ def _floor_divide(a: Any, b: Any) -> Value:
 
 def _remainder(a: Any, b: Any) -> Value:
     """``a % b``: the result has the sign of the divisor (Python-style modulo)."""
+    _no_complex("remainder", a, b)
     if _check_operands("remainder", (a, b)):
         if b == 0:
             raise _Failure("integer division or modulo by zero (Python numbers)")
@@ -299,6 +328,7 @@ def _remainder(a: Any, b: Any) -> Value:
 
 def _fmod(a: Any, b: Any) -> Value:
     """C-style remainder: the result has the sign of the dividend."""
+    _no_complex("fmod", a, b)
     if _check_operands("fmod", (a, b)):
         if _scalar_kind(a, b) is float:
             return float(np.fmod(np.float64(a), np.float64(b)))
@@ -314,13 +344,15 @@ def _fmod(a: Any, b: Any) -> Value:
 
 def _pow(a: Any, b: Any) -> Value:
     if _check_operands("pow", (a, b)):
+        if _scalar_kind(a, b) is complex:
+            return complex(np.power(np.complex128(a), np.complex128(b)))
         if _scalar_kind(a, b) is float:
             return float(np.power(np.float64(a), np.float64(b)))
         if b < 0:
             raise _Failure("integers to negative integer powers are not allowed (as in torch)")
         return _to_int64(pow(int(a), int(b), 1 << 64))
     x, y, dtype = _arrays(a, b)
-    if not promotion.is_floating(dtype) and np.any(y < 0):
+    if not promotion.is_inexact(dtype) and np.any(y < 0):
         raise _Failure("integers to negative integer powers are not allowed (as in torch)")
     if dtype == promotion.BOOL:
         x, y = x.astype(DEFAULT_INT), y.astype(DEFAULT_INT)
@@ -328,6 +360,7 @@ def _pow(a: Any, b: Any) -> Value:
 
 
 def _atan2(a: Any, b: Any) -> Value:
+    _no_complex("atan2", a, b)
     if _check_operands("atan2", (a, b)):
         return math.atan2(float(a), float(b))
     dtype = result_type(a, b)
@@ -345,6 +378,8 @@ def _logaddexp_scalar(a: float, b: float) -> float:
 
 
 def _logaddexp(a: Any, b: Any) -> Value:
+    if _is_complex(a) or _is_complex(b):
+        raise _Failure("logaddexp() of complex operands is not supported")
     if _check_operands("logaddexp", (a, b)):
         return _logaddexp_scalar(float(a), float(b))
     x, y, dtype = _arrays(a, b)
@@ -358,6 +393,7 @@ def _make_extremum(name: str, pick: Callable[[Any, Any], Any],
     """max/maximum, min/minimum: elementwise, NaN wins (torch.maximum)."""
 
     def apply(a: Any, b: Any) -> Value:
+        _no_complex(name, a, b)
         if _check_operands(name, (a, b)):
             kind = _scalar_kind(a, b)
             if kind is float and (math.isnan(a) or math.isnan(b)):
@@ -375,6 +411,7 @@ def _make_bitwise(name: str, python_op: Callable[[Any, Any], Any],
     """and, or, xor: bool and integer operands only."""
 
     def apply(a: Any, b: Any) -> Value:
+        _no_complex(name, a, b)
         if _check_operands(name, (a, b)):
             if float in (type(a), type(b)):
                 raise _Failure(f"{name}() is not defined for floating-point numbers")
@@ -390,6 +427,7 @@ def _make_bitwise(name: str, python_op: Callable[[Any, Any], Any],
 
 def _shift_operands(name: str, a: Any, b: Any) -> tuple[Any, Any, bool]:
     """Check a shift's operands; return them and whether both are Python numbers."""
+    _no_complex(name, a, b)
     scalars = _check_operands(name, (a, b))
     if scalars:
         if float in (type(a), type(b)):
@@ -470,7 +508,7 @@ IMPLEMENTATIONS: dict[str, Callable[..., Value]] = {
     "atanh": _make_float_unary("atanh", np.arctanh),
     "cos": _make_float_unary("cos", np.cos),
     "cosh": _make_float_unary("cosh", np.cosh),
-    "erf": _make_float_unary("erf", _erf_array),
+    "erf": _make_float_unary("erf", _erf_array, complex_ok=False),
     "exp": _make_float_unary("exp", np.exp),
     "expm1": _make_float_unary("expm1", np.expm1),
     "log": _make_float_unary("log", np.log),
@@ -543,7 +581,7 @@ def _normalize_input(index: int, value: Any, expression: str | None, position: i
     else:
         raise ExpressionError(f"input @{index} is {_describe(value)}, not an array or a number",
                               expression, position)
-    if array.dtype.kind not in "biuf":
+    if array.dtype.kind not in "biufc":
         raise ExpressionError(f"input @{index} has unsupported dtype {array.dtype}", expression, position)
     return array
 

@@ -11,8 +11,10 @@ point at the exact character.
 Literal forms pnnx writes (``fuse_expression.cpp`` prints constants with ``%d``/``%ld``
 and ``%e``; ``eval_expression.cpp`` re-prints folded values in the .param float format):
 ``-1``, ``2147483647``, ``5.000000e-01``, ``1.000000e-5``, ``0.5``, ``-2.0``, ``inf``,
-``-inf``, ``nan`` (and glibc's ``-nan``), ``True``, ``False``, ``None``. A complex
-constant (``1.000000e+00+2.000000e+00j``) is recognised only to be refused clearly.
+``-inf``, ``nan`` (and glibc's ``-nan``), ``True``, ``False``, ``None``, and complex
+constants, which ``fuse_expression.cpp`` prints with ``%e%+ej``: the real part, the signed
+imaginary part and a ``j`` in one token (``1.000000e+00-2.000000e+00j`` is 1-2j;
+``-nan+infj`` and the like where a part is not finite).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ class TokenType(Enum):
     INPUT = "input"        # @N, value is N
     INT = "int"            # value is a Python int
     FLOAT = "float"        # value is a Python float
+    COMPLEX = "complex"    # value is a Python complex
     BOOL = "bool"          # True / False
     NONE = "none"          # None
     IDENT = "identifier"   # function name, possibly dotted: torch.float
@@ -51,7 +54,7 @@ class Token(NamedTuple):
     text: str
     start: int
     end: int
-    value: int | float | bool | None = None
+    value: int | float | complex | bool | None = None
 
     def describe(self) -> str:
         """How to name this token in an error message."""
@@ -83,8 +86,10 @@ _TOKEN_RE = re.compile(
     """,
     re.VERBOSE,
 )
-# pnnx prints a complex constant as "%e%+ej": two numbers and a "j".
-_COMPLEX_RE = re.compile(rf"(?:{_NUMBER}|{_FLOAT_WORD})[-+](?:{_NUMBER}|{_FLOAT_WORD})j")
+# pnnx prints a complex constant as "%e%+ej": a number, a signed number and a "j", where
+# either number may be a word (inf, nan; "-nan" and "+nan" from glibc).
+_UNSIGNED = r"(?:\d+\.\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|\d+[eE][-+]?\d+|\d+|inf|nan)"
+_COMPLEX_RE = re.compile(rf"(-?{_UNSIGNED})([-+]{_UNSIGNED})j(?![A-Za-z0-9_.+-])")
 
 # Characters that may not directly follow a number (``1.5.3``, ``2abc``).
 _NUMBER_TAIL = re.compile(r"[A-Za-z0-9_.+-]+")
@@ -153,8 +158,11 @@ def iter_tokens(expr: str) -> Iterator[Token]:
             if end < n and expr[end] in _AFTER_NUMBER_FORBIDDEN:
                 complex_literal = _COMPLEX_RE.match(expr, pos)
                 if complex_literal is not None:
-                    raise ExpressionError(
-                        f"complex literals are not supported ({complex_literal.group()!r})", expr, pos)
+                    real, imag = complex_literal.groups()
+                    end = complex_literal.end()
+                    yield Token(TokenType.COMPLEX, expr[pos:end], pos, end, complex(float(real), float(imag)))
+                    pos = end
+                    continue
                 bad = expr[pos:_NUMBER_TAIL.match(expr, end).end()]
                 raise ExpressionError(f"malformed number {bad!r}", expr, pos)
             if kind == "floatword" or "." in text or "e" in text or "E" in text:

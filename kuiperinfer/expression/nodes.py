@@ -32,9 +32,9 @@ class InputRef:
 
 @dataclass(frozen=True, eq=False)
 class Constant:
-    """A literal: int, float (including inf/nan), bool or None."""
+    """A literal: int, float (including inf/nan), complex, bool or None."""
 
-    value: int | float | bool | None
+    value: int | float | complex | bool | None
     start: int = field(default=-1)
     end: int = field(default=-1)
 
@@ -44,12 +44,10 @@ class Constant:
             return NotImplemented
         if type(self.value) is not type(other.value):
             return False
-        if isinstance(self.value, float) and math.isnan(self.value):
-            return math.isnan(other.value)  # type: ignore[arg-type]
-        return self.value == other.value
+        return _parts(self.value) == _parts(other.value)
 
     def __hash__(self) -> int:
-        return hash((type(self.value), "nan" if self.value != self.value else self.value))
+        return hash((type(self.value), _parts(self.value)))
 
     def __str__(self) -> str:
         return format_constant(self.value)
@@ -83,6 +81,12 @@ class Call:
 Node = InputRef | Constant | List | Call
 
 
+def _parts(value: int | float | complex | bool | None) -> tuple:
+    """A literal as a tuple that compares NaN equal to NaN (a complex by its two parts)."""
+    numbers = (value.real, value.imag) if isinstance(value, complex) else (value,)
+    return tuple("nan" if isinstance(v, float) and math.isnan(v) else v for v in numbers)
+
+
 def children(node: Node) -> tuple[Node, ...]:
     """The direct sub-expressions of ``node`` (empty for leaves)."""
     if isinstance(node, Call):
@@ -101,9 +105,12 @@ def walk(node: Node) -> Iterator[Node]:
         pending.extend(reversed(children(current)))
 
 
-def format_constant(value: int | float | bool | None) -> str:
+def format_constant(value: int | float | complex | bool | None) -> str:
     if isinstance(value, float):
         return repr(value)  # 0.5, 1e-05, inf, -inf, nan
+    if isinstance(value, complex):  # as pnnx writes it, real part then signed imaginary part: 1.0-2.0j
+        imag = repr(value.imag)
+        return f"{value.real!r}{imag if imag.startswith('-') else '+' + imag}j"
     return str(value)
 
 

@@ -3,7 +3,7 @@
 Grammar (pnnx writes prefix calls only; there are no infix operators)::
 
     expression := value END
-    value      := INPUT | INT | FLOAT | BOOL | NONE | list | call
+    value      := INPUT | INT | FLOAT | COMPLEX | BOOL | NONE | list | call
     list       := "[" [ value ("," value)* ] "]"
     call       := IDENT "(" [ value ("," value)* ] ")"
 
@@ -14,6 +14,17 @@ input fails with a clear :class:`ExpressionError` long before Python's own limit
 
 Function names and argument counts are checked against the one table
 :data:`kuiperinfer.expression.functions.FUNCTIONS`.
+
+pnnx's own readers (``expand_expression`` in ``ir.cpp``, which writes ``<model>_pnnx.py``,
+and ``eval_expression.cpp``) do not use the brackets and commas at all: they drop them and
+read the remaining tokens in prefix order, right to left, each function taking its fixed
+number of arguments (``size`` one when nothing else is left, else two) and ``[`` taking
+everything left. The pnnx binary relies on that: ``eval_expression.cpp``, which re-prints
+every expression, knows no ``expm1`` and ``log1p`` and prints them as bare names, so
+``mul(expm1(@0),2)`` reaches the file as ``mul(expm1,@0),2`` -- brackets misplaced, tokens
+in the right order. A text the grammar refuses is therefore read the way pnnx reads it
+(:func:`read_in_token_order`) when it has pnnx's mark: brackets that balance and a
+function name with no ``(`` after it. Everything else keeps the grammar's error.
 """
 
 from __future__ import annotations
@@ -22,13 +33,14 @@ import difflib
 
 from kuiperinfer.errors import ExpressionError
 from kuiperinfer.expression.functions import FUNCTIONS
-from kuiperinfer.expression.lexer import Token, TokenType, iter_tokens
+from kuiperinfer.expression.lexer import Token, TokenType, iter_tokens, tokenize
 from kuiperinfer.expression.nodes import Call, Constant, InputRef, List, Node
 
 #: Deepest nesting of calls and lists accepted. pnnx expressions rarely exceed 30.
 MAX_NESTING_DEPTH = 512
 
-_LITERALS = (TokenType.INT, TokenType.FLOAT, TokenType.BOOL, TokenType.NONE)
+_LITERALS = (TokenType.INT, TokenType.FLOAT, TokenType.COMPLEX, TokenType.BOOL, TokenType.NONE)
+_SEPARATORS = (TokenType.LPAREN, TokenType.RPAREN, TokenType.COMMA, TokenType.RBRACKET, TokenType.END)
 
 
 class Parser:
@@ -135,10 +147,86 @@ def parse(text: str) -> Node:
 
     Raises :class:`ExpressionError` (with the position) for an empty text, unknown
     functions, wrong argument counts, unbalanced brackets, stray commas, trailing
-    text, excessive nesting and everything the lexer refuses.
+    text, excessive nesting and everything the lexer refuses -- unless the text is one
+    the pnnx binary writes with misplaced brackets, read as pnnx reads it
+    (:func:`read_in_token_order`).
     """
     try:
         return Parser(text).parse()
     except RecursionError:
         # Only possible when the caller's own stack is already nearly exhausted.
         raise ExpressionError("expression is nested too deeply for the Python stack", text) from None
+    except ExpressionError:
+        tree = read_in_token_order(text)
+        if tree is None:
+            raise
+        return tree
+
+
+def read_in_token_order(text: str) -> Node | None:
+    """Read ``text`` as pnnx's readers do, ignoring brackets and commas; None unless it has
+    the mark of the pnnx binary's misplaced brackets or cannot be read that way.
+
+    The mark: the lexer accepts the text, its brackets balance and some function name is
+    not followed by ``(``. The tokens other than ``( ) , ]`` are then taken right to left
+    onto a stack: a value is pushed; a function pops its arguments (the first on top),
+    ``size`` one when it is the last value else two; ``[`` pops every value into a list.
+    Exactly one value must be left. ``mul(expm1,@0),2`` is ``mul(expm1(@0),2)``.
+    """
+    try:
+        tokens = tokenize(text)
+    except ExpressionError:
+        return None
+    bare_name = any(token.type is TokenType.IDENT and token.text in FUNCTIONS
+                    and following.type is not TokenType.LPAREN
+                    for token, following in zip(tokens, tokens[1:]))
+    if not bare_name or not _balanced(tokens):
+        return None
+    stack: list[Node] = []
+    depths: list[int] = []  # the nesting depth of each value on the stack
+    for token in reversed(tokens):
+        kind = token.type
+        if kind in _SEPARATORS:
+            continue
+        if kind is TokenType.INPUT:
+            stack.append(InputRef(token.value, token.start, token.end))  # type: ignore[arg-type]
+            depths.append(0)
+            continue
+        if kind in _LITERALS:
+            stack.append(Constant(token.value, token.start, token.end))
+            depths.append(0)
+            continue
+        if kind is TokenType.LBRACKET:
+            count = len(stack)
+        else:  # an identifier
+            spec = FUNCTIONS.get(token.text)
+            if spec is None:
+                return None
+            count = spec.max_args if len(stack) >= spec.max_args else spec.min_args
+            if len(stack) < count:
+                return None
+        items = tuple(stack[len(stack) - count:][::-1])  # the first argument was on top
+        depth = 1 + max(depths[len(depths) - count:], default=0)
+        del stack[len(stack) - count:], depths[len(depths) - count:]
+        if depth > MAX_NESTING_DEPTH:
+            raise ExpressionError(f"expression is nested too deeply (more than {MAX_NESTING_DEPTH} "
+                                  f"levels of calls and lists)", text, token.start)
+        end = max((item.end for item in items), default=token.end)
+        node = List(items, token.start, end) if kind is TokenType.LBRACKET else \
+            Call(token.text, items, token.start, end)
+        stack.append(node)
+        depths.append(depth)
+    return stack[0] if len(stack) == 1 else None
+
+
+def _balanced(tokens: list[Token]) -> bool:
+    """Whether every '(' and '[' is closed by its own kind, in order."""
+    closers = {TokenType.LPAREN: TokenType.RPAREN, TokenType.LBRACKET: TokenType.RBRACKET}
+    expected: list[TokenType] = []
+    for token in tokens:
+        if token.type in closers:
+            expected.append(closers[token.type])
+        elif token.type in (TokenType.RPAREN, TokenType.RBRACKET):
+            if not expected or expected.pop() is not token.type:
+                return False
+    return not expected

@@ -11,8 +11,10 @@ inference engine trips over:
 
 The rule (c10 ``ResultTypeState``): operands form three priority groups --
 dimensioned arrays, 0-dim arrays, Python numbers ("wrapped numbers": bool -> bool,
-int -> int64, float -> float32). Each group is promoted on its own; then a lower
-group only matters if it is of a higher *category* (bool < integer < floating).
+int -> int64, float -> float32, complex -> complex64). Each group is promoted on its
+own; then a lower group only matters if it is of a higher *category* (bool < integer <
+floating < complex). A complex of a lower group keeps the precision of a floating higher
+one (``float64[3] * 1j -> complex128``, ``float32[3] * complex128 0-dim -> complex64``).
 """
 
 from __future__ import annotations
@@ -25,19 +27,23 @@ import numpy as np
 #: division and integer inputs of floating functions (sqrt, sin, ...) produce.
 DEFAULT_FLOAT = np.dtype(np.float32)
 DEFAULT_INT = np.dtype(np.int64)
+#: ``torch.get_default_complex_dtype()``: what a Python complex becomes.
+DEFAULT_COMPLEX = np.dtype(np.complex64)
 BOOL = np.dtype(np.bool_)
 
-_BOOL, _INTEGER, _FLOATING = 0, 1, 2
+_BOOL, _INTEGER, _FLOATING, _COMPLEX = 0, 1, 2, 3
 
 
 def category(dtype: np.dtype) -> int:
-    """0 for bool, 1 for (un)signed integers, 2 for floating point."""
+    """0 for bool, 1 for (un)signed integers, 2 for floating point, 3 for complex."""
     if dtype == BOOL:
         return _BOOL
     if dtype.kind in "iu":
         return _INTEGER
     if dtype.kind == "f":
         return _FLOATING
+    if dtype.kind == "c":
+        return _COMPLEX
     raise TypeError(f"unsupported dtype {dtype}")
 
 
@@ -45,26 +51,46 @@ def is_floating(dtype: np.dtype) -> bool:
     return dtype.kind == "f"
 
 
+def is_complex(dtype: np.dtype) -> bool:
+    return dtype.kind == "c"
+
+
+def is_inexact(dtype: np.dtype) -> bool:
+    """Floating point or complex: what sqrt, exp, division... compute in."""
+    return dtype.kind in "fc"
+
+
 def is_integer(dtype: np.dtype) -> bool:
     return dtype.kind in "iu"
 
 
+def to_complex(dtype: np.dtype) -> np.dtype:
+    """The complex dtype of a floating one's precision (float64 -> complex128), else complex64."""
+    return np.dtype(np.complex128) if dtype == np.float64 else DEFAULT_COMPLEX
+
+
 def promote_types(a: np.dtype, b: np.dtype) -> np.dtype:
-    """``torch.promote_types``: the higher category wins outright; within one, NumPy's rule."""
+    """``torch.promote_types``: the higher category wins outright, except that complex and
+    floating meet at the wider precision (complex64 with float64 is complex128); within
+    one category, NumPy's rule."""
     if a == b:
         return a
     ca, cb = category(a), category(b)
+    if {ca, cb} == {_FLOATING, _COMPLEX}:
+        return np.promote_types(a, b)
     if ca != cb:
         return a if ca > cb else b
     return np.promote_types(a, b)
 
 
-def wrapped_number_dtype(value: bool | int | float) -> np.dtype:
+def wrapped_number_dtype(value: bool | int | float | complex) -> np.dtype:
     """The dtype PyTorch gives a Python number taking part in a tensor operation."""
     if isinstance(value, bool):
         return BOOL
     if isinstance(value, int):
         return DEFAULT_INT
+    if isinstance(value, complex):
+        return DEFAULT_COMPLEX
     return DEFAULT_FLOAT
 
 
@@ -75,7 +101,11 @@ def _promote_optional(a: np.dtype | None, b: np.dtype) -> np.dtype:
 def _combine_categories(higher: np.dtype | None, lower: np.dtype | None) -> np.dtype | None:
     if higher is None:
         return lower
-    if lower is None or is_floating(higher):
+    if lower is None or is_complex(higher):
+        return higher
+    if is_complex(lower):  # a floating higher group keeps its precision
+        return to_complex(higher) if is_floating(higher) else lower
+    if is_floating(higher):
         return higher
     if higher == BOOL or is_floating(lower):
         return promote_types(higher, lower)

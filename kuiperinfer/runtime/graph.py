@@ -296,8 +296,11 @@ class RuntimeGraph:
             array = np.asarray(array)
         except Exception as exc:
             raise InputError(f"input {name!r} cannot be read as an array: {exc}", name) from exc
-        if array.dtype.kind not in "biuf":
+        if array.dtype.kind not in "biufc":
             raise InputError(f"input {name!r} has non-numeric dtype {array.dtype}", name)
+        dtype = np.dtype(numpy_dtype(operand.type) or np.float32)
+        if array.dtype.kind == "c" and dtype.kind != "c":
+            raise InputError(f"input {name!r} is complex ({array.dtype}), the model expects {dtype} values", name)
         expected = tuple(operand.shapes)
         if expected:
             mismatch = array.ndim != len(expected) or any(
@@ -308,7 +311,6 @@ class RuntimeGraph:
             if array.shape[0] == 0:
                 raise InputError(f"input {name!r} has batch size 0 (shape {array.shape})",
                                  name, expected, array.shape)
-        dtype = numpy_dtype(operand.type) or np.float32
         return np.asarray(array, dtype=dtype)
 
     # -- execution -----------------------------------------------------------------
