@@ -88,14 +88,25 @@ class TypeAs(NonParamLayer):
 _FILL_VALUES = {"zeros": 0, "ones": 1, "empty": 0}
 
 
-def _fill_value(op: RuntimeOperator) -> bool | int | float:
-    """0 for zeros and empty, 1 for ones, the ``fill_value`` parameter for full (``inf`` and ``nan`` too)."""
+def _fill_value(op: RuntimeOperator) -> Argument:
+    """0 for zeros and empty, 1 for ones; for full, ``fill_value``: a parameter (``inf`` and
+    ``nan`` too) or an input ``$fill_value`` (a size read at run time, say)."""
     kind = op.type.rsplit(".", 1)[-1].removeprefix("new_").removesuffix("_like")
     if kind in _FILL_VALUES:
-        return _FILL_VALUES[kind]
-    value = op.param_number("fill_value")
-    if value is None:
+        return Argument(None, _FILL_VALUES[kind])
+    value = Argument.of(op, "fill_value")
+    if value.absent:
         raise op.error("parameter 'fill_value' is None", Status.kParameterInvalidValue)
+    return value
+
+
+def _scalar(value: Any) -> Any:
+    """A fill value given as a number or as a one-element array."""
+    if isinstance(value, np.ndarray):
+        if value.size != 1:
+            raise InferError(f"the fill value must have one element, got shape {value.shape}",
+                             status=InferStatus.kInferFailedOutputSizeError)
+        return value.reshape(()).item()
     return value
 
 
@@ -103,7 +114,7 @@ def _fill_value(op: RuntimeOperator) -> bool | int | float:
 class FullLike(NonParamLayer):
     """A tensor of the input's shape filled with one value, in ``dtype`` or the input's dtype."""
 
-    def __init__(self, layer_name: str, value: bool | int | float, dtype: np.dtype | None):
+    def __init__(self, layer_name: str, value: Argument, dtype: np.dtype | None):
         super().__init__(layer_name)
         self.value, self.dtype = value, dtype
 
@@ -113,7 +124,7 @@ class FullLike(NonParamLayer):
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         x = inputs[0]
-        return [np.full(x.shape, self.value, dtype=x.dtype if self.dtype is None else self.dtype)]
+        return [np.full(x.shape, _scalar(self.value.get(inputs)), dtype=x.dtype if self.dtype is None else self.dtype)]
 
 
 @register_layer("torch.zeros", "torch.ones", "torch.full", "torch.empty", "Tensor.new_zeros",
@@ -124,7 +135,7 @@ class Full(NonParamLayer):
     input's dtype (``new_*``), the fill value's (``full``) or float32; pnnx records the
     result in the output's dtype, which is used here."""
 
-    def __init__(self, layer_name: str, value: bool | int | float, dtype: np.dtype,
+    def __init__(self, layer_name: str, value: Argument, dtype: np.dtype,
                  size: tuple[int, ...] | None, size_input: int | None):
         super().__init__(layer_name)
         self.value, self.dtype, self.size, self.size_input = value, dtype, size, size_input
@@ -150,7 +161,7 @@ class Full(NonParamLayer):
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         size = self.size if self.size_input is None else tuple(int(s) for s in inputs[self.size_input])
-        return [np.full(size, self.value, dtype=self.dtype)]
+        return [np.full(size, _scalar(self.value.get(inputs)), dtype=self.dtype)]
 
 
 @register_layer("Tensor.fill")

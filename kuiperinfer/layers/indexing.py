@@ -305,7 +305,7 @@ class IndexSelect(NonParamLayer):
         return [np.take(x, index, axis=dim) if x.ndim else np.take(x.reshape(1), index)]
 
 
-@register_layer("torch.narrow", "Tensor.narrow")
+@register_layer("torch.narrow")
 class Narrow(NonParamLayer):
     """``torch.narrow(input, dim, start, length)``: ``length`` entries from ``start`` along
     ``dim`` (a view); a negative ``start`` counts from the end."""

@@ -308,7 +308,7 @@ class Repeat(NonParamLayer):
         return [np.tile(inputs[0], self.sizes)]
 
 
-@register_layer("torch.repeat_interleave", "Tensor.repeat_interleave")
+@register_layer("torch.repeat_interleave")
 class RepeatInterleave(NonParamLayer):
     """Repeat each element ``repeats`` times along ``dim`` (over the flattened input when
     ``dim`` is None): ``repeats`` is a number or a tensor input ``$repeats`` holding one
@@ -355,7 +355,7 @@ class RepeatInterleave(NonParamLayer):
         return [np.repeat(x, repeats.reshape(-1), axis=axis)]
 
 
-@register_layer("torch.as_strided", "Tensor.as_strided")
+@register_layer("torch.as_strided")
 class AsStrided(NonParamLayer):
     """``torch.as_strided(x, size, stride, storage_offset)``: the elements of the contiguous
     input at ``storage_offset + sum(i_k * stride[k])``, in the shape ``size``.

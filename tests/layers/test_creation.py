@@ -135,3 +135,11 @@ def test_arange(tmp_path):
     graph = check_dynamic(fn, [torch.randn(1, 3, 7)], [torch.randn(3, 5, 9)], tmp_path)
     written = [op for op in graph.operators if op.type == "torch.arange"]
     assert len(written) == 8 and any(op.input_names.count("") == 0 and "step" in op.input_names for op in written)
+
+
+def test_full_with_a_fill_value_from_an_input(tmp_path):
+    # a size read at run time as the value: pnnx writes it as an input $fill_value
+    def fn(x):
+        return torch.full((2,), x.size(2)) + 1, torch.full_like(x, x.size(1)) * x
+    graph = check_dynamic(fn, [torch.randn(1, 3, 4)], [torch.randn(2, 5, 6)], tmp_path)
+    assert any("fill_value" in op.input_names for op in graph.operators)
