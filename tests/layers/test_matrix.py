@@ -54,3 +54,11 @@ def test_linalg_cross_is_written_as_aten(tmp_path):
                         [torch.randn(1, 3, 4), torch.randn(1, 3, 4)], tmp_path,
                         [[torch.randn(2, 3, 4), torch.randn(2, 3, 4)]])
     assert "aten::linalg_cross" in op_types(graph)
+
+
+def test_cross_without_dim_takes_the_first_dimension_of_size_3(tmp_path):
+    # dim=None (PyTorch's deprecated default): the first dimension of size 3, here dimension 1;
+    # at batch 3 the batch dimension comes first
+    graph = check_model(Lambda(lambda a, b: torch.cross(a, b) * 2), [torch.randn(2, 3, 4), torch.randn(2, 3, 4)],
+                        tmp_path, [[torch.randn(3, 3, 4), torch.randn(3, 3, 4)]])
+    assert any(op.type == "torch.cross" and op.params["dim"].value is None for op in graph.operators)

@@ -27,6 +27,7 @@ def random_model(tmp_path):
                 torch.normal(x * 0 + 2.0, 4.0),                        # aten::normal of tensors
                 torch.rand_like(x),                                    # aten::rand_like
                 torch.randint_like(x, 2, 9),                           # aten::randint_like
+                torch.randint_like(x, 4),                              # aten::randint_like, high only
                 torch.randn(x.size(0), 3, dtype=torch.float64))        # dtype
     model = Lambda(fn)
     param = export(model, [torch.randn(1, 200, 100)], tmp_path, inputs2=[torch.randn(2, 200, 100)])
@@ -52,11 +53,11 @@ def test_shapes_dtypes_and_distributions(exported, batch):
     ours = kuiperinfer.load(param).run(x.numpy())
     expected = torch_outputs(model, [x])
     assert [(a.shape, a.dtype) for a in ours] == [(b.shape, b.dtype) for b in expected]
-    randn, randn_like, normal_, normal, rand_like, randint_like, double = ours
+    randn, randn_like, normal_, normal, rand_like, randint_like, randint_high, double = ours
     for values, mean, std in ((randn, 1, 2), (randn_like, 0, 1), (normal_, 3, 0.5), (normal, 2, 4)):
         assert abs(values.mean() - mean) < 0.05 * std and abs(values.std() - std) < 0.05 * std
     assert 0 <= rand_like.min() and rand_like.max() < 1 and abs(rand_like.mean() - 0.5) < 0.01
-    assert set(np.unique(randint_like)) == set(range(2, 9))
+    assert set(np.unique(randint_like)) == set(range(2, 9)) and set(np.unique(randint_high)) == set(range(4))
     assert double.dtype == np.float64
 
 
