@@ -26,7 +26,7 @@ __version__ = "0.1.0"
 
 def load(param_path: str | os.PathLike, bin_path: str | os.PathLike | None = None, *,
          optimize: bool = True, workers: int | None = None,
-         max_tensor_bytes: int | None = None, warmup: bool = True,
+         max_tensor_bytes: int | None = None, warmup: bool = True, seed: int = 0,
          graph_class: type[RuntimeGraph] = RuntimeGraph,
          input_shapes: Sequence[Sequence[int]] | None = None,
          dynamic_shapes: Sequence[Sequence[int]] | None = None) -> RuntimeGraph:
@@ -43,10 +43,12 @@ def load(param_path: str | os.PathLike, bin_path: str | os.PathLike | None = Non
     anything is allocated. ``warmup`` runs the built graph once on zeros of its declared
     input shapes before returning (:meth:`RuntimeGraph.warm_up`), so that the first call
     is as fast and adds as little memory as the rest; an error there is raised from
-    ``load``. ``graph_class`` may be a subclass of RuntimeGraph that overrides
-    ``run_node`` to trace or profile (as :class:`kuiperinfer.profiler.ProfilingGraph`
-    does). Raises a :class:`KuiperError` subclass for anything wrong with the files or an
-    unsupported operator.
+    ``load``. ``seed`` seeds the random operators (``torch.randn``, ``torch.normal``, ...):
+    the same model loaded with the same seed and options draws the same values, call after
+    call (see :mod:`kuiperinfer.layers.randomness`). ``graph_class`` may be a subclass of
+    RuntimeGraph that overrides ``run_node`` to trace or profile (as
+    :class:`kuiperinfer.profiler.ProfilingGraph` does). Raises a :class:`KuiperError`
+    subclass for anything wrong with the files or an unsupported operator.
 
     ``param_path`` may also be an ONNX (.onnx) or TorchScript (.pt) file: pnnx converts it
     first into a cache keyed by its content and ``input_shapes``/``dynamic_shapes`` (one
@@ -55,7 +57,7 @@ def load(param_path: str | os.PathLike, bin_path: str | os.PathLike | None = Non
     param_path = resolve_model(param_path, bin_path, input_shapes, dynamic_shapes)
     if workers is None:
         workers = (os.cpu_count() or 1) if optimize else 1
-    graph = graph_class(param_path, bin_path, workers=workers, max_tensor_bytes=max_tensor_bytes)
+    graph = graph_class(param_path, bin_path, workers=workers, max_tensor_bytes=max_tensor_bytes, seed=seed)
     graph.init()
     if optimize:
         optimizer.optimize(graph)

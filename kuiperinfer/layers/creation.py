@@ -1,5 +1,9 @@
 """Creating and converting tensors: zeros_like/ones_like/full_like, zeros/ones/full,
-new_zeros/new_ones, and dtype casts (``Tensor.to``, ``Tensor.type_as``).
+new_zeros/new_ones, empty/empty_like/new_empty, arange, fill, clone and copy, and dtype
+casts (``Tensor.to``, ``Tensor.type_as``).
+
+PyTorch leaves the values of ``torch.empty``, ``empty_like`` and ``Tensor.new_empty``
+undefined; here they are zeros, so that runs are deterministic.
 
 pnnx names dtypes as PyTorch prints them (``dtype=torch.float``, ``torch.long``,
 ``torch.half``); ``dtype=None`` means "as the input" for the ``*_like`` and ``new_*``
@@ -20,8 +24,10 @@ from typing import Any
 
 import numpy as np
 
+from kuiperinfer.errors import InferError, InferStatus
 from kuiperinfer.errors import ParseParameterAttrStatus as Status
 from kuiperinfer.layers.base import NonParamLayer
+from kuiperinfer.layers.comparison import Argument
 from kuiperinfer.pnnx.ir import DATA_TYPES, numpy_dtype
 from kuiperinfer.pnnx.param_file import DEFAULT_MAX_TENSOR_BYTES
 from kuiperinfer.runtime.operator import RuntimeOperator
@@ -81,25 +87,36 @@ class TypeAs(NonParamLayer):
         return [inputs[0].astype(inputs[self.other].dtype, copy=False)]
 
 
-_FILL_VALUES = {"zeros": 0, "ones": 1}
+_FILL_VALUES = {"zeros": 0, "ones": 1, "empty": 0}
 
 
-def _fill_value(op: RuntimeOperator) -> bool | int | float:
-    """0 for zeros, 1 for ones, the ``fill_value`` parameter for full (``inf`` and ``nan`` too)."""
+def _fill_value(op: RuntimeOperator) -> Argument:
+    """0 for zeros and empty, 1 for ones; for full, ``fill_value``: a parameter (``inf`` and
+    ``nan`` too) or an input ``$fill_value`` (a size read at run time, say)."""
     kind = op.type.rsplit(".", 1)[-1].removeprefix("new_").removesuffix("_like")
     if kind in _FILL_VALUES:
-        return _FILL_VALUES[kind]
-    value = op.param_number("fill_value")
-    if value is None:
+        return Argument(None, _FILL_VALUES[kind])
+    value = Argument.of(op, "fill_value")
+    if value.absent:
         raise op.error("parameter 'fill_value' is None", Status.kParameterInvalidValue)
     return value
 
 
-@register_layer("torch.zeros_like", "torch.ones_like", "torch.full_like")
+def _scalar(value: Any) -> Any:
+    """A fill value given as a number or as a one-element array."""
+    if isinstance(value, np.ndarray):
+        if value.size != 1:
+            raise InferError(f"the fill value must have one element, got shape {value.shape}",
+                             status=InferStatus.kInferFailedOutputSizeError)
+        return value.reshape(()).item()
+    return value
+
+
+@register_layer("torch.zeros_like", "torch.ones_like", "torch.full_like", "torch.empty_like")
 class FullLike(NonParamLayer):
     """A tensor of the input's shape filled with one value, in ``dtype`` or the input's dtype."""
 
-    def __init__(self, layer_name: str, value: bool | int | float, dtype: np.dtype | None):
+    def __init__(self, layer_name: str, value: Argument, dtype: np.dtype | None):
         super().__init__(layer_name)
         self.value, self.dtype = value, dtype
 
@@ -109,17 +126,18 @@ class FullLike(NonParamLayer):
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         x = inputs[0]
-        return [np.full(x.shape, self.value, dtype=x.dtype if self.dtype is None else self.dtype)]
+        return [np.full(x.shape, _scalar(self.value.get(inputs)), dtype=x.dtype if self.dtype is None else self.dtype)]
 
 
-@register_layer("torch.zeros", "torch.ones", "torch.full", "Tensor.new_zeros", "Tensor.new_ones")
+@register_layer("torch.zeros", "torch.ones", "torch.full", "torch.empty", "Tensor.new_zeros",
+                "Tensor.new_ones", "Tensor.new_empty")
 class Full(NonParamLayer):
     """A tensor of a given ``size`` filled with one value. The size is a parameter or an
     input ``$size`` (a shape computed at run time). Without ``dtype``, PyTorch picks the
     input's dtype (``new_*``), the fill value's (``full``) or float32; pnnx records the
     result in the output's dtype, which is used here."""
 
-    def __init__(self, layer_name: str, value: bool | int | float, dtype: np.dtype,
+    def __init__(self, layer_name: str, value: Argument, dtype: np.dtype,
                  size: tuple[int, ...] | None, size_input: int | None):
         super().__init__(layer_name)
         self.value, self.dtype, self.size, self.size_input = value, dtype, size, size_input
@@ -145,4 +163,113 @@ class Full(NonParamLayer):
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         size = self.size if self.size_input is None else tuple(int(s) for s in inputs[self.size_input])
-        return [np.full(size, self.value, dtype=self.dtype)]
+        return [np.full(size, _scalar(self.value.get(inputs)), dtype=self.dtype)]
+
+
+@register_layer("Tensor.fill")
+class Fill(NonParamLayer):
+    """``x.fill_(value)``: a new tensor of the input's shape and dtype holding ``value`` (a
+    number, or a one-element input ``$value``). The input itself is left as it is."""
+
+    batch_independent = True
+
+    def __init__(self, layer_name: str, value: Argument):
+        super().__init__(layer_name)
+        self.value = value
+
+    @classmethod
+    def create(cls, op: RuntimeOperator) -> Fill:
+        value = Argument.of(op, "value", 1)
+        if value.absent:
+            raise op.error("missing 'value'", Status.kParameterMissingUnknown)
+        return cls(op.name, value)
+
+    def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
+        x, value = inputs[0], np.asarray(self.value.get(inputs))
+        if value.size != 1:
+            raise InferError(f"fill: the value must have one element, got shape {value.shape}",
+                             status=InferStatus.kInferFailedOutputSizeError)
+        return [np.full(x.shape, value.reshape(()), dtype=x.dtype)]
+
+
+@register_layer("torch.clone", "Tensor.clone")
+class Clone(NonParamLayer):
+    """``torch.clone(x)``: the same values. Layers never modify their inputs, so the input
+    itself serves; a ``memory_format`` changes nothing but the memory layout."""
+
+    batch_independent = True
+
+    @classmethod
+    def create(cls, op: RuntimeOperator) -> Clone:
+        op.param_str("memory_format", Status.kParameterInvalidValue, default=None)
+        return cls(op.name)
+
+    def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
+        return [inputs[0]]
+
+
+@register_layer("Tensor.copy")
+class Copy(NonParamLayer):
+    """``x.copy_(src)``: ``src`` broadcast to the shape of ``$self`` and converted to its dtype."""
+
+    def __init__(self, layer_name: str, target: int, src: int):
+        super().__init__(layer_name)
+        self.target, self.src = target, src
+
+    @classmethod
+    def create(cls, op: RuntimeOperator) -> Copy:
+        target, src = op.input_index("self", 0), op.input_index("src", 1)
+        if target is None or src is None or max(target, src) >= len(op.input_operands_seq):
+            raise op.error("Tensor.copy needs the inputs 'self' and 'src'", Status.kParameterMissingUnknown)
+        return cls(op.name, target, src)
+
+    def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
+        target, src = inputs[self.target], np.asarray(inputs[self.src])
+        try:
+            return [np.broadcast_to(src, target.shape).astype(target.dtype)]
+        except ValueError:
+            raise InferError(f"copy: src of shape {src.shape} does not broadcast to {target.shape}",
+                             status=InferStatus.kInferFailedOutputSizeError) from None
+
+
+@register_layer("torch.arange")
+class Arange(NonParamLayer):
+    """``torch.arange(start, end, step)``: each bound a parameter or an input (a size read
+    at run time). Without ``dtype`` the result is int64 when every bound is an integer,
+    float32 otherwise, as in PyTorch; the values are computed in float64 as PyTorch does,
+    then converted."""
+
+    def __init__(self, layer_name: str, start: Argument, end: Argument, step: Argument, dtype: np.dtype | None):
+        super().__init__(layer_name)
+        self.start, self.end, self.step, self.dtype = start, end, step, dtype
+
+    @classmethod
+    def create(cls, op: RuntimeOperator) -> Arange:
+        start, end, step = (Argument.of(op, "start", default=0), Argument.of(op, "end"),
+                            Argument.of(op, "step", default=1))
+        for name, bound in (("start", start), ("end", end), ("step", step)):
+            if bound.index is None and (isinstance(bound.value, bool) or not isinstance(bound.value, (int, float))
+                                        or not math.isfinite(bound.value)):
+                raise op.error(f"parameter {name!r} is {bound.value!r}, expected a finite number",
+                               Status.kParameterInvalidValue)
+        if step == Argument(None, 0):
+            raise op.error("arange step cannot be zero", Status.kParameterInvalidValue)
+        return cls(op.name, start, end, step, dtype_param(op))
+
+    def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
+        bounds = [np.asarray(b.get(inputs)).reshape(-1) for b in (self.start, self.end, self.step)]
+        if any(b.size != 1 for b in bounds):
+            raise InferError("arange: start, end and step must be single numbers",
+                             status=InferStatus.kInferFailedOutputSizeError)
+        start, end, step = (b[0].item() for b in bounds)
+        dtype = self.dtype
+        if dtype is None:
+            integral = all(isinstance(b, (int, bool)) for b in (start, end, step))
+            dtype = np.dtype(np.int64 if integral else np.float32)
+        count = math.ceil((end - start) / step) if step else -1
+        if step == 0 or not math.isfinite(count) or count > DEFAULT_MAX_TENSOR_BYTES // dtype.itemsize:
+            raise InferError(f"arange({start}, {end}, {step}) is empty-stepped or too large",
+                             status=InferStatus.kInferFailedOutputSizeError)
+        if all(isinstance(b, int) for b in (start, end, step)) and dtype.kind in "iu":
+            return [np.arange(start, end, step, dtype=dtype)]
+        return [(start + step * np.arange(max(count, 0), dtype=np.float64)).astype(dtype)]

@@ -1,6 +1,8 @@
-"""Shape operators: flatten, reshape, permute, transpose, squeeze, expand, repeat, flip, roll.
+"""Shape operators: flatten, reshape, reshape_as, permute, transpose, squeeze, expand,
+repeat, repeat_interleave, flip, roll, as_strided.
 
-All but repeat and roll return views of their input; no data is copied.
+All but repeat, repeat_interleave, roll and as_strided return views of their input; no
+data is copied.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import numpy as np
 from kuiperinfer.errors import InferError, InferStatus
 from kuiperinfer.errors import ParseParameterAttrStatus as Status
 from kuiperinfer.layers.base import NonParamLayer, keeps_batch
+from kuiperinfer.layers.comparison import Argument
+from kuiperinfer.pnnx.param_file import DEFAULT_MAX_TENSOR_BYTES
 from kuiperinfer.runtime.operator import RuntimeOperator
 from kuiperinfer.runtime.registry import register_layer
 
@@ -98,6 +102,32 @@ class Reshape(NonParamLayer):
             return [x.reshape(shape)]
         except ValueError:
             raise InferError(f"cannot reshape input of shape {x.shape} to {shape}",
+                             status=InferStatus.kInferFailedOutputSizeError) from None
+
+
+@register_layer("Tensor.reshape_as")
+class ReshapeAs(NonParamLayer):
+    """``x.reshape_as(other)``: ``x`` in the shape of the second input ``$other``."""
+
+    shape_only = True
+
+    def __init__(self, layer_name: str, other: int):
+        super().__init__(layer_name)
+        self.other = other
+
+    @classmethod
+    def create(cls, op: RuntimeOperator) -> ReshapeAs:
+        other = op.input_index("other", 1)
+        if other is None or other >= len(op.input_operands_seq):
+            raise op.error("missing input 'other'", Status.kParameterMissingShape)
+        return cls(op.name, other)
+
+    def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
+        x, shape = inputs[0], np.shape(inputs[self.other])
+        try:
+            return [x.reshape(shape)]
+        except ValueError:
+            raise InferError(f"cannot reshape input of shape {x.shape} as {shape}",
                              status=InferStatus.kInferFailedOutputSizeError) from None
 
 
@@ -287,6 +317,93 @@ class Repeat(NonParamLayer):
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         return [np.tile(inputs[0], self.sizes)]
+
+
+@register_layer("torch.repeat_interleave")
+class RepeatInterleave(NonParamLayer):
+    """Repeat each element ``repeats`` times along ``dim`` (over the flattened input when
+    ``dim`` is None): ``repeats`` is a number or a tensor input ``$repeats`` holding one
+    count per element (or one count for all)."""
+
+    def __init__(self, layer_name: str, repeats: Argument, dim: int | None):
+        super().__init__(layer_name)
+        self.repeats, self.dim = repeats, dim
+
+    @classmethod
+    def create(cls, op: RuntimeOperator) -> RepeatInterleave:
+        repeats = Argument.of(op, "repeats", 1)
+        if repeats.index is None and (isinstance(repeats.value, bool) or not isinstance(repeats.value, int)
+                                      or repeats.value < 0):
+            raise op.error(f"parameter 'repeats' is {repeats.value!r}, expected a count >= 0",
+                           Status.kParameterInvalidValue)
+        dim = op.param_value("dim")
+        if dim is not None:
+            dim = op.param_int("dim", Status.kParameterMissingDim)
+        layer = cls(op.name, repeats, dim)
+        layer.batch_independent = dim is not None and keeps_batch(op, dim)
+        return layer
+
+    def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
+        x, repeats = inputs[0], np.asarray(self.repeats.get(inputs))
+        if repeats.dtype.kind not in "iu" or repeats.ndim > 1 or (repeats.size and repeats.min() < 0):
+            raise InferError(f"repeat_interleave: repeats must be counts >= 0 (a number or a vector), "
+                             f"got {repeats.dtype} of shape {repeats.shape}",
+                             status=InferStatus.kInferFailedDimensionParameterError)
+        if self.dim is None or x.ndim == 0:
+            x = x.reshape(-1)
+        if not -x.ndim <= (self.dim or 0) < x.ndim:
+            raise InferError(f"repeat_interleave: dim {self.dim} is out of range for an input of {x.ndim} "
+                             f"dimensions", status=InferStatus.kInferFailedDimensionParameterError)
+        axis = (self.dim or 0) % x.ndim
+        length = x.shape[axis]
+        if repeats.size not in (1, length):
+            raise InferError(f"repeat_interleave: {repeats.size} repeats for a dimension of size {length}",
+                             status=InferStatus.kInferFailedOutputSizeError)
+        repeated = int(repeats.sum()) * (length if repeats.size == 1 else 1)
+        if repeated * (x.size // max(length, 1)) * x.itemsize > DEFAULT_MAX_TENSOR_BYTES:
+            raise InferError("repeat_interleave: the result would be too large",
+                             status=InferStatus.kInferFailedOutputSizeError)
+        return [np.repeat(x, repeats.reshape(-1), axis=axis)]
+
+
+@register_layer("torch.as_strided")
+class AsStrided(NonParamLayer):
+    """``torch.as_strided(x, size, stride, storage_offset)``: the elements of the contiguous
+    input at ``storage_offset + sum(i_k * stride[k])``, in the shape ``size``.
+
+    Every position is checked against the input's size at run time, so that a model
+    cannot read outside the array (NumPy's as_strided would). pnnx drops a non-zero
+    ``storage_offset`` when it exports; one written in the file is honoured."""
+
+    def __init__(self, layer_name: str, size: tuple[int, ...], stride: tuple[int, ...], offset: int):
+        super().__init__(layer_name)
+        self.size, self.stride, self.offset = size, stride, offset
+
+    @classmethod
+    def create(cls, op: RuntimeOperator) -> AsStrided:
+        size = op.param_ints("size", status=Status.kParameterMissingShape)
+        stride = op.param_ints("stride", len(size), Status.kParameterMissingStride)
+        offset = op.param_int("storage_offset", Status.kParameterInvalidValue, default=0)
+        if min(size, default=0) < 0 or min(stride, default=0) < 0 or offset < 0:
+            raise op.error(f"size {size}, stride {stride} and storage_offset {offset} must not be negative",
+                           Status.kParameterInvalidValue)
+        if math.prod(size) * 8 > DEFAULT_MAX_TENSOR_BYTES:
+            raise op.error(f"size {size} is over the limit of {DEFAULT_MAX_TENSOR_BYTES} bytes",
+                           Status.kParameterInvalidValue)
+        return cls(op.name, size, stride, offset)
+
+    def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
+        flat = np.ascontiguousarray(inputs[0]).reshape(-1)
+        if math.prod(self.size) == 0:
+            return [np.zeros(self.size, dtype=flat.dtype)]
+        last = self.offset + sum((n - 1) * s for n, s in zip(self.size, self.stride))
+        if last >= flat.size:
+            raise InferError(f"as_strided: size {self.size}, stride {self.stride} and storage_offset "
+                             f"{self.offset} reach element {last} of an input of {flat.size} elements",
+                             status=InferStatus.kInferFailedOutputSizeError)
+        view = np.lib.stride_tricks.as_strided(flat[self.offset:], self.size,
+                                               tuple(s * flat.itemsize for s in self.stride), writeable=False)
+        return [view.copy()]
 
 
 @register_layer("torch.flip", "Tensor.flip")

@@ -70,12 +70,14 @@ class RuntimeGraph:
 
     def __init__(self, param_path: str | os.PathLike | None = None,
                  bin_path: str | os.PathLike | None = None, *, workers: int = 1,
-                 max_tensor_bytes: int | None = None):
+                 max_tensor_bytes: int | None = None, seed: int = 0):
         if workers < 1:
             raise GraphError(f"workers must be at least 1, got {workers}")
         self.workers = workers
         """Threads a run uses, the caller's included (1: every run in the calling thread)."""
         self.max_tensor_bytes = max_tensor_bytes
+        self.seed = seed
+        """Seed of the random operators' generators (torch.randn, ...; see layers/randomness.py)."""
         """Largest weight or operand the model may declare (None: the reader's default)."""
         self.param_path = None if param_path is None else os.fspath(param_path)
         self.bin_path = None if bin_path is None else os.fspath(bin_path)
@@ -102,6 +104,7 @@ class RuntimeGraph:
         self.operators, self.operands = [], {}
         for pnnx_op in graph.ops:
             op = RuntimeOperator(pnnx_op.name, pnnx_op.type, pnnx_op.line or None)
+            op.seed = self.seed
             self._init_operands(pnnx_op, op)
             op.params = {k: RuntimeParameter.from_pnnx(p) for k, p in pnnx_op.params.items()}
             op.attribute = {k: RuntimeAttribute(a) for k, a in pnnx_op.attrs.items()}

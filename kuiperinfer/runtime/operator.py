@@ -54,6 +54,8 @@ class RuntimeOperator:
         self.output_operands: list[RuntimeOperand] = []
         self.params: dict[str, RuntimeParameter] = {}
         self.attribute: dict[str, RuntimeAttribute] = {}
+        self.seed = 0
+        """The graph's seed, for the generators of random operators."""
         self.fusion: Any = None
         """The graph optimiser's typed record of what it fused into this operator or chose
         for it (:mod:`kuiperinfer.layers.fusion`); None for an operator as pnnx wrote it."""

@@ -1,15 +1,20 @@
 """Shape operators against PyTorch: flatten, view/reshape, permute, transpose, unflatten,
-squeeze/unsqueeze, expand, repeat/tile, flip and roll.
+squeeze/unsqueeze, expand, repeat/tile, flip and roll; reshape_as, repeat_interleave and
+as_strided.
 
 Each test exports a small function with pnnx and compares every output; most also run
 the same export at another batch size. Several operators share one export (a tuple of
 outputs) to keep the suite fast.
 """
 
+import numpy as np
 import pytest
 import torch
 import torch.nn as nn
-from oracle import check_dynamic, check_op
+from oracle import Lambda, check_dynamic, check_model, check_op
+
+import kuiperinfer
+from kuiperinfer.errors import InferError, LayerCreateError
 
 
 def op_types(graph):
@@ -104,3 +109,61 @@ def test_flip_roll(tmp_path):
     check_op(lambda x: (torch.flip(x, (1,)), x.flip(-1, 0), torch.roll(x, 1, 1), torch.roll(x, (1, -2), (1, 2)),
                         x.roll(3), torch.roll(x, -1, -1), torch.roll(x, 5, 2)),
              (1, 3, 4), directory=tmp_path, batch=2)
+
+
+def test_reshape_as(tmp_path):
+    def fn(x, y):
+        return x.reshape_as(y) * 2, y.reshape_as(x) + 1
+
+    graph = check_model(Lambda(fn), [torch.randn(1, 4, 6), torch.randn(1, 24)], tmp_path,
+                        [[torch.randn(3, 4, 6), torch.randn(3, 24)]])
+    assert "Tensor.reshape_as" in op_types(graph)
+
+
+@pytest.mark.parametrize("dim", [1, 2, -1, None])
+def test_repeat_interleave_by_a_number(dim, tmp_path):
+    graph = check_op(lambda x: torch.repeat_interleave(x, 3, dim) * 2, (1, 3, 4), directory=tmp_path, batch=2)
+    assert "torch.repeat_interleave" in op_types(graph)
+
+
+@pytest.mark.parametrize("dim", [1, 2])
+def test_repeat_interleave_by_a_tensor(dim, tmp_path):
+    def fn(x, repeats):
+        return torch.repeat_interleave(x, repeats, dim=dim) * 2, x.repeat_interleave(repeats[:1], dim=dim) + 1
+
+    repeats = torch.tensor([1, 0, 3, 2])[: 3 if dim == 1 else 4]
+    graph = check_model(Lambda(fn), [torch.randn(1, 3, 4), repeats], tmp_path, [[torch.randn(2, 3, 4), repeats + 1]])
+    assert any(op.type == "torch.repeat_interleave" and "repeats" in op.input_names for op in graph.operators)
+
+
+def test_repeat_interleave_with_constant_repeats(tmp_path):
+    graph = check_op(lambda x: torch.repeat_interleave(x, torch.tensor([2, 0, 1]), dim=1) * 2, (1, 3, 4),
+                     directory=tmp_path, batch=2)
+    assert "torch.repeat_interleave" in op_types(graph)
+
+
+def test_as_strided(tmp_path):
+    # windows, overlapping reads and a broadcast (stride 0); the sizes are fixed in the export
+    def fn(x):
+        return (torch.as_strided(x, (2, 3, 3), (30, 6, 1)) * 2, x.as_strided((4, 4), (2, 3)) + 1,
+                torch.as_strided(x, (3, 2, 5), (0, 5, 1)) * 3, torch.as_strided(x, (0, 2), (1, 1)) + 1)
+    graph = check_op(fn, (2, 5, 6), directory=tmp_path)
+    assert "torch.as_strided" in op_types(graph)
+
+
+def test_as_strided_storage_offset_and_bounds(tmp_path):
+    # pnnx drops a storage_offset when it exports (its Python program does too): write one by hand
+    check_op(lambda x: x.as_strided((4, 4), (2, 3)) + 1, (2, 5, 6), directory=tmp_path)
+    param = tmp_path / "model.pnnx.param"
+    text = param.read_text()
+    param.write_text(text.replace("stride=(2,3)", "stride=(2,3) storage_offset=7"))
+    x = torch.randn(2, 5, 6)
+    (ours,) = kuiperinfer.load(param).run(x.numpy())
+    np.testing.assert_array_equal(ours, (x.as_strided((4, 4), (2, 3), 7) + 1).numpy())
+    # a view that reaches past the end of the input is refused, before anything is read
+    param.write_text(text.replace("stride=(2,3)", "stride=(2,3) storage_offset=50"))
+    with pytest.raises(InferError, match="reach element 65 of an input of 60 elements"):
+        kuiperinfer.load(param)
+    param.write_text(text.replace("stride=(2,3)", "stride=(-2,3)"))
+    with pytest.raises(LayerCreateError, match="must not be negative"):
+        kuiperinfer.load(param)
