@@ -21,9 +21,10 @@ at paths it can read (a shared file system or a cloud URI).
   and ``kuiper run --ray`` do; :class:`ResultsFile` writes one parquet or JSON lines file.
 
 Threads: an actor runs its model on as many threads as the CPUs Ray reserved for it (the
-``num_cpus`` of ``map_batches``; 1 by default), and limits BLAS to as many. Ray places no
-more actors on a node than the node's CPUs cover, so actors x threads never exceeds them;
-:func:`actor_cpus` divides the nodes' CPUs among a number of actors.
+``num_cpus`` of ``map_batches``; 1 by default), each thread a slice of the batch, with BLAS
+on one thread. Ray places no more actors on a node than the node's CPUs cover, so actors x
+threads never exceeds them; :func:`actor_cpus` divides the nodes' CPUs among a number of
+actors.
 
 Reading: when the actors reserve every CPU, a read that needs one waits for ever. The
 readers here (:func:`read_image_files`, :func:`read_parquet_rows`, :func:`read_numpy_rows`)
@@ -123,12 +124,18 @@ def actor_cpus(actors: int) -> int:
 
 
 def load_model(model: ModelPath = None, threads: int | None = None) -> kuiperinfer.RuntimeGraph:
-    """``model`` loaded to run on ``threads`` threads (default :func:`actor_threads`). In a
-    Ray actor, whose process is the model's alone, BLAS and OpenMP are limited to as many
-    threads from now on."""
+    """``model`` loaded to run on ``threads`` threads (default :func:`actor_threads`): its
+    workers, each a slice of the batch. In a Ray actor, whose process is the model's alone,
+    BLAS and OpenMP run one thread each from now on, so that workers x BLAS threads stays
+    within the actor's CPUs.
+
+    Limiting here, in the actor's main thread, holds for the thread in which Ray Data calls
+    the batches; the limit the graph sets for each run, entered from that other thread, did
+    not (BLAS kept 2 threads, and a run took ten times the CPU time).
+    """
     threads = threads or actor_threads()
     if _in_actor():
-        threadpool_limits(limits=threads)
+        threadpool_limits(limits=1)
     return kuiperinfer.load(efficientnet_lite0_path() if model is None else model, workers=threads)
 
 

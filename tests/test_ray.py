@@ -239,14 +239,24 @@ def test_actor_cpus_divide_the_node_and_set_the_threads(cluster):
 
     @ray.remote
     class Probe:
+        """Reports the model's workers, and BLAS's threads here and in another thread (where
+        Ray Data calls the batches)."""
+
         def threads(self):
+            from concurrent.futures import ThreadPoolExecutor
+
             from threadpoolctl import threadpool_info
+
+            def blas_threads():
+                return {pool["num_threads"] for pool in threadpool_info()}
+
             graph = kray.Predictor(DEMO).graph
-            return graph.workers, {pool["num_threads"] for pool in threadpool_info()}
+            with ThreadPoolExecutor(1) as other:
+                return graph.workers, blas_threads(), other.submit(blas_threads).result()
 
     for cpus in (1, 2):
         probe = Probe.options(num_cpus=cpus).remote()
-        assert ray.get(probe.threads.remote()) == (cpus, {cpus})
+        assert ray.get(probe.threads.remote()) == (cpus, {1}, {1})
         ray.kill(probe)
 
 
