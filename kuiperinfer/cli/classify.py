@@ -5,11 +5,17 @@ EfficientNet-Lite0. A DIR stands for the image files directly inside it. Images 
 preprocessed as the model's authors evaluate (RGB, EXIF orientation, resize of the
 shorter side, centre crop, mean/std) and go through the model a batch at a time.
 
+With --ray it runs as a Ray Data job: a pool of actors classifies the images (DIR, a
+quoted GLOB, or a URI such as s3://bucket/photos/ that every node can read); --output
+writes one row per image to a .parquet or .jsonl file: path, labels, indices,
+probabilities and error (why an image could not be read; null when it was).
+
 Examples:
   kuiper classify                                   (the bundled photos)
   kuiper classify photo.jpg holidays/ --top-k 3
   kuiper classify photos/ --json > results.json
   kuiper classify cat.png --model resnet18.pnnx.param --labels classes.txt
+  kuiper classify 'photos/**/*.jpg' --ray --actors 2 --output results.parquet
 """
 
 from __future__ import annotations
@@ -21,13 +27,15 @@ from pathlib import Path
 
 from kuiperinfer.cli import CommandError
 from kuiperinfer.cli._common import add_progress_argument, model_path, positive_int, progress_bar, table
+from kuiperinfer.cli._ray import add_ray_arguments, check_ray_arguments, classify_on_ray, image_paths
 from kuiperinfer.models import sample_images
 from kuiperinfer.vision import INTERPOLATIONS, Classification, Classifier, find_images
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("images", nargs="*", metavar="IMAGE|DIR",
-                        help="image files, or folders of them (default: the bundled sample photos)")
+                        help="image files, or folders of them (default: the bundled sample photos); "
+                             "with --ray also a quoted GLOB or a URI")
     parser.add_argument("--model", "-m", metavar="PARAM",
                         help="a classifier's .pnnx.param (default: the bundled EfficientNet-Lite0)")
     parser.add_argument("--labels", "-l", metavar="FILE",
@@ -56,16 +64,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "probabilities when every row sums to 1)")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     add_progress_argument(parser)
+    add_ray_arguments(parser).add_argument(
+        "--output", "-o", metavar="FILE",
+        help="write a row per image to FILE.parquet or FILE.jsonl instead of printing the results")
 
 
 def main(args: argparse.Namespace) -> int:
+    check_ray_arguments(args, "output")
     bundled_photos = not args.images
-    images = sample_images() if bundled_photos else find_images(args.images)
+    find = image_paths if args.ray else find_images
+    images = sample_images() if bundled_photos else find(args.images)
     if not images:
         raise CommandError(f"no image files in {', '.join(args.images)}")
     classifier = _classifier(args)
-    with progress_bar(args, "classifying", "images") as bar:
-        results = classifier.classify(images, args.top_k, bar)
+    if args.ray:
+        results = classify_on_ray(args, classifier, images)
+        if results is None:
+            return 0
+    else:
+        with progress_bar(args, "classifying", "images") as bar:
+            results = classifier.classify(images, args.top_k, bar)
     if bundled_photos:
         results = [replace(r, source=Path(r.source).name) for r in results]
     print(_json(results) if args.json else _table(results))

@@ -7,11 +7,19 @@ of the shape and dtype pnnx recorded, with --batch replacing the first dimension
 each output is printed: its shape, dtype, a summary of its values and the first few
 values. With --output they are written to an .npz file, one array per output name.
 
+With --ray it runs as a Ray Data job over the rows of --input: parquet (a file, a folder
+of them or a URI) with a column per model input named after it, each row an array of the
+input's shape without the batch dimension (nested lists, or Ray's tensor type), or .npy
+files for a model with one input (a row per first-dimension entry). --output gets a row
+per input row in .parquet or .jsonl: the input's other columns and a column per model
+output, named after it.
+
 Examples:
   kuiper run                                    (the bundled model on a random input)
   kuiper run model.pnnx.param --input pnnx_input_0=image.npy --output out.npz
   kuiper run model.pnnx.param --batch 4 --seed 1
   kuiper run two_inputs.pnnx.param --input 0=a.npy --random
+  kuiper run model.pnnx.param --ray --input rows.parquet --output outputs.parquet
 """
 
 from __future__ import annotations
@@ -24,23 +32,31 @@ import numpy as np
 import kuiperinfer
 from kuiperinfer.cli import CommandError
 from kuiperinfer.cli._common import add_model_argument, model_path, positive_int, random_inputs
+from kuiperinfer.cli._ray import add_ray_arguments, check_ray_arguments, run_on_ray
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_argument(parser)
     parser.add_argument("--input", "-i", action="append", default=[], metavar="NAME=FILE.npy",
-                        help="an input array; NAME is the input's name, or its position (0, 1, ...)")
+                        help="an input array; NAME is the input's name, or its position (0, 1, ...); "
+                             "with --ray, a file of rows (parquet or .npy, as above)")
     parser.add_argument("--random", action="store_true",
                         help="random values for the inputs not given with --input "
                              "(the default when no --input is given)")
-    parser.add_argument("--batch", type=positive_int, metavar="N",
-                        help="batch size of the random inputs (default: the one pnnx recorded)")
+    parser.add_argument("--batch", "--batch-size", type=positive_int, metavar="N",
+                        help="batch size of the random inputs (default: the one pnnx recorded); "
+                             "with --ray, rows per forward pass (default: 8)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default: 0)")
     parser.add_argument("--output", "-o", metavar="FILE.npz",
-                        help="write the outputs to this .npz file instead of printing them")
+                        help="write the outputs to this .npz file instead of printing them "
+                             "(with --ray: FILE.parquet or FILE.jsonl)")
+    add_ray_arguments(parser)
 
 
 def main(args: argparse.Namespace) -> int:
+    check_ray_arguments(args)
+    if args.ray:
+        return run_on_ray(args)
     graph = kuiperinfer.load(model_path(args.model))
     inputs = read_inputs(graph, args.input)
     missing = [name for name in graph.input_names if name not in inputs]
