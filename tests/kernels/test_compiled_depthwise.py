@@ -1,6 +1,8 @@
 """The compiled depthwise convolution, alone and after a 1x1 product in stripes, against the
 NumPy reference (kernels/depthwise_stripes.py) on edge shapes."""
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -71,10 +73,12 @@ def test_pointwise_depthwise_matches_the_reference(kernel, stride, pads, act, st
 
 @pytest.mark.parametrize("pointwise", [False, True])
 @pytest.mark.parametrize("batch", [1, 3])
-def test_parts_shared_among_threads_and_strided_inputs(pointwise, batch, monkeypatch):
-    """Bands of one image's rows on several threads, a non-contiguous (NCHW) input, a
-    read-only one: the same values."""
+@pytest.mark.parametrize("halo_share", [0.25, 100])       # a 1x1 product's parts: blocks of channels, or bands
+def test_parts_shared_among_threads_and_strided_inputs(pointwise, batch, halo_share, monkeypatch):
+    """Bands of one image's rows or blocks of its channels on several threads, a
+    non-contiguous (NCHW) input, a read-only one: the same values."""
     monkeypatch.setattr(parallel, "MIN_PARALLEL_WORK", 0)
+    monkeypatch.setattr(depthwise, "HALO_SHARE", halo_share)
     monkeypatch.setattr(depthwise, "PART_WORK", 1)
     monkeypatch.setattr(depthwise, "STRIPE_BYTES", 3000)
     nchw = RNG.standard_normal((batch, 16, 23, 21), dtype=np.float32)
@@ -104,7 +108,8 @@ def test_parts_shared_among_threads_and_strided_inputs(pointwise, batch, monkeyp
 
 
 def test_row_parts_cover_every_row_once():
-    for images, rows, threads in [(1, 56, 2), (1, 7, 4), (2, 9, 3), (8, 14, 2), (1, 1, 2)]:
-        parts = depthwise.row_parts(images, rows, 1 << 30, threads)
-        covered = sorted((image, y) for image, first, stop in parts for y in range(first, stop))
-        assert covered == [(image, y) for image in range(images) for y in range(rows)]
+    for (images, rows, threads), halo in itertools.product([(1, 56, 2), (1, 7, 4), (2, 9, 3), (8, 14, 2), (1, 1, 2)], [0, 4]):
+        parts = depthwise.parts_of(images, rows, 24, 1 << 30, threads, halo, 1)
+        covered = sorted((image, y, c) for image, first, stop, block in parts for y in range(first, stop)
+                         for c in range(block.start, block.stop))
+        assert covered == [(image, y, c) for image in range(images) for y in range(rows) for c in range(24)]

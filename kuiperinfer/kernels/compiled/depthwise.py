@@ -44,13 +44,14 @@ the others."""
 
 @kernel
 def depthwise_rows(x: np.ndarray, row0: int, height: int, taps: np.ndarray, bias: np.ndarray, out: np.ndarray,
-                   y0: int, y1: int, sh: int, sw: int, top: int, left: int, code: int, a: np.float32,
+                   channel0: int, y0: int, y1: int, sh: int, sw: int, top: int, left: int, code: int, a: np.float32,
                    b: np.float32) -> None:
-    """Output rows ``y0:y1`` of the depthwise convolution of one image into ``out`` (OH, OW, C),
-    then ``activation(out + bias)``. ``x`` (R, W, C) holds the image's rows ``row0:row0 + R``
-    (every row the output rows read inside the image, whose height is ``height``); ``taps``
-    is (kh, kw, C); the padding above and left of the image is ``top`` and ``left`` (what
-    lies past the image below and right is padding too).
+    """Output rows ``y0:y1`` of the depthwise convolution of C channels of one image into
+    channels ``channel0:channel0 + C`` of ``out`` (OH, OW, C'), then ``activation(out + bias)``.
+    ``x`` (R, W, C) holds the image's rows ``row0:row0 + R`` (every row the output rows read
+    inside the image, whose height is ``height``); ``taps`` is (kh, kw, C); the padding above
+    and left of the image is ``top`` and ``left`` (what lies past the image below and right
+    is padding too).
 
     A pixel whose 3x3 window lies inside the image takes all nine taps in one loop along
     the channels, which stores each output value once; a row of three or five taps inside
@@ -62,7 +63,7 @@ def depthwise_rows(x: np.ndarray, row0: int, height: int, taps: np.ndarray, bias
         iy0 = y * sh - top
         i_lo, i_hi = max(0, -iy0), min(kh, height - iy0)
         for ox in range(ow):
-            o = out[y, ox]
+            o = out[y, ox, channel0:channel0 + c]
             ix0 = ox * sw - left
             j_lo, j_hi = max(0, -ix0), min(kw, w - ix0)
             if kh == 3 and kw == 3 and i_lo == 0 and i_hi == 3 and j_lo == 0 and j_hi == 3:
@@ -105,15 +106,26 @@ class CompiledDepthwise:
     def __init__(self, taps: np.ndarray, epilogue: CompiledEpilogue):
         self.taps = kernel_array(taps)
         self.bias, self.code = epilogue.bias, epilogue.code
+        self._blocks: dict[tuple[int, int], np.ndarray] = {}
 
-    @property
-    def channels(self) -> int:
-        return self.taps.shape[2]
+    def block(self, channels: slice) -> tuple[np.ndarray, np.ndarray]:
+        """The taps and bias of a block of channels, as contiguous arrays (the taps' copy is
+        remembered; threads making one at once make the same)."""
+        if channels == slice(0, self.taps.shape[2]):
+            return self.taps, self.bias
+        key = (channels.start, channels.stop)
+        taps = self._blocks.get(key)
+        if taps is None:
+            taps = self._blocks[key] = np.ascontiguousarray(self.taps[:, :, channels])
+        return taps, self.bias[channels]
 
-    def rows(self, x: np.ndarray, row0: int, height: int, out: np.ndarray, y0: int, y1: int,
+    def rows(self, x: np.ndarray, row0: int, height: int, out: np.ndarray, channels: slice, y0: int, y1: int,
              stride: tuple[int, int], padding: Padding) -> None:
-        depthwise_rows(x, row0, height, self.taps, self.bias, out, y0, y1, stride[0], stride[1], padding[0][0],
-                       padding[1][0], *self.code)
+        """Output rows ``y0:y1`` of ``channels`` of one image into ``out`` (OH, OW, C) from the
+        image's rows ``row0:`` in ``x`` (R, W, channels' count): :func:`depthwise_rows`."""
+        taps, bias = self.block(channels)
+        depthwise_rows(x, row0, height, taps, bias, out, channels.start, y0, y1, stride[0], stride[1],
+                       padding[0][0], padding[1][0], *self.code)
 
     def __call__(self, x: np.ndarray, stride: tuple[int, int], padding: Padding) -> np.ndarray:
         """The convolution of NHWC ``x`` (any memory layout); a new contiguous (N, OH, OW, C)
@@ -125,36 +137,59 @@ class CompiledDepthwise:
         ow = output_size(w, kw, stride[1], *padding[1])
         out = np.empty((n, oh, ow, c), np.float32)
         work = DEPTHWISE_WORK * n * oh * ow * c * kh * kw
-        parts = row_parts(n, oh, work, threads_for(work))
+        every = slice(0, c)
 
-        def run(part: tuple[int, int, int]) -> None:
-            image, first, stop = part
-            self.rows(x[image], 0, h, out[image], first, stop, stride, padding)
+        def run(part: Part) -> None:
+            image, first, stop, _ = part
+            self.rows(x[image], 0, h, out[image], every, first, stop, stride, padding)
 
-        run_parts(parts, work, run)
+        run_parts(parts_of(n, oh, c, work, threads_for(work)), work, run)
         return out
 
 
-def row_parts(images: int, rows: int, work: int, threads: int) -> list[tuple[int, int, int]]:
-    """(image, first row, stop row) parts of an operator of ``work`` over ``images`` images of
-    ``rows`` output rows: whole images for one thread or at least as many images as threads,
-    else bands of rows, up to :data:`PARTS_PER_THREAD` per thread and each at least
-    :data:`PART_WORK`."""
+Part = tuple[int, int, int, slice]
+"""An image, its first and stop output rows, and a block of its channels."""
+
+HALO_SHARE = 0.25
+"""Extra expanded rows a band of output rows may make, as a share of its own, beyond which a
+single image's parts are blocks of channels instead: each band makes the rows it shares
+with the next (``kh - stride`` of them) too."""
+CHANNEL_STEP = 8
+"""Channel blocks are multiples of it, for the kernel's vector loop along the channels."""
+
+
+def parts_of(images: int, rows: int, channels: int, work: int, threads: int, halo: int = 0,
+             stride: int = 1) -> list[Part]:
+    """Parts of an operator of ``work`` over ``images`` images of ``rows`` output rows and
+    ``channels`` channels: whole images for one thread, or at least as many images as
+    threads; else each image in up to :data:`PARTS_PER_THREAD` parts per thread of at least
+    :data:`PART_WORK` each: bands of rows, or blocks of channels where bands would make
+    more than :data:`HALO_SHARE` extra of the ``halo`` rows (of input, ``stride`` per output row)
+    that bands share."""
+    every = slice(0, channels)
     if threads < 2 or images >= threads:
-        return [(image, 0, rows) for image in range(images)]
-    per_image = max(1, min(rows, PARTS_PER_THREAD * threads // images, work // (images * PART_WORK)))
-    step = even_step(rows, -(-rows // per_image), threads, images)
-    return [(image, start, min(rows, start + step)) for image in range(images) for start in range(0, rows, step)]
+        return [(image, 0, rows, every) for image in range(images)]
+    count = max(1, min(PARTS_PER_THREAD * threads // images, work // (images * PART_WORK)))
+    step = even_step(rows, -(-rows // count), threads, images)
+    if halo <= HALO_SHARE * step * stride or channels < 2 * CHANNEL_STEP:
+        return [(image, start, min(rows, start + step), every) for image in range(images)
+                for start in range(0, rows, step)]
+    blocks = min(count, channels // CHANNEL_STEP)
+    blocks += -blocks % threads if blocks * CHANNEL_STEP >= threads * CHANNEL_STEP else 0
+    bounds = sorted({min(channels, CHANNEL_STEP * round(channels * i / blocks / CHANNEL_STEP))
+                     for i in range(blocks + 1)} | {channels})
+    return [(image, 0, rows, slice(start, stop)) for image in range(images)
+            for start, stop in zip(bounds, bounds[1:]) if stop > start]
 
 
 def pointwise_depthwise(x: np.ndarray, matrix: np.ndarray, pointwise: CompiledEpilogue,
                         depthwise: CompiledDepthwise, stride: tuple[int, int], padding: Padding) -> np.ndarray:
     """``depthwise(pointwise(x))`` of NHWC ``x`` (N, H, W, Cin; any memory layout), where the 1x1
     convolution is ``x @ matrix`` (Cin, E) followed by the ``pointwise`` epilogue; a new
-    contiguous (N, OH, OW, E) array. Each part (an image, or a band of a single image's
-    rows) walks down its output rows a stripe at a time: the product fills the buffer with
-    the expanded input rows the stripe reads that the previous stripe did not, then the
-    depthwise kernel makes the stripe's rows."""
+    contiguous (N, OH, OW, E) array. Each part (an image, a band of a single image's rows
+    or a block of its channels) walks down its output rows a stripe at a time: the product
+    fills the buffer with the expanded input rows the stripe reads that the previous stripe
+    did not, then the depthwise kernel makes the stripe's rows."""
     x = kernel_array(x)
     n, h, w, c_in = x.shape
     channels = matrix.shape[1]
@@ -164,15 +199,15 @@ def pointwise_depthwise(x: np.ndarray, matrix: np.ndarray, pointwise: CompiledEp
     ow = output_size(w, kw, stride[1], *padding[1])
     out = np.empty((n, oh, ow, channels), np.float32)
     work = n * h * w * c_in * channels + DEPTHWISE_WORK * n * oh * ow * channels * kh * kw
-    parts = row_parts(n, oh, work, threads_for(work))
-    row_bytes = w * channels * 4
-    stripe = max(1, (STRIPE_BYTES // row_bytes - kh) // sh + 1)
+    parts = parts_of(n, oh, channels, work, threads_for(work), max(0, kh - sh), sh)
 
-    def run(part: tuple[int, int, int]) -> None:
-        image, first, stop = part
-        source = x[image]
+    def run(part: Part) -> None:
+        image, first, stop, block = part
+        source, weight, bias = x[image], matrix[:, block], pointwise.bias[block]
+        width = block.stop - block.start
+        stripe = max(1, (STRIPE_BYTES // (w * width * 4) - kh) // sh + 1)
         rows = min(h, (min(stripe, stop - first) - 1) * sh + kh)
-        buffer = np.empty((rows, w, channels), np.float32)
+        buffer = np.empty((rows, w, width), np.float32)
         held_start = held_stop = 0          # the image rows the buffer holds, from its top
         for y in range(first, stop, stripe):
             end = min(stop, y + stripe)
@@ -181,11 +216,11 @@ def pointwise_depthwise(x: np.ndarray, matrix: np.ndarray, pointwise: CompiledEp
             if keep:
                 buffer[:keep] = buffer[start - held_start:held_stop - held_start]
             if finish > start + keep:
-                made = buffer[keep:finish - start].reshape(-1, channels)
-                np.matmul(source[start + keep:finish].reshape(-1, c_in), matrix, out=made)
-                finish_rows(made, pointwise.bias, *pointwise.code)
+                made = buffer[keep:finish - start].reshape(-1, width)
+                np.matmul(source[start + keep:finish].reshape(-1, c_in), weight, out=made)
+                finish_rows(made, bias, *pointwise.code)
             held_start, held_stop = start, finish
-            depthwise.rows(buffer, start, h, out[image], y, end, stride, padding)
+            depthwise.rows(buffer, start, h, out[image], block, y, end, stride, padding)
 
     run_parts(parts, work, run)
     return out
