@@ -40,6 +40,10 @@ threads should hold at least: a hand-off costs tens of microseconds."""
 PARTS_PER_THREAD = 4
 """Parts per thread at most, so that a thread the machine deschedules leaves its share to
 the others."""
+FUSED_PARTS_PER_THREAD = 2
+"""The same for a 1x1 product and depthwise convolution: fewer, larger parts, since each
+band of rows also makes the expanded rows it shares with the next, and each block of
+channels is a narrower, less efficient product."""
 
 
 @kernel
@@ -150,7 +154,7 @@ class CompiledDepthwise:
 Part = tuple[int, int, int, slice]
 """An image, its first and stop output rows, and a block of its channels."""
 
-HALO_SHARE = 0.25
+HALO_SHARE = 0.5
 """Extra expanded rows a band of output rows may make, as a share of its own, beyond which a
 single image's parts are blocks of channels instead: each band makes the rows it shares
 with the next (``kh - stride`` of them) too."""
@@ -159,23 +163,22 @@ CHANNEL_STEP = 8
 
 
 def parts_of(images: int, rows: int, channels: int, work: int, threads: int, halo: int = 0,
-             stride: int = 1) -> list[Part]:
+             stride: int = 1, per_thread: int = PARTS_PER_THREAD) -> list[Part]:
     """Parts of an operator of ``work`` over ``images`` images of ``rows`` output rows and
     ``channels`` channels: whole images for one thread, or at least as many images as
-    threads; else each image in up to :data:`PARTS_PER_THREAD` parts per thread of at least
+    threads; else each image in up to ``per_thread`` parts per thread of at least
     :data:`PART_WORK` each: bands of rows, or blocks of channels where bands would make
     more than :data:`HALO_SHARE` extra of the ``halo`` rows (of input, ``stride`` per output row)
     that bands share."""
     every = slice(0, channels)
     if threads < 2 or images >= threads:
         return [(image, 0, rows, every) for image in range(images)]
-    count = max(1, min(PARTS_PER_THREAD * threads // images, work // (images * PART_WORK)))
+    count = max(1, min(per_thread * threads // images, work // (images * PART_WORK)))
     step = even_step(rows, -(-rows // count), threads, images)
     if halo <= HALO_SHARE * step * stride or channels < 2 * CHANNEL_STEP:
         return [(image, start, min(rows, start + step), every) for image in range(images)
                 for start in range(0, rows, step)]
     blocks = min(count, channels // CHANNEL_STEP)
-    blocks += -blocks % threads if blocks * CHANNEL_STEP >= threads * CHANNEL_STEP else 0
     bounds = sorted({min(channels, CHANNEL_STEP * round(channels * i / blocks / CHANNEL_STEP))
                      for i in range(blocks + 1)} | {channels})
     return [(image, 0, rows, slice(start, stop)) for image in range(images)
@@ -199,7 +202,7 @@ def pointwise_depthwise(x: np.ndarray, matrix: np.ndarray, pointwise: CompiledEp
     ow = output_size(w, kw, stride[1], *padding[1])
     out = np.empty((n, oh, ow, channels), np.float32)
     work = n * h * w * c_in * channels + DEPTHWISE_WORK * n * oh * ow * channels * kh * kw
-    parts = parts_of(n, oh, channels, work, threads_for(work), max(0, kh - sh), sh)
+    parts = parts_of(n, oh, channels, work, threads_for(work), max(0, kh - sh), sh, FUSED_PARTS_PER_THREAD)
 
     def run(part: Part) -> None:
         image, first, stop, block = part
