@@ -34,14 +34,16 @@ from kuiperinfer.kernels.elementwise import Epilogue, InplaceActivation
 from kuiperinfer.kernels.elementwise import product_epilogue as reference_epilogue
 from kuiperinfer.kernels.im2col import (
     PLANAR_MAX_CHANNELS,
+    WHOLE_BYTES,
     im2col_conv2d,
     output_size,
     pack_planar_weight,
     pack_weight,
     planar_conv2d,
 )
-from kuiperinfer.kernels.layout import nchw, nhwc, pad_nhwc
+from kuiperinfer.kernels.layout import is_channels_last, nchw, nhwc, pad_nhwc
 from kuiperinfer.kernels.padding import PAD_MODES, pad_last_dims
+from kuiperinfer.kernels.parallel import threads_for
 from kuiperinfer.kernels.winograd import winograd_conv3x3, winograd_pays, winograd_weight
 from kuiperinfer.layers.base import Layer, ParamLayer
 from kuiperinfer.layers.fusion import ConvolutionFusion
@@ -389,11 +391,29 @@ class Convolution(ParamLayer):
         self.winograd = fused.winograd and geometry.winograd_applies()
         """Whether calls with enough tiles run Winograd (the optimiser selects it)."""
         self.channels_last = fused.channels_last
+        self._pointwise = (geometry.kernel == (1, 1) and geometry.stride == (1, 1) and geometry.groups == 1
+                           and geometry.padding == ((0, 0), (0, 0)) and not self.winograd)
         self.pack()
 
     @classmethod
     def create(cls, op: RuntimeOperator) -> Convolution:
         return cls.create_fused(op, op.fusion or NOTHING_FUSED)
+
+    def _one_product(self, x: np.ndarray) -> np.ndarray | None:
+        """A 1x1, stride-1, unpadded convolution of a channels-last float32 ``x`` small enough
+        for one thread and one block, as one product and its epilogue (what
+        :func:`conv2d` would do, without its general case's calls, which at a depthwise
+        network's small sizes cost a third of the product); None for any other call."""
+        if not self._pointwise or x.dtype != np.float32 or not is_channels_last(x) \
+                or x.shape[1] != self.packed.in_channels:
+            return None
+        n, c, h, w = x.shape
+        k = self.packed.out_channels
+        if n * h * w * k * 4 > WHOLE_BYTES or threads_for(n * h * w * c * k) > 1:
+            return None
+        out = np.matmul(nhwc(x).reshape(-1, c), self.packed.matrix)
+        self.epilogue(out)
+        return nchw(out.reshape(n, h, w, k))
 
     @classmethod
     def create_fused(cls, op: RuntimeOperator, fused: ConvolutionFusion) -> Convolution:
@@ -424,8 +444,11 @@ class Convolution(ParamLayer):
         """The weight in the form the kernels take (made again when the weights change)."""
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
-        out = from_2d(nchw(conv2d(as_2d(inputs[0], self.rank), self.packed, self.geometry, self.epilogue)),
-                      self.rank)
+        x = as_2d(inputs[0], self.rank)
+        out = self._one_product(x)
+        if out is None:
+            out = nchw(conv2d(x, self.packed, self.geometry, self.epilogue))
+        out = from_2d(out, self.rank)
         if self.fused.residual:
             out = add_residual(out, inputs[1], self.fused.residual_activation, self.fused.compiled)
         if not self.channels_last:
