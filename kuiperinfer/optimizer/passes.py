@@ -312,6 +312,8 @@ def select_compiled_kernels(graph: RuntimeGraph) -> int:
     for op in graph.operators:
         layer_class = LayerRegisterer.layer_class(op.type)
         if layer_class is not None and layer_class.compiled_kernels:
+            if op.fusion is None and hasattr(layer_class.fusion, "TYPE"):
+                continue   # a fused type in the model file, without its record: its layer refuses it
             record = op.fusion or (layer_class.fusion or KernelChoice)()
             fuse(op, replace(record, compiled=True))
             selected += 1
