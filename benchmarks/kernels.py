@@ -83,9 +83,11 @@ def kernel(name: str, *, macs: int = 0, values: int = 0) -> Callable[[Setup], Se
 
 
 def best_seconds(call: Callable[[], Any], rounds: int = 5, round_seconds: float = 0.02,
-                 clock: Callable[[], float] = time.perf_counter) -> float:
+                 clock: Callable[[], float] = time.thread_time) -> float:
     """Seconds per call of ``call``: the best of ``rounds`` rounds, each of as many calls as
-    fill ``round_seconds`` (measured on a first call, which also warms up)."""
+    fill ``round_seconds`` (measured on a first call, which also warms up). The default clock
+    is the calling thread's CPU time, where every case runs: on a shared machine, wall time
+    also counts the time other processes hold the core."""
     start = clock()
     call()
     repeats = max(1, int(round_seconds / max(clock() - start, 1e-9)))
@@ -137,43 +139,100 @@ def layer(op_type: str, params: str, shape: tuple[int, ...], out_shape: tuple[in
     """``graph.run`` of a model holding one ``op_type`` operator (pnnx's ``params`` text, its
     ``weights`` as ``@name`` arrays), optionally followed by an ``after`` operator of the same
     output shape, on one random float32 input of ``shape``."""
-    import kuiperinfer
-
     out_shape = out_shape or shape
-    weights = weights or {}
-    attributes = " ".join(f"@{key}={_shape(value.shape)}" for key, value in weights.items())
-    lines = [f"pnnx.Input in 0 1 x #x={_shape(shape)}",
-             f"{op_type} op 1 1 x y {params} {attributes} #x={_shape(shape)} #y={_shape(out_shape)}"]
-    last = "y"
+    ops = [("op", op_type, params, ["x"], out_shape, weights or {})]
     if after:
-        lines.append(f"{after} after 1 1 y z #y={_shape(out_shape)} #z={_shape(out_shape)}")
-        last = "z"
-    lines.append(f"pnnx.Output out 1 0 {last} #{last}={_shape(out_shape)}")
+        ops.append(("after", after, "", ["op"], out_shape, {}))
+    return model(shape, ops)
+
+
+Operator = tuple[str, str, str, list[str], tuple[int, ...], dict[str, np.ndarray]]
+"""A pnnx operator of :func:`model`: its name (also its output's), type, parameters text, the
+names of its inputs ("x" is the model's input), its output shape and its weights."""
+
+
+def model(shape: tuple[int, ...], ops: list[Operator], alone: str = "") -> Callable[[], Any]:
+    """``graph.run`` of a model of the operators ``ops`` (the last one's output is the model's),
+    loaded through ``kuiperinfer.load`` with one worker, on one random float32 input of ``shape``.
+
+    With ``alone``, the call is instead the layer's ``forward`` of the operator of that name
+    in the optimised graph (what the optimiser made of it) on a channels-last input, as
+    convolutions hand on their outputs inside a network: no graph input or output copies
+    between layouts, which would cost more than a fast kernel."""
+    import kuiperinfer
+    from kuiperinfer.kernels.layout import nchw
+
+    shapes = {"x": shape}
+    lines = [f"pnnx.Input in 0 1 x #x={_shape(shape)}"]
+    for name, op_type, params, inputs, out_shape, weights in ops:
+        shapes[name] = out_shape
+        attributes = " ".join(f"@{key}={_shape(value.shape)}" for key, value in weights.items())
+        operands = " ".join(f"#{operand}={_shape(shapes[operand])}" for operand in (*inputs, name))
+        lines.append(f"{op_type} {name} {len(inputs)} 1 {' '.join(inputs)} {name} {params} {attributes} {operands}")
+    last = ops[-1][0]
+    lines.append(f"pnnx.Output out 1 0 {last} #{last}={_shape(shapes[last])}")
     directory = tempfile.TemporaryDirectory(prefix="kuiper-kernel-")
     path = Path(directory.name)
     (path / "m.pnnx.param").write_text(f"7767517\n{len(lines)} {len(lines) - 1}\n" + "\n".join(lines) + "\n")
     with zipfile.ZipFile(path / "m.pnnx.bin", "w", zipfile.ZIP_STORED) as archive:
-        for key, value in weights.items():
-            archive.writestr(f"op.{key}", np.ascontiguousarray(value, np.float32).tobytes())
+        for name, *_, weights in ops:
+            for key, value in weights.items():
+                archive.writestr(f"{name}.{key}", np.ascontiguousarray(value, np.float32).tobytes())
     graph = kuiperinfer.load(path / "m.pnnx.param", workers=1)
     x = np.random.default_rng(0).standard_normal(shape, dtype=np.float32)
+    if alone:
+        layer = next(op.layer for op in graph.operators if op.name == alone)
+        channels_last = [nchw(np.ascontiguousarray(x.transpose(0, 2, 3, 1)))]
 
-    def run() -> Any:
-        return graph.run(x)
+        def run() -> Any:
+            return layer.forward(channels_last)
+    else:
+        def run() -> Any:
+            return graph.run(x)
     run.files = directory   # the model's files live as long as the call
     return run
 
 
-def conv(cin: int, cout: int, size: int, kernel_size: int, stride: int = 1, groups: int = 1,
-         after: str = "") -> Callable[[], Any]:
-    """An nn.Conv2d with bias, "same" padding, on a (1, cin, size, size) input."""
+def conv_operator(name: str, source: str, cin: int, cout: int, size: int, kernel_size: int, stride: int = 1,
+                  groups: int = 1) -> Operator:
+    """An nn.Conv2d with bias and "same" padding reading ``source``, (1, cin, size, size)."""
     rng = np.random.default_rng(0)
     pad, out = kernel_size // 2, (size + 2 * (kernel_size // 2) - kernel_size) // stride + 1
     params = (f"bias=True dilation=(1,1) groups={groups} in_channels={cin} kernel_size=({kernel_size},{kernel_size}) "
               f"out_channels={cout} padding=({pad},{pad}) padding_mode=zeros stride=({stride},{stride})")
     weights = {"bias": rng.standard_normal(cout), "weight": rng.standard_normal(
         (cout, cin // groups, kernel_size, kernel_size)) / np.sqrt(cin // groups * kernel_size ** 2)}
-    return layer("nn.Conv2d", params, (1, cin, size, size), (1, cout, out, out), weights, after)
+    return name, "nn.Conv2d", params, [source], (1, cout, out, out), weights
+
+
+def conv(cin: int, cout: int, size: int, kernel_size: int, stride: int = 1, groups: int = 1,
+         after: str = "", alone: bool = False) -> Callable[[], Any]:
+    """An nn.Conv2d with bias, "same" padding, on a (1, cin, size, size) input (``alone``: its
+    layer alone, on a channels-last input, see :func:`model`)."""
+    op = conv_operator("op", "x", cin, cout, size, kernel_size, stride, groups)
+    ops = [op] + ([("after", after, "", ["op"], op[4], {})] if after else [])
+    return model((1, cin, size, size), ops, "op" if alone else "")
+
+
+def pointwise_depthwise(cin: int, channels: int, size: int, kernel_size: int, stride: int) -> Callable[[], Any]:
+    """A 1x1 convolution expanding ``cin`` to ``channels`` channels, ReLU6, and a depthwise one,
+    ReLU6 (an EfficientNet-Lite block's expansion and filter: one fused operator)."""
+    expand = conv_operator("expand", "x", cin, channels, size, 1)
+    depthwise = conv_operator("depthwise", "act1", channels, channels, size, kernel_size, stride, channels)
+    return model((1, cin, size, size), [expand, ("act1", "nn.ReLU6", "", ["expand"], expand[4], {}), depthwise,
+                                        ("act2", "nn.ReLU6", "", ["depthwise"], depthwise[4], {})], "depthwise")
+
+
+def squeeze_excitation(channels: int, hidden: int, size: int) -> Callable[[], Any]:
+    """MobileNetV3's gate on (1, channels, size, size): global mean, 1x1 to ``hidden``, ReLU, 1x1
+    back, hard sigmoid, times the input (one fused operator)."""
+    pooled, full = (1, channels, 1, 1), (1, channels, size, size)
+    reduce = conv_operator("reduce", "pool", channels, hidden, 1, 1)
+    expand = conv_operator("expand", "relu", hidden, channels, 1, 1)
+    return model(full, [("pool", "nn.AdaptiveAvgPool2d", "output_size=(1,1)", ["x"], pooled, {}), reduce,
+                        ("relu", "nn.ReLU", "", ["reduce"], reduce[4], {}), expand,
+                        ("gate", "nn.Hardsigmoid", "", ["expand"], pooled, {}),
+                        ("mul", "pnnx.Expression", "expr=mul(@0,@1)", ["gate", "x"], full, {})], "pool")
 
 
 def matmul(m: int, k: int, n: int) -> Callable[[], Any]:
@@ -224,6 +283,52 @@ def _depthwise3x3_s2():
 @kernel("depthwise 5x5 stride 1, 96 channels 28x28", macs=96 * 28 * 28 * 25)
 def _depthwise5x5():
     return conv(96, 96, 28, 5, groups=96)
+
+
+@kernel("depthwise 3x3 stride 1, 144 channels 56x56 + ReLU6, alone (EfficientNet-Lite0)", macs=144 * 56 * 56 * 9)
+def _depthwise3x3_efficientnet():
+    return conv(144, 144, 56, 3, groups=144, after="nn.ReLU6", alone=True)
+
+
+@kernel("depthwise 3x3 stride 2, 96 channels 112x112 + ReLU6, alone (EfficientNet-Lite0)", macs=96 * 56 * 56 * 9)
+def _depthwise3x3_s2_efficientnet():
+    return conv(96, 96, 112, 3, stride=2, groups=96, after="nn.ReLU6", alone=True)
+
+
+@kernel("depthwise 5x5 stride 1, 672 channels 14x14 + ReLU6, alone (EfficientNet-Lite0)", macs=672 * 14 * 14 * 25)
+def _depthwise5x5_efficientnet():
+    return conv(672, 672, 14, 5, groups=672, after="nn.ReLU6", alone=True)
+
+
+@kernel("depthwise 5x5 stride 2, 144 channels 56x56 + ReLU6, alone (EfficientNet-Lite0)", macs=144 * 28 * 28 * 25)
+def _depthwise5x5_s2_efficientnet():
+    return conv(144, 144, 56, 5, stride=2, groups=144, after="nn.ReLU6", alone=True)
+
+
+@kernel("1x1 24->144 + depthwise 3x3, 56x56, ReLU6 both (fused, alone)", macs=3136 * 144 * (24 + 9))
+def _pointwise_depthwise():
+    return pointwise_depthwise(24, 144, 56, 3, 1)
+
+
+@kernel("1x1 112->672 + depthwise 5x5 stride 2, 14x14, ReLU6 both (fused, alone)", macs=196 * 672 * 112 + 49 * 672 * 25)
+def _pointwise_depthwise_s2():
+    return pointwise_depthwise(112, 672, 14, 5, 2)
+
+
+@kernel("squeeze-excitation 576 channels 7x7, alone (per input value)", values=576 * 7 * 7)
+def _squeeze_excitation():
+    return squeeze_excitation(576, 144, 7)
+
+
+@kernel("squeeze-excitation 16 channels 56x56, alone (per input value)", values=16 * 56 * 56)
+def _squeeze_excitation_large():
+    return squeeze_excitation(16, 8, 56)
+
+
+@kernel("global average pool 1280 channels 7x7, channels-last (per input value)", values=1280 * 7 * 7)
+def _global_average_pool_channels_last():
+    return model((1, 1280, 7, 7), [("pool", "nn.AdaptiveAvgPool2d", "output_size=(1,1)", ["x"], (1, 1280, 1, 1), {})],
+                 "pool")
 
 
 @kernel("max pool 3x3 stride 2, 64 channels 112x112 (per output value)", values=64 * 56 * 56)

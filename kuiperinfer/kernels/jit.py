@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+import numpy as np
+
 from kuiperinfer.settings import cache_dir, writable_dir
 
 try:
@@ -100,6 +102,13 @@ def _compile(function: F, options: dict[str, Any]) -> F:
     if options["cache"] is not False or "inline" not in options:
         KERNELS.append(dispatcher)
     return dispatcher
+
+
+def kernel_array(x: np.ndarray) -> np.ndarray:
+    """``x`` as the C-contiguous, writable float32 array kernels take (a copy only if it is not)."""
+    if x.dtype == np.float32 and x.flags.c_contiguous and x.flags.writeable:
+        return x
+    return np.require(x, np.float32, ("C", "W"))
 
 
 @dataclass(frozen=True)

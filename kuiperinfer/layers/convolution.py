@@ -27,20 +27,23 @@ from kuiperinfer.errors import ParseParameterAttrStatus as Status
 from kuiperinfer.kernels.blockwise_transposed import blockwise_conv_transpose2d, pack_blockwise_weight
 from kuiperinfer.kernels.col2im import col2im
 from kuiperinfer.kernels.compiled import epilogue as compiled_epilogue
+from kuiperinfer.kernels.compiled.depthwise import CompiledDepthwise
 from kuiperinfer.kernels.depthwise import DepthwiseWeight, depthwise_conv2d
 from kuiperinfer.kernels.depthwise_stripes import depthwise_in_stripes
 from kuiperinfer.kernels.elementwise import Epilogue, InplaceActivation
 from kuiperinfer.kernels.elementwise import product_epilogue as reference_epilogue
 from kuiperinfer.kernels.im2col import (
     PLANAR_MAX_CHANNELS,
+    WHOLE_BYTES,
     im2col_conv2d,
     output_size,
     pack_planar_weight,
     pack_weight,
     planar_conv2d,
 )
-from kuiperinfer.kernels.layout import nchw, nhwc, pad_nhwc
+from kuiperinfer.kernels.layout import is_channels_last, nchw, nhwc, pad_nhwc
 from kuiperinfer.kernels.padding import PAD_MODES, pad_last_dims
+from kuiperinfer.kernels.parallel import threads_for
 from kuiperinfer.kernels.winograd import winograd_conv3x3, winograd_pays, winograd_weight
 from kuiperinfer.layers.base import Layer, ParamLayer
 from kuiperinfer.layers.fusion import ConvolutionFusion
@@ -225,6 +228,9 @@ class PackedWeight:
     * :attr:`in_channels`, :attr:`out_channels`;
     * :attr:`depthwise`: the taps of a depthwise convolution (tiled for the ``recorded``
       output width with the stride of ``geometry``, when given), else None;
+    * :attr:`compiled_depthwise`: the compiled depthwise kernel's weight with the bias and
+      activation of a compiled ``epilogue``, where ``geometry`` lets it compute the
+      convolution (zero padding, no dilation), else None;
     * :attr:`gemm`: the (groups, Cin/groups*kh*kw, Cout/groups) operand of im2col, and
       :attr:`matrix`, its one group as (Cin*kh*kw, Cout);
     * :attr:`planar`: the operand of the planar columns, for very few input channels;
@@ -239,15 +245,20 @@ class PackedWeight:
 
     def __init__(self, weight: np.ndarray, groups: int, winograd: bool = False,
                  geometry: ConvGeometry | None = None, recorded: tuple[int, int, int] = (0, 0, 0),
-                 scale: float = 1.0):
+                 scale: float = 1.0,
+                 epilogue: Epilogue | compiled_epilogue.CompiledEpilogue | None = None):
         self.in_channels = weight.shape[1] * groups
         self.out_channels = weight.shape[0]
         self._weight, self._groups, self._scale = weight, groups, scale
         scaled = self._scaled()
-        self.depthwise = None
+        self.depthwise = self.compiled_depthwise = None
         if is_depthwise(weight, groups):
+            compiled = (isinstance(epilogue, compiled_epilogue.CompiledEpilogue) and geometry is not None
+                        and geometry.in_stripes())
             self.depthwise = DepthwiseWeight(scaled, recorded[2] or None, geometry.stride if geometry else (1, 1),
-                                             geometry is not None and geometry.in_stripes())
+                                             geometry is not None and geometry.in_stripes() and not compiled)
+            if compiled:
+                self.compiled_depthwise = CompiledDepthwise(self.depthwise.taps, epilogue)
         self.planar = pack_planar_weight(scaled) if groups == 1 and weight.shape[1] <= PLANAR_MAX_CHANNELS else None
         self.winograd = winograd_weight(scaled) if winograd else None
         self._gemm = None
@@ -326,6 +337,8 @@ def conv2d(x: np.ndarray, weight: PackedWeight, geometry: ConvGeometry,
                          f"with padding {geometry.padding}", status=InferStatus.kInferFailedOutputSizeError)
     if weight.winograd is not None and winograd_pays(x.shape[0], x.shape[1], (oh, ow)):
         return winograd_conv3x3(x, weight.winograd, geometry.padding, epilogue)
+    if weight.compiled_depthwise is not None:       # the bias and activation are its own
+        return weight.compiled_depthwise(nhwc(x), geometry.stride, geometry.padding)
     if weight.depthwise is not None and geometry.in_stripes():
         return depthwise_in_stripes(nhwc(x), weight.depthwise, geometry.stride, geometry.padding, (oh, ow), epilogue)
     if weight.planar is not None and x.flags.c_contiguous:
@@ -378,11 +391,29 @@ class Convolution(ParamLayer):
         self.winograd = fused.winograd and geometry.winograd_applies()
         """Whether calls with enough tiles run Winograd (the optimiser selects it)."""
         self.channels_last = fused.channels_last
+        self._pointwise = (geometry.kernel == (1, 1) and geometry.stride == (1, 1) and geometry.groups == 1
+                           and geometry.padding == ((0, 0), (0, 0)) and not self.winograd)
         self.pack()
 
     @classmethod
     def create(cls, op: RuntimeOperator) -> Convolution:
         return cls.create_fused(op, op.fusion or NOTHING_FUSED)
+
+    def _one_product(self, x: np.ndarray) -> np.ndarray | None:
+        """A 1x1, stride-1, unpadded convolution of a channels-last float32 ``x`` small enough
+        for one thread and one block, as one product and its epilogue (what
+        :func:`conv2d` would do, without its general case's calls, which at a depthwise
+        network's small sizes cost a third of the product); None for any other call."""
+        if not self._pointwise or x.dtype != np.float32 or not is_channels_last(x) \
+                or x.shape[1] != self.packed.in_channels:
+            return None
+        n, c, h, w = x.shape
+        k = self.packed.out_channels
+        if n * h * w * k * 4 > WHOLE_BYTES or threads_for(n * h * w * c * k) > 1:
+            return None
+        out = np.matmul(nhwc(x).reshape(-1, c), self.packed.matrix)
+        self.epilogue(out)
+        return nchw(out.reshape(n, h, w, k))
 
     @classmethod
     def create_fused(cls, op: RuntimeOperator, fused: ConvolutionFusion) -> Convolution:
@@ -409,12 +440,15 @@ class Convolution(ParamLayer):
         self.epilogue = epilogue
         """Bias and fused activation, applied in place on each block of output."""
         self.packed = PackedWeight(weight_2d, self.geometry.groups, self.winograd, self.geometry, self.recorded,
-                                   scale)
+                                   scale, epilogue)
         """The weight in the form the kernels take (made again when the weights change)."""
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
-        out = from_2d(nchw(conv2d(as_2d(inputs[0], self.rank), self.packed, self.geometry, self.epilogue)),
-                      self.rank)
+        x = as_2d(inputs[0], self.rank)
+        out = self._one_product(x)
+        if out is None:
+            out = nchw(conv2d(x, self.packed, self.geometry, self.epilogue))
+        out = from_2d(out, self.rank)
         if self.fused.residual:
             out = add_residual(out, inputs[1], self.fused.residual_activation, self.fused.compiled)
         if not self.channels_last:

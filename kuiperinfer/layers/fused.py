@@ -23,7 +23,10 @@ from typing import Any
 import numpy as np
 
 from kuiperinfer.errors import ParseParameterAttrStatus as Status
+from kuiperinfer.kernels.compiled.depthwise import pointwise_depthwise
+from kuiperinfer.kernels.compiled.squeeze_excitation import CompiledSqueezeExcitation
 from kuiperinfer.kernels.depthwise_stripes import depthwise_in_stripes
+from kuiperinfer.kernels.jit import kernel_array
 from kuiperinfer.kernels.layout import nchw, nhwc
 from kuiperinfer.kernels.pooling import global_avg_pool2d
 from kuiperinfer.layers.base import Layer
@@ -79,6 +82,11 @@ class PointwiseDepthwise(Layer):
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         x, geometry = as_2d(inputs[0], 2), self.depthwise.geometry
         check_channels(x, self.pointwise.in_channels)
+        compiled = self.depthwise.packed.compiled_depthwise
+        if compiled is not None:
+            out = nchw(pointwise_depthwise(nhwc(x), self.pointwise.matrix, self.pointwise.epilogue, compiled,
+                                           geometry.stride, geometry.padding))
+            return [out if self.depthwise.channels_last else np.ascontiguousarray(out)]
         padded_hw = [size + before + after for size, (before, after) in zip(x.shape[2:], geometry.padding)]
         out = depthwise_in_stripes(np.ascontiguousarray(nhwc(x)), self.depthwise.packed.depthwise, geometry.stride,
                                    geometry.padding, geometry.output_hw(padded_hw), self.depthwise.epilogue,
@@ -96,9 +104,12 @@ class SqueezeExcitation(Layer):
     fusion = SqueezeExcitationFusion
     compiled_kernels = True
 
-    def __init__(self, layer_name: str, reduce: PointwiseProduct, expand: PointwiseProduct):
+    def __init__(self, layer_name: str, reduce: PointwiseProduct, expand: PointwiseProduct, compiled: bool = False):
         super().__init__(layer_name)
         self.reduce, self.expand = reduce, expand
+        self.compiled = CompiledSqueezeExcitation(reduce.matrix, reduce.epilogue, expand.matrix,
+                                                  expand.epilogue) if compiled else None
+        """The compiled kernel doing it all in one call (None: the NumPy reference)."""
 
     @classmethod
     def create(cls, op: RuntimeOperator) -> SqueezeExcitation:
@@ -108,10 +119,12 @@ class SqueezeExcitation(Layer):
         if (expand.in_channels, expand.out_channels) != (reduce.out_channels, reduce.in_channels):
             raise op.error(f"the expanding convolution maps {expand.in_channels} to {expand.out_channels} "
                            f"channels, expected {reduce.out_channels} to {reduce.in_channels}", Status.kAttrWrongSize)
-        return cls(op.name, reduce, expand)
+        return cls(op.name, reduce, expand, record.compiled)
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         x = as_2d(inputs[0], 2)
         check_channels(x, self.reduce.in_channels)
+        if self.compiled is not None:
+            return [nchw(self.compiled(kernel_array(nhwc(x))))]
         gate = self.expand(self.reduce(global_avg_pool2d(x.astype(np.float32, copy=False))))
         return [x * gate.reshape(*gate.shape, 1, 1)]

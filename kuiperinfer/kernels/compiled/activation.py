@@ -28,6 +28,7 @@ P1, P2, P3, P4 = (np.float32(0.1262255609035492), np.float32(0.00260632834397256
                   np.float32(6.512115760415327e-06), np.float32(-5.043563788831307e-09))
 Q1, Q2, Q3 = np.float32(0.4595552980899811), np.float32(0.02246302179992199), np.float32(0.00018536222341936082)
 HALF, ZERO, THREE, SIX = np.float32(0.5), np.float32(0), np.float32(3), np.float32(6)
+SIXTH = np.float32(1 / 6)
 
 ERF_CLAMP = np.float32(3.92)
 """Beyond it erf is 1 to float32's precision."""
@@ -126,12 +127,12 @@ def finish_row(row: np.ndarray, bias: np.ndarray, code: int, a: np.float32, b: n
     elif code == HARDSIGMOID:
         for j in range(n):
             v = row[j] + bias[j] + THREE
-            row[j] = (ZERO if v < ZERO else (SIX if v > SIX else v)) / SIX
+            row[j] = (ZERO if v < ZERO else (SIX if v > SIX else v)) * SIXTH
     elif code == HARDSWISH:
         for j in range(n):
             v = row[j] + bias[j]
             gate = v + THREE
-            row[j] = v * (ZERO if gate < ZERO else (SIX if gate > SIX else gate)) / SIX
+            row[j] = v * (ZERO if gate < ZERO else (SIX if gate > SIX else gate)) * SIXTH
     elif code == GELU:
         for j in range(n):
             row[j] = gelu(row[j] + bias[j])

@@ -1,0 +1,115 @@
+"""The compiled depthwise convolution, alone and after a 1x1 product in stripes, against the
+NumPy reference (kernels/depthwise_stripes.py) on edge shapes."""
+
+import itertools
+
+import numpy as np
+import pytest
+
+from kuiperinfer.kernels import parallel
+from kuiperinfer.kernels.compiled import depthwise
+from kuiperinfer.kernels.compiled.epilogue import CompiledEpilogue
+from kuiperinfer.kernels.depthwise import DepthwiseWeight
+from kuiperinfer.kernels.depthwise_stripes import depthwise_in_stripes
+from kuiperinfer.kernels.elementwise import Epilogue, InplaceActivation
+from kuiperinfer.kernels.im2col import pack_weight
+from kuiperinfer.kernels.layout import nhwc
+
+ACTIVATIONS = [None, InplaceActivation("relu"), InplaceActivation("clip", (0.0, 6.0)),
+               InplaceActivation("leaky_relu", (0.1,)), InplaceActivation("sigmoid"), InplaceActivation("silu"),
+               InplaceActivation("hardsigmoid"), InplaceActivation("hardswish")]
+GEOMETRIES = [((3, 3), (1, 1), ((1, 1), (1, 1))), ((3, 3), (2, 2), ((1, 1), (1, 1))),
+              ((3, 3), (2, 2), ((0, 1), (0, 1))),          # folded asymmetric padding (EfficientNet-Lite)
+              ((5, 5), (1, 1), ((2, 2), (2, 2))), ((5, 5), (2, 2), ((1, 2), (2, 1))),
+              ((3, 5), (1, 2), ((0, 0), (2, 3))), ((1, 1), (1, 1), ((0, 0), (0, 0))), ((4, 2), (3, 1), ((2, 0), (1, 1)))]
+RNG = np.random.default_rng(0)
+
+
+def reference(x, weight, bias, act, stride, pads, out_hw, expand=None, expand_bias=None, expand_act=None):
+    product = {}
+    if expand is not None:
+        product = dict(pointwise=pack_weight(expand, 1)[0], pointwise_epilogue=Epilogue(expand_bias, expand_act))
+    return depthwise_in_stripes(x, DepthwiseWeight(weight), stride, pads, out_hw, Epilogue(bias, act), **product)
+
+
+def out_hw(x_hw, kernel, stride, pads):
+    return tuple((size + before + after - k) // s + 1 for size, k, s, (before, after) in zip(x_hw, kernel, stride, pads))
+
+
+def check(ours, expected):
+    np.testing.assert_allclose(ours, expected, atol=1e-4, rtol=1e-4)
+    assert ours.flags.c_contiguous
+
+
+@pytest.mark.parametrize("act", ACTIVATIONS, ids=lambda a: "none" if a is None else a.name)
+@pytest.mark.parametrize("kernel, stride, pads", GEOMETRIES)
+def test_depthwise_matches_the_reference(kernel, stride, pads, act):
+    x = RNG.standard_normal((3, 11, 13, 19), dtype=np.float32) * 3
+    weight = RNG.standard_normal((19, 1, *kernel), dtype=np.float32)
+    bias = RNG.standard_normal(19, dtype=np.float32)
+    compiled = depthwise.CompiledDepthwise(weight[:, 0].transpose(1, 2, 0), CompiledEpilogue(bias, 19, act))
+    check(compiled(x, stride, pads), reference(x, weight, bias, act, stride, pads, out_hw((11, 13), kernel, stride, pads)))
+
+
+@pytest.mark.parametrize("act", [None, InplaceActivation("clip", (0.0, 6.0)), InplaceActivation("hardswish")],
+                         ids=lambda a: "none" if a is None else a.name)
+@pytest.mark.parametrize("kernel, stride, pads", GEOMETRIES)
+@pytest.mark.parametrize("stripe_bytes", [256 << 10, 2000])    # whole images, or stripes of a few rows
+@pytest.mark.parametrize("batch", [1, 3])
+def test_pointwise_depthwise_matches_the_reference(kernel, stride, pads, act, stripe_bytes, batch, monkeypatch):
+    monkeypatch.setattr(depthwise, "STRIPE_BYTES", stripe_bytes)
+    x = RNG.standard_normal((batch, 12, 9, 5), dtype=np.float32)
+    expand = RNG.standard_normal((24, 5, 1, 1), dtype=np.float32)
+    expand_bias = RNG.standard_normal(24, dtype=np.float32)
+    weight = RNG.standard_normal((24, 1, *kernel), dtype=np.float32)
+    bias = RNG.standard_normal(24, dtype=np.float32)
+    relu6 = InplaceActivation("clip", (0.0, 6.0))
+    ours = depthwise.pointwise_depthwise(x, pack_weight(expand, 1)[0], CompiledEpilogue(expand_bias, 24, relu6),
+                                         depthwise.CompiledDepthwise(weight[:, 0].transpose(1, 2, 0),
+                                                                     CompiledEpilogue(bias, 24, act)), stride, pads)
+    check(ours, reference(x, weight, bias, act, stride, pads, out_hw((12, 9), kernel, stride, pads), expand,
+                          expand_bias, relu6))
+
+
+@pytest.mark.parametrize("pointwise", [False, True])
+@pytest.mark.parametrize("batch", [1, 3])
+@pytest.mark.parametrize("halo_share", [0.25, 100])       # a 1x1 product's parts: blocks of channels, or bands
+def test_parts_shared_among_threads_and_strided_inputs(pointwise, batch, halo_share, monkeypatch):
+    """Bands of one image's rows or blocks of its channels on several threads, a
+    non-contiguous (NCHW) input, a read-only one: the same values."""
+    monkeypatch.setattr(parallel, "MIN_PARALLEL_WORK", 0)
+    monkeypatch.setattr(depthwise, "HALO_SHARE", halo_share)
+    monkeypatch.setattr(depthwise, "PART_WORK", 1)
+    monkeypatch.setattr(depthwise, "STRIPE_BYTES", 3000)
+    nchw = RNG.standard_normal((batch, 16, 23, 21), dtype=np.float32)
+    x = nhwc(nchw)                                     # strided
+    channels = 32 if pointwise else 16
+    expand = RNG.standard_normal((channels, 16, 1, 1), dtype=np.float32)
+    weight = RNG.standard_normal((channels, 1, 5, 5), dtype=np.float32)
+    bias = RNG.standard_normal(channels, dtype=np.float32)
+    act = InplaceActivation("silu")
+    dw = depthwise.CompiledDepthwise(weight[:, 0].transpose(1, 2, 0), CompiledEpilogue(bias, channels, act))
+    pads, stride = ((2, 2), (2, 2)), (2, 2)
+    readonly = np.ascontiguousarray(x)
+    readonly.flags.writeable = False
+    expected = reference(np.ascontiguousarray(x), weight, bias, act, stride, pads, (12, 11),
+                         *((expand, None, None) if pointwise else ()))
+    token = parallel.INTRA_OP_THREADS.set(3)
+    try:
+        for source in (x, readonly):
+            if pointwise:
+                ours = depthwise.pointwise_depthwise(source, pack_weight(expand, 1)[0], CompiledEpilogue(None, channels, None),
+                                                     dw, stride, pads)
+            else:
+                ours = dw(source, stride, pads)
+            check(ours, expected)
+    finally:
+        parallel.INTRA_OP_THREADS.reset(token)
+
+
+def test_row_parts_cover_every_row_once():
+    for (images, rows, threads), halo in itertools.product([(1, 56, 2), (1, 7, 4), (2, 9, 3), (8, 14, 2), (1, 1, 2)], [0, 4]):
+        parts = depthwise.parts_of(images, rows, 24, 1 << 30, threads, halo, 1)
+        covered = sorted((image, y, c) for image, first, stop, block in parts for y in range(first, stop)
+                         for c in range(block.start, block.stop))
+        assert covered == [(image, y, c) for image in range(images) for y in range(rows) for c in range(24)]
