@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
 
 import numpy as np
 
@@ -198,8 +197,3 @@ def as_batched(x: np.ndarray, rank: int, what: str) -> tuple[np.ndarray, bool]:
     raise InferError(f"{what} takes ({rank + 2}-D) batched or ({rank + 1}-D) unbatched input, "
                      f"got shape {x.shape}", status=InferStatus.kInferFailedInputEmpty)
 
-
-def check_sizes(values: Sequence[int], what: str) -> None:
-    """An InferError unless every size is positive."""
-    if min(values) < 1:
-        raise InferError(f"{what} {tuple(values)} is empty", status=InferStatus.kInferFailedOutputSizeError)
