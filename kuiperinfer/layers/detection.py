@@ -71,6 +71,8 @@ def bilinear_taps(image: np.ndarray, y: np.ndarray, x: np.ndarray) -> np.ndarray
 class DeformConv2d(ParamLayer):
     """Deformable convolution: inputs (input, offset[, mask]), the weight and bias stored."""
 
+    batch_independent = True  # sample i of the output reads sample i of the input, offset and mask
+
     def __init__(self, layer_name: str, weight: np.ndarray, bias: np.ndarray | None, stride: Pair, padding: Pair,
                  dilation: Pair, groups: int):
         super().__init__(layer_name, weight, bias)
