@@ -8,7 +8,8 @@ dominate it, convolutions, linear layers and matrix products, from those shapes:
 * MACs, multiply-accumulates: every output element of a convolution costs
   ``in_channels / groups * kernel`` of them, of a linear layer or matrix product the
   length of the reduced dimension; every input element of a transposed convolution
-  reaches ``out_channels / groups * kernel`` outputs.
+  reaches ``out_channels / groups * kernel`` outputs. A deformable convolution
+  (``torchvision.ops.DeformConv2d``) counts as a convolution; its bilinear sampling is not counted.
 * FLOPs = 2 * MACs plus one addition per output element for a bias (and for the
   added matrix of ``addmm``/``baddbmm``). For these operators that is what pnnx counts
   in the ``FLOPS`` it prints after an export; pnnx's total also counts elementwise
@@ -33,7 +34,8 @@ from kuiperinfer.pnnx.param_file import read_param
 
 Shape = tuple[int, ...]
 
-CONV_TYPES = frozenset({"nn.Conv1d", "nn.Conv2d", "nn.Conv3d", "F.conv1d", "F.conv2d", "F.conv3d"})
+CONV_TYPES = frozenset({"nn.Conv1d", "nn.Conv2d", "nn.Conv3d", "F.conv1d", "F.conv2d", "F.conv3d",
+                        "torchvision.ops.DeformConv2d"})
 CONV_TRANSPOSE_TYPES = frozenset({"nn.ConvTranspose1d", "nn.ConvTranspose2d", "nn.ConvTranspose3d",
                                   "F.conv_transpose1d", "F.conv_transpose2d", "F.conv_transpose3d"})
 LINEAR_TYPES = frozenset({"nn.Linear", "F.linear"})

@@ -1,7 +1,8 @@
 """Low-level NumPy kernels the layers are built on: padding, channels-last memory
 (:mod:`~kuiperinfer.kernels.layout`), im2col and col2im for (transposed) convolution,
 Winograd F(4x4, 3x3), depthwise convolution as one contraction over strided windows,
-pooling windows, separable interpolation, stable and in-place elementwise functions.
+pooling windows, sliding windows over any number of axes (3-D convolution and pooling,
+fold/unfold, pooling indices), separable interpolation, stable and in-place elementwise functions.
 
 Convolutions compute in NHWC, whatever the layout of their input, and return NHWC arrays
 that the layers view as NCHW. Kernels that sweep large arrays many times (pooling taps,

@@ -1,4 +1,5 @@
-"""Matrix products: torch.matmul/mm/bmm/mv, torch.addmm/baddbmm and torch.einsum.
+"""Matrix products: torch.matmul/mm/bmm/mv, torch.addmm/baddbmm and torch.einsum; and
+F.pairwise_distance.
 
 pnnx writes ``a @ b``, ``Tensor.matmul`` and ``torch.linalg.matmul`` as torch.matmul,
 and ``Tensor.mm``/``Tensor.bmm``/``Tensor.addmm`` as their torch.* forms. All of them
@@ -10,6 +11,7 @@ broadcasting the leading batch dimensions.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -17,7 +19,8 @@ import numpy as np
 
 from kuiperinfer.errors import InferError, InferStatus
 from kuiperinfer.errors import ParseParameterAttrStatus as Status
-from kuiperinfer.layers.base import NonParamLayer
+from kuiperinfer.layers.base import NonParamLayer, declared_rank
+from kuiperinfer.layers.reduction import Norm
 from kuiperinfer.runtime.operator import RuntimeOperator
 from kuiperinfer.runtime.registry import register_layer
 
@@ -169,3 +172,42 @@ def _einsum_shape(terms: Sequence[str], rhs: str, shapes: Sequence[tuple[int, ..
         return None
     return (tuple(sizes[c] for c in head) + (batch if ellipsis else ())
             + tuple(sizes[c] for c in tail))
+
+
+@register_layer("F.pairwise_distance")
+class PairwiseDistance(NonParamLayer):
+    """``||x1 - x2 + eps||_p`` over the last dimension, the inputs broadcast against each
+    other (as PyTorch, ``eps`` is added to the difference, keeping the norm away from 0).
+    ``p`` may be any number, ``inf``/``-inf`` or 0 (the count of non-zeros)."""
+
+    def __init__(self, layer_name: str, p: float, eps: float, keepdim: bool):
+        super().__init__(layer_name)
+        self.eps = eps
+        self.norm = Norm(layer_name, (-1,), keepdim, p)
+
+    @classmethod
+    def create(cls, op: RuntimeOperator) -> PairwiseDistance:
+        if len(op.input_operands_seq) != 2:
+            raise op.error(f"expected 2 inputs (x1, x2), got {len(op.input_operands_seq)}",
+                           Status.kParameterInvalidValue)
+        p = op.param_number("p", default=2.0)
+        eps = op.param_number("eps", default=1e-6)
+        for name, value in (("p", p), ("eps", eps)):
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or math.isnan(value):
+                raise op.error(f"{name} must be a number, not {op.param_value(name)!r}", Status.kParameterInvalidValue)
+        layer = cls(op.name, float(p), float(eps), op.param_bool("keepdim", default=False))
+        layer.batch_independent = min(len(o.shapes) for o in op.input_operands_seq) >= 2 and declared_rank(op) >= 2
+        return layer
+
+    def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
+        x1, x2 = inputs
+        try:
+            difference = np.subtract(x1, x2)
+        except ValueError:
+            raise InferError(f"shapes {x1.shape} and {x2.shape} do not broadcast",
+                             status=InferStatus.kInferFailedDimensionParameterError) from None
+        if difference.ndim == 0:
+            raise InferError("pairwise_distance needs inputs of at least one dimension",
+                             status=InferStatus.kInferFailedDimensionParameterError)
+        difference += np.asarray(self.eps, difference.dtype)
+        return self.norm.forward([difference])

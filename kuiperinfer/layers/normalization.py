@@ -422,3 +422,41 @@ class Normalize(NonParamLayer):
         x = inputs[0]
         norm = self.norm.forward([x])[0]
         return [x / np.maximum(norm, self.eps, out=norm)]
+
+
+@register_layer("nn.LocalResponseNorm", "F.local_response_norm")
+class LocalResponseNorm(NonParamLayer):
+    """AlexNet's normalisation across channels: ``x / (k + alpha * mean of x**2 over the size
+    channels around) ** beta``, the window ``[c - size // 2, c + (size - 1) // 2]`` padded
+    with zeros at both ends, the mean always over ``size`` (as PyTorch's average pooling
+    with the padding counted). Inputs of 3 dimensions or more, channels in dimension 1."""
+
+    batch_independent = True
+
+    def __init__(self, layer_name: str, size: int, alpha: float, beta: float, k: float):
+        super().__init__(layer_name)
+        self.size, self.alpha, self.beta, self.k = size, alpha, beta, k
+
+    @classmethod
+    def create(cls, op: RuntimeOperator) -> LocalResponseNorm:
+        size = op.param_int("size", Status.kParameterInvalidValue)
+        if size < 1:
+            raise op.error(f"size {size} must be positive", Status.kParameterInvalidValue)
+        return cls(op.name, size, op.param_float("alpha", Status.kParameterInvalidValue, default=1e-4),
+                   op.param_float("beta", Status.kParameterInvalidValue, default=0.75),
+                   op.param_float("k", Status.kParameterInvalidValue, default=1.0))
+
+    def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
+        x = inputs[0]
+        if x.ndim < 3:
+            raise InferError(f"local_response_norm needs 3 or more dimensions, got shape {x.shape}",
+                             status=InferStatus.kInferFailedDimensionParameterError)
+        channels = x.shape[1]
+        squares = np.square(x, dtype=np.float32)
+        before, after = self.size // 2, (self.size - 1) // 2
+        padded = np.pad(squares, ((0, 0), (before, after)) + ((0, 0),) * (x.ndim - 2))
+        total = np.zeros_like(squares)
+        for offset in range(self.size):  # the window's channels, one shift at a time
+            total += padded[:, offset:offset + channels]
+        divisor = total * np.float32(self.alpha / self.size) + np.float32(self.k)
+        return [x / np.power(divisor, np.float32(self.beta))]

@@ -1,8 +1,8 @@
 """Shape operators: flatten, reshape, reshape_as, permute, transpose, squeeze, expand,
-repeat, repeat_interleave, flip, roll, as_strided.
+repeat, repeat_interleave, flip, roll, as_strided, channel shuffle; and Tensor.size.
 
-All but repeat, repeat_interleave, roll and as_strided return views of their input; no
-data is copied.
+All but repeat, repeat_interleave, roll, as_strided and channel shuffle return views of
+their input; no data is copied.
 """
 
 from __future__ import annotations
@@ -442,3 +442,80 @@ class Roll(NonParamLayer):
         if self.dims is None:
             return [np.roll(inputs[0], self.shifts[0])]
         return [np.roll(inputs[0], self.shifts, self.dims)]
+
+
+def _run_time_int(value: Any, what: str) -> int:
+    """An int argument computed in the graph: a Python int or a one-element integer array."""
+    if isinstance(value, np.ndarray) and value.size == 1 and value.dtype.kind in "iu":
+        value = int(value.reshape(-1)[0])
+    if type(value) is not int:
+        raise InferError(f"{what} must be an int, got {value!r}",
+                         status=InferStatus.kInferFailedDimensionParameterError)
+    return value
+
+
+@register_layer("nn.ChannelShuffle", "aten::channel_shuffle", "aten::native_channel_shuffle")
+class ChannelShuffle(NonParamLayer):
+    """ShuffleNet's channel shuffle: the channels (dimension 1) as ``groups`` rows of
+    ``C / groups``, read column by column. pnnx writes the module as ``nn.ChannelShuffle``
+    (``groups=``) and F.channel_shuffle as the TorchScript ``aten::channel_shuffle``, whose
+    second input is the groups (a ``pnnx.Expression`` of one int)."""
+
+    batch_independent = True
+
+    def __init__(self, layer_name: str, groups: int | None):
+        super().__init__(layer_name)
+        self.groups = groups
+
+    @classmethod
+    def create(cls, op: RuntimeOperator) -> ChannelShuffle:
+        if op.type == "nn.ChannelShuffle":
+            groups = op.param_int("groups", Status.kParameterMissingGroups)
+            if groups < 1:
+                raise op.error(f"groups {groups} must be positive", Status.kParameterMissingGroups)
+            return cls(op.name, groups)
+        if len(op.input_operands_seq) != 2:
+            raise op.error(f"{op.type} takes the input and the groups, got {len(op.input_operands_seq)} inputs",
+                           Status.kParameterMissingGroups)
+        return cls(op.name, None)
+
+    def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
+        x = inputs[0]
+        groups = self.groups if self.groups is not None else _run_time_int(inputs[1], "groups")
+        if x.ndim < 3 or groups < 1 or x.shape[1] % groups:
+            raise InferError(f"cannot shuffle the channels of shape {x.shape} in {groups} groups",
+                             status=InferStatus.kInferFailedChannelParameterError)
+        n, c = x.shape[:2]
+        grouped = x.reshape(n, groups, c // groups, *x.shape[2:])
+        return [np.ascontiguousarray(grouped.swapaxes(1, 2)).reshape(x.shape)]
+
+
+@register_layer("Tensor.size")
+class Size(NonParamLayer):
+    """``x.size(dim)``: one dimension's size as a Python int (``dim`` a parameter, or a second
+    input where the model computed it); without ``dim``, every size as a tuple of ints,
+    as ``torch.Size`` is. pnnx writes sizes almost always into ``pnnx.Expression``s
+    (``size(@0,1)``); ``Tensor.size`` is the form its sources name for the rest."""
+
+    def __init__(self, layer_name: str, dim: int | None, dim_input: bool):
+        super().__init__(layer_name)
+        self.dim, self.dim_input = dim, dim_input
+
+    @classmethod
+    def create(cls, op: RuntimeOperator) -> Size:
+        if len(op.input_operands_seq) not in (1, 2):
+            raise op.error(f"Tensor.size takes the tensor and at most a dim, got {len(op.input_operands_seq)} inputs",
+                           Status.kParameterMissingDim)
+        dim_input = len(op.input_operands_seq) == 2
+        dim = None if dim_input else op.param_int("dim", Status.kParameterMissingDim, default=None)
+        return cls(op.name, dim, dim_input)
+
+    def forward(self, inputs: Sequence[Any]) -> list[Any]:
+        x = np.asarray(inputs[0])
+        dim = _run_time_int(inputs[1], "dim") if self.dim_input else self.dim
+        if dim is None:
+            return [tuple(int(d) for d in x.shape)]
+        if not -x.ndim <= dim < x.ndim:
+            raise InferError(f"dimension {dim} is out of range for a tensor of shape {x.shape}",
+                             status=InferStatus.kInferFailedDimensionParameterError)
+        return [int(x.shape[dim])]

@@ -15,7 +15,10 @@ pnnx writes the FFTs as ``torch.fft.<name>`` with ``n``/``dim``/``norm`` (1-D) o
 pnnx has no name and writes the TorchScript operator, arguments as inputs: ``aten::stft``/
 ``aten::istft`` (when an argument was computed, as ``length=x.shape[-1]``),
 ``aten::fft_fftshift``/``aten::fft_ifftshift``, ``aten::_conj``, ``aten::conj_physical``
-and ``aten::angle``.
+and ``aten::angle``. torchaudio's ``spectrogram`` and ``inverse_spectrogram`` are the STFT
+layers with torchaudio's padding, reshaping, normalisations and power around them; pnnx
+recognises them from the operators torchaudio's code traces to (the pad, reshape,
+``stft`` and reshape of its ``spectrogram``), whoever wrote that code.
 """
 
 from __future__ import annotations
@@ -464,6 +467,129 @@ class ATenSTFT(NonParamLayer):
                          _argument(values, "return_complex", bool), bool(_argument(values, "align_to_window", bool)),
                          window_input)
         return layer.forward([values["input"], window])
+
+
+# -- torchaudio -------------------------------------------------------------------------
+
+def _spectrogram_norms(op: RuntimeOperator) -> tuple[bool, bool]:
+    """torchaudio's ``normalized``: (frame_length, window) normalisation. pnnx writes False,
+    ``frame_length`` or ``window`` (True, torchaudio's own spelling of ``window``, is read too)."""
+    value = op.param_value("normalized", False)
+    if isinstance(value, bool):
+        return False, value
+    if value not in ("frame_length", "window"):
+        raise op.error(f"normalized {value!r} is not False, True, 'frame_length' or 'window'",
+                       Status.kParameterInvalidValue)
+    return value == "frame_length", value == "window"
+
+
+def _window_energy(window: np.ndarray) -> np.ndarray:
+    """``sqrt(sum(window ** 2))``, torchaudio's window normalisation."""
+    return np.sqrt(np.sum(np.square(window, dtype=np.float32)))
+
+
+class _TorchaudioLayer(NonParamLayer):
+    """What the torchaudio layers share: the STFT's lengths, padding and normalisations,
+    and the window as their second input (``$window``, a ``pnnx.Attribute``)."""
+
+    @classmethod
+    def read_common(cls, op: RuntimeOperator, inverse: bool) -> dict[str, Any]:
+        if len(op.input_operands_seq) != 2 or op.input_index("window", 1) != 1:
+            raise op.error(f"{op.type} takes the signal and the window as inputs, got "
+                           f"{len(op.input_operands_seq)} inputs", Status.kParameterInvalidValue)
+        n_fft, hop, win = _window_lengths(op, inverse)
+        pad = op.param_int("pad", Status.kParameterInvalidValue, default=0)
+        if pad < 0:
+            raise op.error(f"pad {pad} is negative", Status.kParameterInvalidValue)
+        frame_norm, window_norm = _spectrogram_norms(op)
+        return dict(n_fft=n_fft, hop=hop, win=win, pad=pad, frame_norm=frame_norm, window_norm=window_norm,
+                    center=op.param_bool("center", Status.kParameterInvalidValue, default=True),
+                    onesided=op.param_bool("onesided", Status.kParameterInvalidValue, default=True))
+
+
+@register_layer("torchaudio.functional.spectrogram")
+class Spectrogram(_TorchaudioLayer):
+    """``torchaudio.functional.spectrogram``: the STFT of a waveform ``(..., time)``,
+    ``(..., n_freq, n_frames)``, as torchaudio computes it: the waveform padded by ``pad``
+    zeros on both sides, every leading dimension's signal through :class:`STFT` (with
+    ``center``, ``pad_mode``, ``onesided``; ``normalized="frame_length"`` is the STFT's
+    own normalisation), divided by ``sqrt(sum(window ** 2))`` for ``normalized="window"``,
+    and then, unless ``power`` is None (complex output), its magnitude to ``power``."""
+
+    def __init__(self, layer_name: str, stft: STFT, pad: int, window_norm: bool, power: float | None):
+        super().__init__(layer_name)
+        self.stft, self.pad, self.window_norm, self.power = stft, pad, window_norm, power
+
+    @classmethod
+    def create(cls, op: RuntimeOperator) -> Spectrogram:
+        common = cls.read_common(op, inverse=False)
+        pad_mode = op.param_str("pad_mode", Status.kParameterInvalidValue, default="reflect")
+        if pad_mode not in _PAD_MODES:
+            raise op.error(f"pad_mode {pad_mode!r} is not one of {', '.join(_PAD_MODES)}",
+                           Status.kParameterInvalidValue)
+        power = op.param_number("power", default=None)
+        if power is not None and (isinstance(power, bool) or not power > 0):
+            raise op.error(f"power {power!r} must be None or a positive number", Status.kParameterInvalidValue)
+        stft = STFT(op.name, common["n_fft"], common["hop"], common["win"], common["center"], pad_mode,
+                    common["frame_norm"], common["onesided"], True, False, 1)
+        layer = cls(op.name, stft, common["pad"], common["window_norm"], None if power is None else float(power))
+        layer.batch_independent = declared_rank(op) >= 2
+        return layer
+
+    def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
+        waveform, window = np.asarray(inputs[0]), np.asarray(inputs[1])
+        if waveform.ndim < 1 or np.iscomplexobj(waveform):
+            raise _fail(f"spectrogram expects a real waveform (..., time), got {waveform.dtype} of shape "
+                        f"{waveform.shape}")
+        if self.pad:
+            waveform = np.pad(waveform, ((0, 0),) * (waveform.ndim - 1) + ((self.pad, self.pad),))
+        signals = waveform.reshape(-1, waveform.shape[-1])
+        spec = self.stft.forward([signals, window])[0]
+        spec = spec.reshape(waveform.shape[:-1] + spec.shape[-2:])
+        if self.window_norm:
+            spec = spec / _window_energy(window)
+        if self.power is None:
+            return [spec]
+        magnitude = np.abs(spec)
+        return [magnitude if self.power == 1 else magnitude ** np.float32(self.power)]
+
+
+@register_layer("torchaudio.functional.inverse_spectrogram")
+class InverseSpectrogram(_TorchaudioLayer):
+    """``torchaudio.functional.inverse_spectrogram``: a complex spectrogram
+    ``(..., n_freq, n_frames)`` back to waveforms ``(..., time)``: times
+    ``sqrt(sum(window ** 2))`` for ``normalized="window"``, every leading dimension's
+    spectrogram through :class:`ISTFT`, and ``pad`` samples cut from both ends when a
+    ``length`` is given (pnnx writes ``length=None``: then nothing is cut)."""
+
+    def __init__(self, layer_name: str, istft: ISTFT, pad: int, length: int | None, window_norm: bool):
+        super().__init__(layer_name)
+        self.istft, self.pad, self.length, self.window_norm = istft, pad, length, window_norm
+
+    @classmethod
+    def create(cls, op: RuntimeOperator) -> InverseSpectrogram:
+        common = cls.read_common(op, inverse=True)
+        length = op.param_int("length", Status.kParameterInvalidValue, default=None)
+        if length is not None and length < 0:
+            raise op.error(f"length {length} is negative", Status.kParameterInvalidValue)
+        padded_length = None if length is None else length + 2 * common["pad"]
+        istft = ISTFT(op.name, common["n_fft"], common["hop"], common["win"], common["center"], common["frame_norm"],
+                      common["onesided"], padded_length, False, 1)
+        layer = cls(op.name, istft, common["pad"], length, common["window_norm"])
+        layer.batch_independent = declared_rank(op) >= 3
+        return layer
+
+    def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
+        spec, window = np.asarray(inputs[0]), np.asarray(inputs[1])
+        if not np.iscomplexobj(spec) or spec.ndim < 2:
+            raise _fail(f"inverse_spectrogram expects a complex spectrogram (..., n_freq, n_frames), got "
+                        f"{spec.dtype} of shape {spec.shape}")
+        if self.window_norm:
+            spec = spec * _window_energy(window)
+        waveform = self.istft.forward([spec.reshape(-1, *spec.shape[-2:]), window])[0]
+        if self.length is not None and self.pad > 0:
+            waveform = waveform[:, self.pad:-self.pad]
+        return [waveform.reshape(spec.shape[:-2] + waveform.shape[-1:])]
 
 
 # -- complex numbers -------------------------------------------------------------------

@@ -3,7 +3,8 @@
 import pytest
 import torch
 import torch.nn as nn
-from oracle import check_op
+import torch.nn.functional as F
+from oracle import check_model, check_op
 
 from kuiperinfer.layers.linalg import restore_ellipsis
 
@@ -127,3 +128,25 @@ def test_einsum_follows_batch(tmp_path):
 ])
 def test_restore_ellipsis(equation, shapes, output, expected):
     assert restore_ellipsis(equation, shapes, output) == expected
+
+
+PAIRWISE_CASES = [dict(), dict(p=1.0), dict(p=3.0, eps=1e-5, keepdim=True), dict(p=0.5), dict(p=float("inf")),
+                  dict(p=float("-inf"), keepdim=True), dict(p=0.0), dict(eps=0.0)]
+
+
+@pytest.mark.parametrize("case", PAIRWISE_CASES, ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()))
+def test_pairwise_distance(case, tmp_path):
+    class Distance(nn.Module):
+        def forward(self, x1, x2):
+            return F.pairwise_distance(x1, x2, **case), F.pairwise_distance(x1[:, :1], x2, **case)
+
+    torch.manual_seed(0)
+    x1, x2 = torch.randn(1, 5, 6), torch.randn(1, 5, 6)
+    x1[0, 0, 0] = x2[0, 0, 0]   # one equal element: p=0 counts it out (up to eps)
+    graph = check_model(Distance(), [x1, x2], tmp_path, [[torch.randn(3, 5, 6), torch.randn(3, 5, 6)]])
+    assert "F.pairwise_distance" in {op.type for op in graph.operators}
+
+
+def test_pairwise_distance_of_vectors(tmp_path):
+    check_op(lambda a, b: F.pairwise_distance(a, b), (4, 7), (4, 7), directory=tmp_path, batch=2)
+    check_op(lambda a, b: F.pairwise_distance(a, b, keepdim=True), (7,), (7,), directory=tmp_path)

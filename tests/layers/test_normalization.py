@@ -194,3 +194,16 @@ def test_batch_norm_weights_are_folded_once(tmp_path):
         bn.weight.fill_(2.0)
         expected = bn(torch.from_numpy(x)).numpy()
     np.testing.assert_allclose(graph(x), expected, rtol=1e-6, atol=1e-6)
+
+
+LRN_CASES = [dict(size=1), dict(size=2), dict(size=3, alpha=1e-2, beta=0.5, k=2.0), dict(size=5, alpha=0.5),
+             dict(size=8)]   # a window wider than the channels
+
+
+@pytest.mark.parametrize("shape", [(1, 6, 9), (1, 6, 5, 4), (1, 6, 3, 4, 5)], ids=str)
+@pytest.mark.parametrize("case", LRN_CASES, ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()))
+def test_local_response_norm(case, shape, tmp_path):
+    graph = check_op(nn.LocalResponseNorm(**case), shape, directory=tmp_path, batch=2)
+    assert "nn.LocalResponseNorm" in {op.type for op in graph.operators}
+    graph = check_op(lambda x: F.local_response_norm(x * 3, **case), shape, directory=tmp_path, batch=3)
+    assert "F.local_response_norm" in {op.type for op in graph.operators}

@@ -1,5 +1,6 @@
-"""Pooling against PyTorch, each exported by pnnx: max, average, adaptive average and
-adaptive max pooling, 1-D and 2-D, module and functional spellings."""
+"""Pooling against PyTorch, each exported by pnnx: max (with indices), average, adaptive
+average, adaptive max (with indices) and power-average pooling, 1-D and 2-D, module and
+functional spellings, batched and unbatched; max unpooling."""
 
 import numpy as np
 import pytest
@@ -7,11 +8,11 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from handmade import make_operator
-from oracle import check_op, export
+from oracle import check_model, check_op
 
-import kuiperinfer
 from kuiperinfer.errors import InferError, LayerCreateError
 from kuiperinfer.layers import LayerRegisterer
+from kuiperinfer.runtime.parameter import RuntimeParameter, RuntimeParameterType
 
 
 def case_id(case: dict) -> str:
@@ -61,10 +62,122 @@ def test_max_pool2d_ceil_mode_edges(case, tmp_path):
     check_op(nn.MaxPool2d(**case), (1, 2, 5, 7), directory=tmp_path, batch=3)
 
 
-def test_max_pool_with_indices_is_refused(tmp_path):
-    param = export(nn.MaxPool2d(2, return_indices=True), [torch.randn(1, 2, 6, 6)], tmp_path)
-    with pytest.raises(LayerCreateError, match="return_indices"):
-        kuiperinfer.load(param)
+@pytest.mark.parametrize("case", POOL_CASES, ids=str)
+def test_max_pool2d_with_indices(case, tmp_path):
+    graph = check_op(nn.MaxPool2d(**case, return_indices=True), (1, 3, 11, 10), directory=tmp_path, batch=2)
+    assert "nn.MaxPool2d" in {op.type for op in graph.operators}
+    graph = check_op(lambda x: F.max_pool2d(x, **case, return_indices=True), (1, 2, 9, 12), directory=tmp_path)
+    assert "F.max_pool2d" in {op.type for op in graph.operators}
+
+
+@pytest.mark.parametrize("case", MAX_POOL1D_CASES, ids=case_id)
+def test_max_pool1d_with_indices(case, tmp_path):
+    graph = check_op(nn.MaxPool1d(**case, return_indices=True), (1, 3, 11), directory=tmp_path, batch=2)
+    assert "nn.MaxPool1d" in {op.type for op in graph.operators}
+    check_op(lambda x: F.max_pool1d(x, **case, return_indices=True), (1, 2, 12), directory=tmp_path)
+
+
+def test_max_pool_indices_ties_report_the_first_index(tmp_path):
+    check_op(lambda x: (F.max_pool2d(torch.round(x), 3, 1, 1, return_indices=True),
+                        F.max_pool1d(torch.round(x[:, 0]), 3, 2, return_indices=True)), (1, 2, 6, 7),
+             directory=tmp_path)
+
+
+UNPOOL_CASES = [dict(kernel_size=2), dict(kernel_size=3, stride=2, padding=1), dict(kernel_size=2, stride=3)]
+
+
+class Unpool(nn.Module):
+    """Max pooling, then unpooling to the input's size (pnnx can only export unpooling given
+    ``output_size``: without it, tracing fails in PyTorch 2.13 itself)."""
+
+    def __init__(self, rank: int, size: list[int], **case):
+        super().__init__()
+        pools = {1: (nn.MaxPool1d, nn.MaxUnpool1d), 2: (nn.MaxPool2d, nn.MaxUnpool2d), 3: (nn.MaxPool3d, nn.MaxUnpool3d)}
+        pool, unpool = pools[rank]
+        self.pool, self.unpool, self.size = pool(**case, return_indices=True), unpool(**case), size
+
+    def forward(self, x):
+        values, indices = self.pool(x)
+        return self.unpool(values, indices, output_size=self.size), indices
+
+
+@pytest.mark.parametrize("rank", [1, 2, 3])
+@pytest.mark.parametrize("case", UNPOOL_CASES, ids=case_id)
+def test_max_unpool(rank, case, tmp_path):
+    spatial = [9, 8, 7][:rank]
+    graph = check_model(Unpool(rank, spatial, **case), [torch.randn(1, 3, *spatial)], tmp_path,
+                        [[torch.randn(2, 3, *spatial)]])
+    assert f"aten::max_unpool{max(rank, 2)}d" in {op.type for op in graph.operators}
+
+
+def test_functional_max_unpool(tmp_path):
+    def unpool(x):
+        values, indices = F.max_pool2d(x, 2, return_indices=True)
+        return F.max_unpool2d(values * 2, indices, 2, output_size=[7, 8])
+
+    check_op(unpool, (1, 2, 7, 8), directory=tmp_path, batch=2)
+
+
+def test_max_unpool_refuses_indices_outside_the_output():
+    layer = LayerRegisterer.create_layer(make_operator("aten::max_unpool2d", [[1, 1, 2, 2], [1, 1, 2, 2], [2]]))
+    values, indices = np.ones((1, 1, 2, 2), np.float32), np.array([[[[0, 1], [2, 99]]]])
+    with pytest.raises(InferError, match="outside the output plane"):
+        layer.forward([values, indices, [4, 4]])
+    with pytest.raises(InferError, match="not 2 sizes"):
+        layer.forward([values, indices, [4]])
+
+
+LP_POOL_CASES = [
+    dict(norm_type=2, kernel_size=2),
+    dict(norm_type=1, kernel_size=3, stride=2),
+    dict(norm_type=3.0, kernel_size=(2, 3), stride=(1, 2)),
+    dict(norm_type=1.5, kernel_size=3, stride=2, ceil_mode=True),   # partial last windows
+]
+
+
+@pytest.mark.parametrize("case", LP_POOL_CASES, ids=case_id)
+def test_lp_pool2d(case, tmp_path):
+    # |x|: a fractional power of a negative number is NaN in both
+    module = nn.LPPool2d(**case)
+    graph = check_model(nn.Sequential(module), [torch.rand(1, 3, 8, 9)], tmp_path, [[torch.rand(2, 3, 8, 9)]])
+    assert "nn.LPPool2d" in {op.type for op in graph.operators}
+    graph = check_op(lambda x: F.lp_pool2d(x.abs(), **case), (1, 2, 7, 9), directory=tmp_path, batch=2)
+    assert "F.lp_pool2d" in {op.type for op in graph.operators}
+
+
+@pytest.mark.parametrize("case", [dict(norm_type=2, kernel_size=2), dict(norm_type=3, kernel_size=3, stride=1),
+                                  dict(norm_type=1.5, kernel_size=3, stride=2, ceil_mode=True)], ids=case_id)
+def test_lp_pool1d(case, tmp_path):
+    graph = check_model(nn.Sequential(nn.LPPool1d(**case)), [torch.rand(1, 3, 10)], tmp_path,
+                        [[torch.rand(3, 3, 10)]])
+    assert "nn.LPPool1d" in {op.type for op in graph.operators}
+    graph = check_op(lambda x: F.lp_pool1d(x, **case), (1, 2, 11), directory=tmp_path, batch=2)
+    assert "F.lp_pool1d" in {op.type for op in graph.operators}
+
+
+def test_lp_pool_of_odd_power_keeps_negative_sums(tmp_path):
+    check_op(lambda x: F.lp_pool2d(x, 3, 2), (1, 2, 6, 6), directory=tmp_path)
+
+
+@pytest.mark.parametrize("norm_type", [np.inf, -np.inf])
+def test_lp_pool_of_infinite_norm_is_the_max_or_min_of_magnitudes(norm_type):
+    # pnnx writes F.lp_pool2d(x, inf) as abs and max pooling, and fails on nn.LPPool2d(inf): by hand
+    op = make_operator("nn.LPPool2d", [[1, 2, 4, 4]], kernel_size=(2, 2))
+    op.params["norm_type"] = RuntimeParameter(RuntimeParameterType.kParameterFloat, norm_type, str(norm_type))
+    layer = LayerRegisterer.create_layer(op)
+    x = torch.randn(1, 2, 4, 4)
+    expected = F.lp_pool2d(x, norm_type, 2).numpy()
+    np.testing.assert_allclose(layer.forward([x.numpy()])[0], expected)
+
+
+@pytest.mark.parametrize("module,shape", [
+    (nn.MaxPool2d(2), (3, 8, 8)), (nn.MaxPool2d(3, 2, 1, return_indices=True), (3, 7, 8)),
+    (nn.MaxPool1d(2, return_indices=True), (3, 9)), (nn.AvgPool2d(3, 2, 1), (2, 7, 7)), (nn.AvgPool1d(2), (2, 9)),
+    (nn.AdaptiveAvgPool2d(2), (3, 5, 6)), (nn.AdaptiveMaxPool2d(2, return_indices=True), (3, 5, 6)),
+    (nn.AdaptiveMaxPool1d(3), (3, 8)), (nn.LPPool2d(2, 2), (3, 6, 6)),
+], ids=lambda v: repr(v))
+def test_unbatched_pooling(module, shape, tmp_path):
+    check_model(nn.Sequential(module), [torch.rand(*shape)], tmp_path)
 
 
 AVG_POOL2D_CASES = [
@@ -135,6 +248,16 @@ def test_adaptive_max_pool_indices(tmp_path):
     check_op(lambda x: F.adaptive_max_pool2d(x, (3, 4), return_indices=True), (1, 3, 8, 7),
              directory=tmp_path, batch=2)
     check_op(lambda x: F.adaptive_max_pool1d(x, 3, return_indices=True), (1, 3, 8), directory=tmp_path)
+
+
+@pytest.mark.parametrize("module", [nn.AdaptiveMaxPool2d((3, 4), return_indices=True),
+                                    nn.AdaptiveMaxPool2d((None, 2), return_indices=True),
+                                    nn.AdaptiveMaxPool1d(3, return_indices=True)], ids=repr)
+def test_adaptive_max_pool_module_with_indices(module, tmp_path):
+    # pnnx writes one output holding (values, indices) and a prim::TupleUnpack after it
+    shape = (1, 3, 8) if "1d" in type(module).__name__ else (1, 3, 8, 7)
+    graph = check_op(module, shape, directory=tmp_path, batch=2)
+    assert "prim::TupleUnpack" in {op.type for op in graph.operators}
 
 
 def test_adaptive_max_pool_ties_report_the_first_index(tmp_path):

@@ -11,10 +11,12 @@ import numpy as np
 import pytest
 import torch
 import torch.nn as nn
+from handmade import make_operator, write_model
 from oracle import Lambda, check_dynamic, check_model, check_op
 
 import kuiperinfer
 from kuiperinfer.errors import InferError, LayerCreateError
+from kuiperinfer.layers import LayerRegisterer
 
 
 def op_types(graph):
@@ -167,3 +169,59 @@ def test_as_strided_storage_offset_and_bounds(tmp_path):
     param.write_text(text.replace("stride=(2,3)", "stride=(-2,3)"))
     with pytest.raises(LayerCreateError, match="must not be negative"):
         kuiperinfer.load(param)
+
+
+@pytest.mark.parametrize("groups", [1, 2, 3, 6])
+def test_channel_shuffle(groups, tmp_path):
+    graph = check_op(nn.ChannelShuffle(groups), (1, 6, 4, 5), directory=tmp_path, batch=2)
+    assert "nn.ChannelShuffle" in op_types(graph)
+    graph = check_op(nn.ChannelShuffle(groups), (1, 6, 7), directory=tmp_path, batch=3)
+
+
+def test_functional_channel_shuffle(tmp_path):
+    # pnnx has no name for F.channel_shuffle: it writes aten::channel_shuffle, the groups an input
+    graph = check_op(lambda x: torch.nn.functional.channel_shuffle(x, 3) * 2, (1, 6, 4, 5), directory=tmp_path,
+                     batch=2)
+    assert "aten::channel_shuffle" in op_types(graph)
+
+
+def test_channel_shuffle_of_indivisible_channels_raises_infer_error():
+    layer = LayerRegisterer.create_layer(make_operator("nn.ChannelShuffle", [[1, 4, 3]], groups=2))
+    with pytest.raises(InferError, match="cannot shuffle"):
+        layer.forward([np.zeros((1, 3, 3), np.float32)])
+    with pytest.raises(LayerCreateError, match="groups"):
+        LayerRegisterer.create_layer(make_operator("nn.ChannelShuffle", [[1, 4, 3]], groups=0))
+
+
+def size_model(directory, params: str, inputs: int = 1):
+    """x -> Tensor.size -> the int, then into an expression that uses it: pnnx's own form of
+    ``x.size(dim)`` (which an export folds into ``size(@0,dim)`` expressions)."""
+    dim_input = "pnnx.Input in1 0 1 d #d=()i64\n" if inputs == 2 else ""
+    operands = "x d" if inputs == 2 else "x"
+    text = (f"7767517\n{4 + inputs} {2 + inputs}\n"
+            "pnnx.Input in0 0 1 x #x=(1,3,4,5)f32\n" + dim_input +
+            f"Tensor.size op {inputs} 1 {operands} s {params} $input=x #x=(1,3,4,5)f32\n"
+            "pnnx.Expression expr 2 1 x s y expr=mul(@0,@1) #x=(1,3,4,5)f32 #y=(1,3,4,5)f32\n"
+            "pnnx.Output out0 1 0 y #y=(1,3,4,5)f32\n"
+            "pnnx.Output out1 1 0 s\n")
+    return write_model(directory, text, {}, name="size")
+
+
+@pytest.mark.parametrize("dim", [0, 1, 3, -1, -4])
+def test_tensor_size(dim, tmp_path):
+    graph = kuiperinfer.load(size_model(tmp_path, f"dim={dim}"))
+    for batch in (1, 2):
+        x = torch.randn(batch, 3, 4, 5)
+        y, size = graph.run(x.numpy())
+        assert type(size) is int and size == x.size(dim)
+        np.testing.assert_allclose(y, (x * x.size(dim)).numpy())
+
+
+def test_tensor_size_with_a_computed_dim_and_without_dim(tmp_path):
+    graph = kuiperinfer.load(size_model(tmp_path, "", inputs=2))
+    x = torch.randn(2, 3, 4, 5)
+    assert graph.run(x.numpy(), np.array(2))[1] == x.size(2)
+    whole = LayerRegisterer.create_layer(make_operator("Tensor.size", [[2, 3, 4, 5]]))
+    assert whole.forward([x.numpy()]) == [tuple(x.size())]
+    with pytest.raises(InferError, match="out of range"):
+        graph.run(x.numpy(), np.array(4))

@@ -8,9 +8,11 @@ where the signal itself has no batch dimension.
 import numpy as np
 import pytest
 import torch
+from handmade import make_operator
 from oracle import Branches, Lambda, check_model, export, torch_outputs
 
 import kuiperinfer
+from kuiperinfer.layers import LayerRegisterer
 
 
 def op_types(graph):
@@ -398,3 +400,136 @@ def test_complex_inputs_must_be_complex_and_real_inputs_real(tmp_path):
     with pytest.raises(kuiperinfer.KuiperError, match="'pnnx_input_1' is complex \\(complex64\\), the model "
                                                       "expects float32 values"):
         graph.run(np.ones((1, 4), np.complex64), np.ones((1, 4), np.complex64))
+
+
+# -- torchaudio -------------------------------------------------------------------------
+# torchaudio is not installed with this torch. Its two functions are written here from their
+# definitions (torchaudio.functional.spectrogram / inverse_spectrogram): pnnx recognises the
+# operators they trace to, whoever wrote the code, and writes the torchaudio types.
+
+def spectrogram(waveform, pad, window, n_fft, hop_length, win_length, power, normalized, center=True,
+                pad_mode="reflect", onesided=True):
+    if pad > 0:
+        waveform = torch.nn.functional.pad(waveform, (pad, pad), "constant")
+    frame_length_norm = normalized == "frame_length"
+    window_norm = normalized == "window" or normalized is True
+    shape = waveform.size()
+    waveform = waveform.reshape(-1, shape[-1])
+    spec_f = torch.stft(input=waveform, n_fft=n_fft, hop_length=hop_length, win_length=win_length, window=window,
+                        center=center, pad_mode=pad_mode, normalized=frame_length_norm, onesided=onesided,
+                        return_complex=True)
+    spec_f = spec_f.reshape(shape[:-1] + spec_f.shape[-2:])
+    if window_norm:
+        spec_f /= window.pow(2.0).sum().sqrt()
+    if power is not None:
+        if power == 1.0:
+            return spec_f.abs()
+        return spec_f.abs().pow(power)
+    return spec_f
+
+
+def inverse_spectrogram(spectrogram, length, pad, window, n_fft, hop_length, win_length, normalized, center=True,
+                        onesided=True):
+    frame_length_norm = normalized == "frame_length"
+    window_norm = normalized == "window" or normalized is True
+    if window_norm:
+        spectrogram = spectrogram * window.pow(2.0).sum().sqrt()
+    shape = spectrogram.size()
+    spectrogram = spectrogram.reshape(-1, shape[-2], shape[-1])
+    waveform = torch.istft(input=spectrogram, n_fft=n_fft, hop_length=hop_length, win_length=win_length,
+                           window=window, center=center, normalized=frame_length_norm, onesided=onesided,
+                           length=length + 2 * pad if length is not None else None, return_complex=False)
+    if length is not None and pad > 0:
+        waveform = waveform[:, pad:-pad]
+    return waveform.reshape(shape[:-2] + waveform.shape[-1:])
+
+
+class Spectrogram(torch.nn.Module):
+    def __init__(self, window_length=16, as_real=False, **options):
+        super().__init__()
+        self.register_buffer("window", torch.hann_window(window_length) + 0.1)
+        self.options, self.as_real = options, as_real
+
+    def forward(self, x):
+        y = spectrogram(x, window=self.window, **self.options)
+        return torch.view_as_real(y) if self.as_real else y
+
+
+class InverseSpectrogram(torch.nn.Module):
+    def __init__(self, window_length=16, **options):
+        super().__init__()
+        self.register_buffer("window", torch.hann_window(window_length) + 0.1)
+        self.options = options
+
+    def forward(self, z):
+        return inverse_spectrogram(z, None, window=self.window, **self.options)
+
+
+STFT_LENGTHS = dict(n_fft=16, hop_length=4, win_length=16)
+SPECTROGRAM_CASES = [
+    dict(power=None, normalized=False),
+    dict(power=2.0, normalized=False),
+    dict(power=1.0, normalized="window"),
+    dict(power=2.0, normalized="frame_length", center=False),
+    dict(power=2.0, normalized=False, pad=3, pad_mode="constant"),
+    dict(power=1.0, normalized=False, pad_mode="replicate", onesided=False),
+    dict(power=None, normalized="window", n_fft=20, hop_length=5, win_length=12),   # window shorter than n_fft
+]
+
+
+@pytest.mark.parametrize("shape", [(1, 64), (64,), (1, 2, 50)], ids=str)
+@pytest.mark.parametrize("case", SPECTROGRAM_CASES, ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()))
+def test_torchaudio_spectrogram(case, shape, tmp_path):
+    options = {**STFT_LENGTHS, "pad": 0, **case}
+    model = Spectrogram(options["win_length"], as_real=case["power"] is None, **options)
+    torch.manual_seed(0)
+    more = [[torch.randn(3, *shape[1:])]] if len(shape) > 1 else []
+    graph = check_model(model, [torch.randn(*shape)], tmp_path, more)
+    assert "torchaudio.functional.spectrogram" in {op.type for op in graph.operators}
+
+
+def test_torchaudio_spectrogram_complex_output(tmp_path):
+    # the complex spectrogram itself as the model's output
+    graph = check_model(Spectrogram(power=None, normalized=False, pad=0, **STFT_LENGTHS), [torch.randn(2, 40)],
+                        tmp_path)
+    assert graph.run(np.zeros((2, 40), np.float32))[0].dtype == np.complex64
+
+
+@pytest.mark.parametrize("case", [dict(normalized=False), dict(normalized="window"),
+                                  dict(normalized="frame_length"), dict(normalized=False, center=False),
+                                  dict(normalized=False, n_fft=20, hop_length=5, win_length=12)],
+                         ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()))
+def test_torchaudio_inverse_spectrogram(case, tmp_path):
+    options = {**STFT_LENGTHS, "pad": 0, **case}
+    model = InverseSpectrogram(options["win_length"], **options)
+    stft = dict(n_fft=options["n_fft"], hop_length=options["hop_length"], win_length=options["win_length"],
+                window=model.window, center=options.get("center", True), return_complex=True)
+    generator = torch.Generator().manual_seed(0)
+    spectra = [torch.stft(torch.randn(batch, 64, generator=generator), **stft) for batch in (1, 3)]
+    graph = check_model(model, [spectra[0]], tmp_path, [[spectra[1]]])
+    assert "torchaudio.functional.inverse_spectrogram" in {op.type for op in graph.operators}
+
+
+def test_torchaudio_inverse_of_the_spectrogram_is_the_waveform(tmp_path):
+    class RoundTrip(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.forward_transform = Spectrogram(power=None, normalized="window", pad=0, **STFT_LENGTHS)
+            self.inverse = InverseSpectrogram(normalized="window", pad=0, **STFT_LENGTHS)
+
+        def forward(self, x):
+            return self.inverse(self.forward_transform(x))
+
+    x = torch.randn(2, 64)
+    graph = check_model(RoundTrip(), [x], tmp_path)
+    np.testing.assert_allclose(graph.run(x.numpy())[0], x.numpy(), atol=1e-5)
+
+
+def test_torchaudio_spectrogram_pads_itself_when_the_file_says_so():
+    # pnnx moves spectrogram(pad=3) into an F.pad before it; a file may still hold pad=3
+    op = make_operator("torchaudio.functional.spectrogram", [[2, 64], [16]], n_fft=16, hop_length=4, win_length=16,
+                       pad=3, power=2, center=True, pad_mode="constant", onesided=True, normalized="window")
+    layer = LayerRegisterer.create_layer(op)
+    x, window = torch.randn(2, 64), torch.hann_window(16)
+    expected = spectrogram(x, 3, window, 16, 4, 16, 2.0, "window", pad_mode="constant")
+    np.testing.assert_allclose(layer.forward([x.numpy(), window.numpy()])[0], expected.numpy(), rtol=1e-4, atol=1e-4)
