@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import sys
 import threading
+import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -69,6 +70,8 @@ multiply and an add, which changes results only in the last bit."""
 F = TypeVar("F", bound=Callable[..., Any])
 KERNELS: list[Any] = []
 """Every compiled kernel (Numba dispatchers), in the order they were defined."""
+_SECONDS: dict[Any, float] = {}
+"""Per kernel, the seconds compiling it took in this process (loads from the cache are not timed)."""
 
 if not AVAILABLE:
     warnings.warn(f"Numba could not be imported ({IMPORT_ERROR}): kuiperinfer runs on its NumPy reference "
@@ -114,12 +117,14 @@ def kernel_array(x: np.ndarray) -> np.ndarray:
 @dataclass(frozen=True)
 class KernelStats:
     """How one kernel came to be in this process: its compiled signatures, how many were
-    loaded from the cache and how many compiled here."""
+    loaded from the cache and how many compiled here, and the seconds compiling took (a
+    kernel's time includes that of the kernels it calls that compiled with it)."""
 
     name: str
     signatures: int
     cache_hits: int
     compiled: int
+    seconds: float
 
 
 def kernel_stats() -> list[KernelStats]:
@@ -129,7 +134,8 @@ def kernel_stats() -> list[KernelStats]:
         hits, misses = dispatcher.stats.cache_hits, dispatcher.stats.cache_misses
         if dispatcher.signatures:
             stats.append(KernelStats(f"{dispatcher.py_func.__module__}.{dispatcher.py_func.__qualname__}",
-                                     len(dispatcher.signatures), sum(hits.values()), sum(misses.values())))
+                                     len(dispatcher.signatures), sum(hits.values()), sum(misses.values()),
+                                     _SECONDS.get(dispatcher, 0.0)))
     return stats
 
 
@@ -146,10 +152,20 @@ def _announce(dispatcher: Any) -> None:
 
 if AVAILABLE:
     class _CompileNotice(numba_events.Listener):
+        """Announces the first compilation and times every kernel's (per thread: the
+        engine's threads may compile at once)."""
+
+        def __init__(self) -> None:
+            self.started = threading.local()
+
         def on_start(self, event: Any) -> None:
             _announce(event.data["dispatcher"])
+            self.started.__dict__[id(event.data["dispatcher"])] = time.perf_counter()
 
         def on_end(self, event: Any) -> None:
-            pass
+            dispatcher = event.data["dispatcher"]
+            started = self.started.__dict__.pop(id(dispatcher), None)
+            if started is not None:
+                _SECONDS[dispatcher] = _SECONDS.get(dispatcher, 0.0) + time.perf_counter() - started
 
     numba_events.register("numba:compile", _CompileNotice())

@@ -15,7 +15,7 @@ from kuiperinfer.kernels import jit
 graph = kuiperinfer.load({str(DEMO_CNN)!r})
 out = graph(np.ones((2, 3, 64, 64), np.float32))
 print(json.dumps({{"available": jit.AVAILABLE, "sum": float(out.sum()),
-                   "kernels": [[s.name, s.cache_hits, s.compiled] for s in jit.kernel_stats()]}}))
+                   "kernels": [[s.name, s.cache_hits, s.compiled, s.seconds] for s in jit.kernel_stats()]}}))
 """
 
 
@@ -34,9 +34,10 @@ def test_a_second_process_takes_every_kernel_from_the_cache(tmp_path):
     first = run_python(LOAD_AND_REPORT, str(tmp_path))
     second = run_python(LOAD_AND_REPORT, str(tmp_path))
     cold, warm = report(first), report(second)
-    assert cold["kernels"] and all(compiled >= 1 for _, _, compiled in cold["kernels"])
+    assert cold["kernels"] and all(compiled >= 1 and seconds > 0 for _, _, compiled, seconds in cold["kernels"])
     assert first.stderr.count(NOTICE) == 1
-    assert warm["kernels"] and all(hits >= 1 and compiled == 0 for _, hits, compiled in warm["kernels"])
+    assert warm["kernels"] and all(hits >= 1 and compiled == 0 and seconds == 0
+                                   for _, hits, compiled, seconds in warm["kernels"])
     assert NOTICE not in second.stderr
     assert warm["sum"] == cold["sum"]
     assert any(tmp_path.joinpath("numba").rglob("*.nbi"))
@@ -48,7 +49,7 @@ def test_an_unwritable_cache_still_runs_and_says_so(tmp_path):
     blocker.write_text("")
     process = run_python(LOAD_AND_REPORT, str(blocker))
     assert "cannot be written" in process.stderr
-    assert report(process)["kernels"] and all(compiled >= 1 for _, _, compiled in report(process)["kernels"])
+    assert report(process)["kernels"] and all(compiled >= 1 for _, _, compiled, _ in report(process)["kernels"])
 
 
 def test_without_numba_the_reference_kernels_run_after_one_warning(tmp_path):
