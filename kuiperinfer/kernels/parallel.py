@@ -23,9 +23,11 @@ from typing import Any, TypeVar
 
 INTRA_OP_THREADS: ContextVar[int] = ContextVar("kuiper_intra_op_threads", default=1)
 """Threads a kernel may share its parts among in the current context (1: one thread)."""
-MIN_PARALLEL_WORK = 1 << 24
-"""Fewest multiply-adds an operator shares among threads: the hand-off to another thread
-and back then costs a few percent of the operator's time."""
+MIN_PARALLEL_WORK = 24 << 20
+"""Fewest multiply-adds an operator shares among threads. A share costs more than its
+hand-offs (the threads pass the GIL back and forth as each starts its part): the next
+operator, run by one thread, then reads an input half of which the other core wrote, so
+smaller operators run faster whole (measured in docs/performance.md)."""
 
 Part = TypeVar("Part")
 

@@ -27,16 +27,12 @@ from kuiperinfer.kernels.parallel import even_step, run_parts, threads_for
 
 Padding = tuple[tuple[int, int], tuple[int, int]]
 
-DEPTHWISE_WORK = 4
-"""Matrix-product multiply-adds one depthwise multiply-add counts as when deciding whether
-to share an operator among threads (:data:`~kuiperinfer.kernels.parallel.MIN_PARALLEL_WORK`):
-the depthwise kernel runs at about a quarter of BLAS's rate."""
 STRIPE_BYTES = 1 << 20
 """Size of the buffer of expanded rows a stripe of output rows reads: small enough to stay
 in the core's cache between the product that writes it and the kernel that reads it."""
 PART_WORK = 1 << 21
-"""Multiply-adds (counted as :data:`DEPTHWISE_WORK` says) a part of an operator shared among
-threads should hold at least: a hand-off costs tens of microseconds."""
+"""Multiply-adds a part of an operator shared among threads should hold at least: a
+hand-off costs tens of microseconds."""
 PARTS_PER_THREAD = 4
 """Parts per thread at most, so that a thread the machine deschedules leaves its share to
 the others."""
@@ -140,7 +136,7 @@ class CompiledDepthwise:
         oh = output_size(h, kh, stride[0], *padding[0])
         ow = output_size(w, kw, stride[1], *padding[1])
         out = np.empty((n, oh, ow, c), np.float32)
-        work = DEPTHWISE_WORK * n * oh * ow * c * kh * kw
+        work = n * oh * ow * c * kh * kw
         every = slice(0, c)
 
         def run(part: Part) -> None:
@@ -201,7 +197,7 @@ def pointwise_depthwise(x: np.ndarray, matrix: np.ndarray, pointwise: CompiledEp
     oh = output_size(h, kh, sh, *padding[0])
     ow = output_size(w, kw, stride[1], *padding[1])
     out = np.empty((n, oh, ow, channels), np.float32)
-    work = n * h * w * c_in * channels + DEPTHWISE_WORK * n * oh * ow * channels * kh * kw
+    work = n * h * w * c_in * channels + n * oh * ow * channels * kh * kw
     parts = parts_of(n, oh, channels, work, threads_for(work), max(0, kh - sh), sh, FUSED_PARTS_PER_THREAD)
 
     def run(part: Part) -> None:
