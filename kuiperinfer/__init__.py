@@ -41,9 +41,10 @@ def load(param_path: str | os.PathLike, bin_path: str | os.PathLike | None = Non
     :mod:`kuiperinfer.runtime.memory`). ``max_tensor_bytes`` bounds what the model may
     declare for one weight or operand (default 4 GiB): larger ones are refused before
     anything is allocated. ``warmup`` runs the built graph once on zeros of its declared
-    input shapes before returning (:meth:`RuntimeGraph.warm_up`), so that the first call
-    is as fast and adds as little memory as the rest; an error there is raised from
-    ``load``. ``seed`` seeds the random operators (``torch.randn``, ``torch.normal``, ...):
+    input shapes before returning (:meth:`RuntimeGraph.warm_up`; a size pnnx left open
+    taken as 1), so that the first call is as fast and adds as little memory as the rest;
+    an error there is raised from ``load``, unless it came from such a size. ``seed``
+    seeds the random operators (``torch.randn``, ``torch.normal``, ...):
     the same model loaded with the same seed and options draws the same values, call after
     call (see :mod:`kuiperinfer.layers.randomness`). ``graph_class`` may be a subclass of
     RuntimeGraph that overrides ``run_node`` to trace or profile (as

@@ -1,19 +1,22 @@
-"""The compile-cost benchmark: a cold process compiles the kernels, a warm one loads them all."""
+"""The compile-cost benchmark: a cold process compiles the kernels, a warm one loads them all,
+one without Numba has none."""
 
 import re
 
-from benchmarks.compile_costs import report, run_child
+from benchmarks.compile_costs import measure_model, report
 from benchmarks.engines import pnnx_file
 from benchmarks.models import MODELS
 
 
-def test_cold_process_compiles_and_warm_process_compiles_nothing(tmp_path):
-    models = [("efficientnet_lite0", str(pnnx_file(MODELS["efficientnet_lite0"], tmp_path)), [1])]
-    cold = run_child(models, tmp_path / "kernels")
-    warm = run_child(models, tmp_path / "kernels")
-    assert cold["models"][0]["compiled"] >= 1 and warm["models"][0]["compiled"] == 0
-    assert all(kernel["seconds"] > 0 for kernel in cold["kernels"])
-    assert warm["kernels"] and all(kernel["cache_hits"] >= 1 and kernel["seconds"] == 0 for kernel in warm["kernels"])
-    table = report(cold, warm)
-    assert re.search(r"\| efficientnet_lite0 \| [1-9]\d* \| [\d.]+ \| [\d.]+ \| b1 [\d.]+ \| b1 [\d.]+ \|", table)
-    assert "`depthwise.depthwise_rows`" in table
+def test_cold_process_compiles_warm_process_loads_and_reference_has_no_kernels(tmp_path):
+    param = str(pnnx_file(MODELS["efficientnet_lite0"], tmp_path))
+    result = measure_model("efficientnet_lite0", param, [1])
+    cold, warm, reference = result["cold"], result["warm"], result["without_numba"]
+    assert cold["kernels"] and all(k["compiled"] >= 1 and k["seconds"] > 0 for k in cold["kernels"])
+    assert len(warm["kernels"]) == len(cold["kernels"])
+    assert all(k["cache_hits"] >= 1 and k["compiled"] == 0 and k["seconds"] == 0 for k in warm["kernels"])
+    assert reference["kernels"] == []
+    table = report({"efficientnet_lite0": result})
+    assert re.search(r"\| efficientnet_lite0 \| [1-9]\d* \| [\d.]+ \| [\d.]+ \| [\d.]+ \| b1 [\d.]+ \| b1 [\d.]+ \| "
+                     r"b1 [\d.]+ \|", table)
+    assert "`depthwise.depthwise_rows` | 1 |" in table

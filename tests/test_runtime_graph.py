@@ -182,12 +182,24 @@ def test_load_warms_up_on_zeros_of_the_declared_shapes_unless_told_not_to(model_
         np.testing.assert_array_equal(got, want)
 
 
-def test_warm_up_skips_inputs_of_undeclared_shape_and_needs_a_built_graph(tmp_path):
-    graph = RuntimeGraph(write_model(tmp_path, PARAM.replace("#a=(1,4)f32", "#a=(?,4)f32")))
+def test_warm_up_takes_an_open_size_as_1_and_needs_a_built_graph(tmp_path):
+    graph = Counting(write_model(tmp_path, PARAM.replace("#a=(1,4)f32", "#a=(?,4)f32")))
     with pytest.raises(GraphError, match="build"):
         graph.warm_up()
     graph.build()
-    assert graph.warm_up() is False
+    assert graph.warm_up() is True and graph.ran == len(graph._plan)
+
+
+def test_warm_up_is_skipped_when_the_graph_cannot_run_with_an_open_size_as_1(tmp_path):
+    param = PARAM
+    for name in "absr":
+        param = param.replace(f"#{name}=(1,4)f32", f"#{name}=(1,?)f32")
+    graph = Counting(write_model(tmp_path, param))
+    graph.build()
+    assert graph.warm_up() is False              # the Linear needs 4 features, not 1
+    a, b = np.ones((1, 4), np.float32), np.full((1, 4), -0.5, np.float32)
+    for got, want in zip(graph.run(a, b), reference(a, b)):
+        np.testing.assert_allclose(got, want, atol=1e-6)
 
 
 def test_warm_up_is_not_profiled(model_path):

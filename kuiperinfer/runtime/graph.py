@@ -350,19 +350,27 @@ class RuntimeGraph:
 
         A graph's first run pays one-off costs that later runs do not: the memory its
         values take (which an optimised load's allocator keeps for the next run), BLAS's
-        buffers, the intra-op helper thread. Warming up pays them now, so the first real
-        call is as fast and adds as little memory as any other. It goes around
-        :meth:`run`, so a profiling graph does not record it. Returns False, without
-        running, when an input's shape is not fully declared.
+        buffers, the intra-op helper thread, loading the compiled kernels. Warming up pays
+        them now, so the first real call is as fast and adds as little memory as any other.
+        A size pnnx left open (``?``, such as a dynamic batch) is taken as 1; if the graph
+        cannot run with that size, the warm-up is skipped and the first call pays instead.
+        It goes around :meth:`run`, so a profiling graph does not record it. Returns whether
+        it ran (False, without running, when an input's rank is not declared).
         """
         if self.graph_state != GraphState.Complete:
             raise GraphError(f"the graph is in state {self.graph_state.name}; call build() first")
         operands = self.graph_input_operands()
-        if not operands or any(not o.shapes or min(o.shapes) < 1 for o in operands):
+        if not operands or any(not o.shapes for o in operands):
             return False
-        zeros = [np.zeros(o.shapes, numpy_dtype(o.type) or np.float32) for o in operands]
-        with np.errstate(all="ignore"):  # zeros may divide by zero where real inputs do not
-            self._execute(zeros)
+        open_sizes = any(min(o.shapes) < 1 for o in operands)
+        zeros = [np.zeros([max(1, size) for size in o.shapes], numpy_dtype(o.type) or np.float32) for o in operands]
+        try:
+            with np.errstate(all="ignore"):  # zeros may divide by zero where real inputs do not
+                self._execute(zeros)
+        except KuiperError:
+            if open_sizes:   # the model needs another size where pnnx wrote "?": not its error
+                return False
+            raise
         return True
 
     def _execute(self, values: Sequence[np.ndarray]) -> list[np.ndarray]:
