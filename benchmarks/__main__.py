@@ -8,7 +8,7 @@ time (:mod:`benchmarks.alternate`). The memory each engine adds to its process, 
 the model and at its peak while inferring, is measured in a fresh spawned process per engine
 (in a process that already ran the model the allocator would keep what the runs freed and
 hide the peak). kuiperinfer's loading ends with a warm-up run on zeros when the model
-declares its input shapes (not for the transformers, exported with a dynamic batch), so what
+declares its input shapes (a dynamic batch taken as 1, as for the transformers), so what
 its first inference would allocate then counts as loaded; compare the sum of the two columns.
 
 ``--busy N`` times the same table on a shared machine: N single-threaded CPU-bound
