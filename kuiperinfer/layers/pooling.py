@@ -31,7 +31,7 @@ from kuiperinfer.kernels.pooling import adaptive_avg_pool2d, adaptive_max_pool2d
 from kuiperinfer.kernels.windows import as_batched, avg_pool, max_pool
 from kuiperinfer.layers.base import NonParamLayer
 from kuiperinfer.layers.convolution import as_2d, from_2d, spatial_ints, spatial_rank
-from kuiperinfer.layers.pooling3d import IndicesOutput
+from kuiperinfer.layers.pooling3d import IndicesOutput, check_window
 from kuiperinfer.runtime.operator import RuntimeOperator
 from kuiperinfer.runtime.registry import register_layer
 
@@ -54,12 +54,7 @@ class PoolWindow:
         stride = spatial_ints(op, "stride", rank, 1, Status.kParameterMissingStride, kernel[2 - rank:])
         padding = spatial_ints(op, "padding", rank, 0, Status.kParameterMissingPadding, (0,) * rank)
         dilation = spatial_ints(op, "dilation", rank, 1, Status.kParameterMissingUnknown, (1,) * rank)
-        if min(kernel) < 1 or min(stride) < 1 or min(dilation) < 1:
-            raise op.error(f"kernel {kernel}, stride {stride} and dilation {dilation} must be positive",
-                           Status.kParameterInvalidValue)
-        if any(p < 0 or 2 * p > k for p, k in zip(padding, kernel)):
-            raise op.error(f"padding {padding} must be between 0 and half the kernel {kernel}",
-                           Status.kParameterMissingPadding)
+        check_window(op, kernel, stride, padding, dilation)
         return cls(kernel, stride, padding, dilation, op.param_bool("ceil_mode", default=False))
 
 

@@ -30,6 +30,17 @@ from kuiperinfer.runtime.registry import register_layer
 Sizes = tuple[int, ...]
 
 
+def check_window(op: RuntimeOperator, kernel: Sizes, stride: Sizes, padding: Sizes, dilation: Sizes) -> None:
+    """Raise the operator's error unless the window's sizes are positive and its padding at
+    most half the kernel (as PyTorch requires)."""
+    if min(kernel) < 1 or min(stride) < 1 or min(dilation) < 1:
+        raise op.error(f"kernel {kernel}, stride {stride} and dilation {dilation} must be positive",
+                       Status.kParameterInvalidValue)
+    if any(p < 0 or 2 * p > k for p, k in zip(padding, kernel)):
+        raise op.error(f"padding {padding} must be between 0 and half the kernel {kernel}",
+                       Status.kParameterMissingPadding)
+
+
 @dataclass(frozen=True)
 class Window:
     """Kernel, stride, padding and dilation of a pooling window, one size per spatial axis."""
@@ -47,12 +58,7 @@ class Window:
         stride = op.param_ints("stride", rank, Status.kParameterMissingStride, default=kernel)
         padding = op.param_ints("padding", rank, Status.kParameterMissingPadding, default=(0,) * rank)
         dilation = op.param_ints("dilation", rank, Status.kParameterMissingUnknown, default=(1,) * rank)
-        if min(kernel) < 1 or min(stride) < 1 or min(dilation) < 1:
-            raise op.error(f"kernel {kernel}, stride {stride} and dilation {dilation} must be positive",
-                           Status.kParameterInvalidValue)
-        if any(p < 0 or 2 * p > k for p, k in zip(padding, kernel)):
-            raise op.error(f"padding {padding} must be between 0 and half the kernel {kernel}",
-                           Status.kParameterMissingPadding)
+        check_window(op, kernel, stride, padding, dilation)
         return cls(kernel, stride, padding, dilation, op.param_bool("ceil_mode", default=False))
 
 
