@@ -200,13 +200,19 @@ def _weight_operand_kernel(op: RuntimeOperator) -> Triple:
     return tuple(shape[2:])
 
 
-def _run_weight(weight: Any, kernel: Triple) -> np.ndarray:
-    """A weight given at run time, checked against the kernel recorded at export."""
-    weight = np.asarray(weight, np.float32)
-    if weight.ndim != RANK + 2 or tuple(weight.shape[2:]) != kernel:
-        raise InferError(f"weight of shape {weight.shape} does not fit kernel {kernel}",
+def _run_weight_and_bias(inputs: Sequence[Any], geometry: Geometry3d,
+                         bias_input: int | None) -> tuple[np.ndarray, Any]:
+    """The weight (checked against the kernel recorded at export and the groups) and the
+    optional bias of a functional convolution, given as its inputs at run time."""
+    weight = np.asarray(inputs[1], np.float32)
+    if weight.ndim != RANK + 2 or tuple(weight.shape[2:]) != geometry.kernel:
+        raise InferError(f"weight of shape {weight.shape} does not fit kernel {geometry.kernel}",
                          status=InferStatus.kInferFailedWeightParameterError)
-    return weight
+    if weight.shape[0] % geometry.groups:
+        raise InferError(f"weight of shape {weight.shape} does not split into {geometry.groups} groups",
+                         status=InferStatus.kInferFailedWeightParameterError)
+    bias = inputs[bias_input] if bias_input is not None and bias_input < len(inputs) else None
+    return weight, bias
 
 
 def _unbatched_result(out: np.ndarray, unbatched: bool) -> np.ndarray:
@@ -255,11 +261,7 @@ class FunctionalConvolution3d(Layer):
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         x, unbatched = as_batched(inputs[0], RANK, "conv3d")
-        weight = _run_weight(inputs[1], self.geometry.kernel)
-        if weight.shape[0] % self.geometry.groups:
-            raise InferError(f"weight of shape {weight.shape} does not split into {self.geometry.groups} groups",
-                             status=InferStatus.kInferFailedWeightParameterError)
-        bias = inputs[self.bias_input] if self.bias_input is not None and self.bias_input < len(inputs) else None
+        weight, bias = _run_weight_and_bias(inputs, self.geometry, self.bias_input)
         out = conv3d(x, pack_weight(weight, self.geometry.groups), bias, self.geometry)
         return [_unbatched_result(out, unbatched)]
 
@@ -305,10 +307,6 @@ class FunctionalTransposedConvolution3d(Layer):
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         x, unbatched = as_batched(inputs[0], RANK, "conv_transpose3d")
-        weight = _run_weight(inputs[1], self.geometry.kernel)
-        if weight.shape[0] % self.geometry.groups:
-            raise InferError(f"weight of shape {weight.shape} does not split into {self.geometry.groups} groups",
-                             status=InferStatus.kInferFailedWeightParameterError)
-        bias = inputs[self.bias_input] if self.bias_input is not None and self.bias_input < len(inputs) else None
+        weight, bias = _run_weight_and_bias(inputs, self.geometry, self.bias_input)
         out = conv_transpose3d(x, weight, bias, self.geometry, self.output_padding)
         return [_unbatched_result(out, unbatched)]
