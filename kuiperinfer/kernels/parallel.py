@@ -98,14 +98,18 @@ def even_step(length: int, step: int, threads: int, images: int = 1) -> int:
 
 
 class _Task:
-    """One :func:`run_parts` call: its parts, the next one to take, and how many are left."""
+    """One :func:`run_parts` call: its parts, the next one to take, and how many are left.
+
+    Its signals are plain locks, not Events or Semaphores: those run Python code around a
+    lock on every call, which a hand-off between threads pays for several times."""
 
     def __init__(self, parts: Sequence[Any], run: Callable[[Any], object]):
         self.parts, self.run = parts, run
         self._next = itertools.count()   # next() on it is atomic under the GIL
         self._lock = threading.Lock()
         self._left = len(parts)
-        self.finished = threading.Event()
+        self._done = threading.Lock()
+        self._done.acquire()             # released by whichever thread finishes the last part
         self.error: BaseException | None = None
 
     def work(self) -> None:
@@ -118,15 +122,21 @@ class _Task:
                     self.error = self.error or error
             with self._lock:
                 self._left -= 1
-                if self._left == 0:
-                    self.finished.set()
+                last = self._left == 0
+            if last:
+                self._done.release()
+
+    def wait(self) -> None:
+        """Return once every part has run."""
+        self._done.acquire()
 
 
 class _Helper:
     """A thread that works on the :class:`_Task` it is handed, then offers itself again."""
 
     def __init__(self) -> None:
-        self._wake = threading.Semaphore(0)
+        self._wake = threading.Lock()    # released once per task handed over
+        self._wake.acquire()
         self._task: _Task | None = None
         threading.Thread(target=self._serve, name="kuiper-intra-op", daemon=True).start()
 
@@ -191,6 +201,6 @@ def share_parts(parts: Sequence[Part], run: Callable[[Part], object], threads: i
     for helper in _take_helpers(threads - 1):
         helper.start(task)
     task.work()
-    task.finished.wait()
+    task.wait()
     if task.error is not None:
         raise task.error
