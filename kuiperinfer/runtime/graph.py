@@ -20,8 +20,8 @@ the graph, so one graph serves many threads.
 
 Threads: a run uses ``workers`` threads, the caller's and the engine's own helpers
 (:mod:`kuiperinfer.kernels.parallel`), with BLAS limited to one thread. A batch of several
-samples is cut into chunks of contiguous samples that the threads take one at a time, each
-running a chunk through the whole graph; the outputs are joined along dimension 0. This
+samples is cut into chunks of contiguous samples, one per thread, that the threads take as
+they come free, each running a chunk through the whole graph; the outputs are joined along dimension 0. This
 happens only when the graph is *batch-separable*: every layer that sees a value derived
 from the inputs declares :attr:`Layer.batch_independent` (sample ``i`` of its outputs
 depends only on sample ``i`` of its inputs). Other graphs, and batches of one, run whole
@@ -52,9 +52,10 @@ from kuiperinfer.runtime.registry import LayerRegisterer
 INPUT_TYPE = "pnnx.Input"
 OUTPUT_TYPE = "pnnx.Output"
 TUPLE_TYPES = ("prim::TupleConstruct", "prim::ListConstruct")
-CHUNKS_PER_WORKER = 2
-"""Chunks a batch is cut into per thread: more chunks than threads, so that a thread the
-machine has descheduled leaves its remaining chunks to the others."""
+CHUNKS_PER_WORKER = 1
+"""Chunks a batch is cut into per thread. Every chunk pays each operator's Python dispatch
+under the GIL and runs smaller products, so one chunk per thread beats more, quiet or busy
+(docs/performance.md); a thread that comes free still takes a chunk not yet started."""
 
 
 class GraphState(IntEnum):
