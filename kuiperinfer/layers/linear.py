@@ -3,8 +3,12 @@
 With its compiled kernels, nn.Linear computes into a fresh array in parts that the
 engine's threads share (:mod:`~kuiperinfer.kernels.parallel`), each part's bias and fused
 activation applied while it is in cache: blocks of rows, or for few rows (a sentence of
-tokens) blocks of output columns, since BLAS runs a product of few rows badly when its
-rows are cut further.
+tokens, a batch of feature vectors) blocks of output features. A product of few rows
+takes the time of reading its weight from memory, so it is computed transposed,
+``W x^T``: each thread then reads whole rows of the (out, in) weight as the model stores
+them, once, where ``x W^T`` has BLAS copy the weight into its own layout first. A single
+row is a matrix-vector product, which reads the weight once either way and fastest in one
+thread.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import numpy as np
 from kuiperinfer.errors import InferError, InferStatus
 from kuiperinfer.errors import ParseParameterAttrStatus as Status
 from kuiperinfer.kernels.compiled.activation import ActivationCode
-from kuiperinfer.kernels.compiled.epilogue import finish_columns, finish_rows
+from kuiperinfer.kernels.compiled.epilogue import finish_rows, finish_transposed
 from kuiperinfer.kernels.elementwise import InplaceActivation
 from kuiperinfer.kernels.parallel import run_parts, threads_for
 from kuiperinfer.layers.base import Layer, ParamLayer, compiled, declared_rank
@@ -44,7 +48,9 @@ def linear(x: np.ndarray, weight_t: np.ndarray, bias: np.ndarray | None) -> np.n
 
 
 FEW_ROWS = 100
-"""Rows up to which the threads share a product's output columns rather than its rows."""
+"""Rows up to which a product of two rows or more is computed transposed, its output features shared among the
+threads, and judged for sharing by its weight: as if it had FEW_ROWS rows, since its time is
+the weight's reading rather than its multiply-adds."""
 PARTS_PER_THREAD = 2
 """Parts a shared product is cut into per thread, so that a descheduled thread's part
 goes to another."""
@@ -103,21 +109,33 @@ class Linear(ParamLayer):
         check_features(x, in_features)
         rows = x.reshape(-1, in_features)
         y = np.empty((rows.shape[0], out_features), np.float32)
+        if 1 < len(rows) <= FEW_ROWS:
+            self._few_rows(rows, y)
+            return [y.reshape(*x.shape[:-1], out_features)]
         work = rows.size * out_features
         threads = threads_for(work)
-        if threads > 1 and len(rows) <= FEW_ROWS:
-            def columns(part: tuple[int, int]) -> None:
-                np.matmul(rows, self._weight_t[:, part[0]:part[1]], out=y[:, part[0]:part[1]])
-                finish_columns(y, self._bias_row, part[0], part[1], *self._code)
-            run_parts(column_parts(out_features, threads * PARTS_PER_THREAD), work, columns)
-        else:
-            step = -(-len(rows) // (threads * PARTS_PER_THREAD)) if threads > 1 else max(1, len(rows))
+        step = -(-len(rows) // (threads * PARTS_PER_THREAD)) if threads > 1 else max(1, len(rows))
 
-            def block(start: int) -> None:
-                np.matmul(rows[start:start + step], self._weight_t, out=y[start:start + step])
-                finish_rows(y[start:start + step], self._bias_row, *self._code)
-            run_parts(range(0, len(rows), step), work, block)
+        def block(start: int) -> None:
+            np.matmul(rows[start:start + step], self._weight_t, out=y[start:start + step])
+            finish_rows(y[start:start + step], self._bias_row, *self._code)
+        run_parts(range(0, len(rows), step), work, block)
         return [y.reshape(*x.shape[:-1], out_features)]
+
+    def _few_rows(self, rows: np.ndarray, y: np.ndarray) -> None:
+        """``y = activation(rows W^T + b)`` computed as ``W rows^T``, blocks of output features
+        shared among the threads."""
+        weight = self._weight
+        rows_t = np.ascontiguousarray(rows.T)
+        y_t = np.empty((weight.shape[0], len(rows)), np.float32)
+        work = FEW_ROWS * weight.size
+        threads = threads_for(work)
+
+        def features(part: tuple[int, int]) -> None:
+            np.matmul(weight[part[0]:part[1]], rows_t, out=y_t[part[0]:part[1]])
+            finish_transposed(y_t, y, self._bias_row, part[0], part[1], *self._code)
+        parts = column_parts(weight.shape[0], threads * PARTS_PER_THREAD) if threads > 1 else [(0, weight.shape[0])]
+        run_parts(parts, work, features)
 
 
 @register_layer("F.linear")

@@ -12,6 +12,7 @@ from kuiperinfer.kernels.compiled.normalization import layer_norm_rows
 from kuiperinfer.kernels.compiled.softmax import softmax_rows
 from kuiperinfer.kernels.elementwise import Epilogue, InplaceActivation
 from kuiperinfer.layers.attention import attention, fast_attention
+from kuiperinfer.layers.linear import FEW_ROWS, Linear
 from kuiperinfer.layers.normalization import standardize
 from kuiperinfer.layers.softmax import softmax
 
@@ -106,10 +107,33 @@ def test_gelu_fused_into_the_epilogue_matches_the_reference(act, shape):
     np.testing.assert_allclose(ours, reference, atol=5e-6, rtol=1e-5)
 
 
-def test_finish_columns_finishes_only_its_columns():
+def test_finish_transposed_finishes_only_its_columns():
     block = RNG.standard_normal((5, 40)).astype(np.float32)
     bias = RNG.standard_normal(40).astype(np.float32)
-    ours, reference = block.copy(), block.copy()
-    epilogue.finish_columns(ours, bias, 16, 32, *epilogue.ActivationCode.of(InplaceActivation("gelu")))
+    ours = np.full((5, 40), 7.0, np.float32)
+    reference = ours.copy()
+    reference[:, 16:32] = block[:, 16:32]
+    epilogue.finish_transposed(np.ascontiguousarray(block.T), ours, bias, 16, 32,
+                               *epilogue.ActivationCode.of(InplaceActivation("gelu")))
     Epilogue(bias[16:32], InplaceActivation("gelu"))(reference[:, 16:32])
     np.testing.assert_allclose(ours, reference, atol=2e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("rows", [0, 1, 5, FEW_ROWS, FEW_ROWS + 1, 197])
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("activation", [None, "gelu", "relu"])
+def test_compiled_linear_matches_the_reference(rows, threads, activation, monkeypatch):
+    """Few rows go transposed, in blocks of output features; more rows in blocks of rows."""
+    weight = RNG.standard_normal((70, 48), dtype=np.float32)
+    bias = RNG.standard_normal(70, dtype=np.float32)
+    act = None if activation is None else InplaceActivation(activation)
+    x = RNG.standard_normal((rows, 2, 48), dtype=np.float32)[:, 1]      # rows one apart in memory
+    monkeypatch.setattr(parallel, "MIN_PARALLEL_WORK", 1)
+    token = parallel.INTRA_OP_THREADS.set(threads)
+    try:
+        ours = Linear("fc", weight, bias, act, compiled=True).forward([x])[0]
+    finally:
+        parallel.INTRA_OP_THREADS.reset(token)
+    expected = Linear("fc", weight, bias, act, compiled=False).forward([x])[0]
+    assert ours.shape == expected.shape == (rows, 70)
+    np.testing.assert_allclose(ours, expected, atol=1e-5, rtol=1e-5)

@@ -23,10 +23,13 @@ def finish_rows(out: np.ndarray, bias: np.ndarray, code: int, a: np.float32, b: 
 
 
 @kernel
-def finish_columns(out: np.ndarray, bias: np.ndarray, start: int, stop: int, code: int, a: np.float32,
-                   b: np.float32) -> None:
-    """``out[:, start:stop] = activation(out[:, start:stop] + bias[start:stop])`` in place over
-    the (P, K) ``out``: the columns one thread computed of a product shared by columns."""
+def finish_transposed(out_t: np.ndarray, out: np.ndarray, bias: np.ndarray, start: int, stop: int, code: int,
+                      a: np.float32, b: np.float32) -> None:
+    """``out[:, start:stop] = activation(out_t[start:stop].T + bias[start:stop])``: rows
+    ``start:stop`` of a product computed transposed, the (K, P) ``out_t``, into the (P, K) ``out``."""
+    for j in range(start, stop):
+        for i in range(out.shape[0]):
+            out[i, j] = out_t[j, i]
     columns = bias[start:stop]
     for i in range(out.shape[0]):
         finish_row(out[i, start:stop], columns, code, a, b)
