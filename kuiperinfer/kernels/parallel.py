@@ -8,26 +8,77 @@ system has descheduled takes fewer parts instead of holding the others up, and t
 caller waits only for parts already under way. Compiled kernels release the GIL, as do
 NumPy and BLAS inside their loops, so the parts run at once.
 
-Operators below :data:`MIN_PARALLEL_WORK` run whole in the calling thread: for them a
-hand-off to a helper costs more than it saves.
+The threads wait for each other by spinning without the GIL (:mod:`.compiled.spin`): a
+helper between tasks, a caller for the parts its helpers took. A hand-off then takes
+microseconds, where waking a thread that sleeps on a lock takes tens, so operators from
+:data:`MIN_PARALLEL_WORK` multiply-adds up are shared. On a busy machine a spinning helper
+is kept off its core now and then, and spinning takes time the others want; so while other
+processes want the cores (:class:`MachineLoad`) helpers block instead of spinning and only
+operators of :data:`MIN_PARALLEL_WORK_BUSY` and more are shared.
 """
 
 from __future__ import annotations
 
 import itertools
 import os
+import queue
 import threading
+import time
 from collections.abc import Callable, Sequence
 from contextvars import ContextVar
 from typing import Any, TypeVar
 
+import numpy as np
+
+from kuiperinfer.kernels.compiled import spin
+
 INTRA_OP_THREADS: ContextVar[int] = ContextVar("kuiper_intra_op_threads", default=1)
 """Threads a kernel may share its parts among in the current context (1: one thread)."""
-MIN_PARALLEL_WORK = 24 << 20
-"""Fewest multiply-adds an operator shares among threads. A share costs more than its
-hand-offs (the threads pass the GIL back and forth as each starts its part): the next
-operator, run by one thread, then reads an input half of which the other core wrote, so
-smaller operators run faster whole (measured in docs/performance.md)."""
+MIN_PARALLEL_WORK = 4 << 20
+"""Fewest multiply-adds an operator shares among threads on a quiet machine. Below it a share
+costs more than it gives back: the hand-offs, and the next operator, run by one thread,
+reading an input half of which the other core wrote (measured in docs/performance.md)."""
+MIN_PARALLEL_WORK_BUSY = 24 << 20
+"""The fewest while other processes want the cores (:class:`MachineLoad`): a helper they keep
+off its core makes the caller wait for the parts it took."""
+
+
+class MachineLoad:
+    """Whether other processes want the cores: from the number of threads running at this
+    moment, which Linux keeps in ``/proc/loadavg`` (its fourth field, running/existing),
+    minus the engine's own, sampled at most every :attr:`SAMPLE_S` and averaged, since a
+    kernel thread may run at any one moment. Where that file does not exist the machine
+    counts as quiet, and the helpers always spin between tasks, as onnxruntime's do."""
+
+    SAMPLE_S = 0.01
+    WEIGHT = 0.25
+    """The weight of each new sample in the average."""
+
+    def __init__(self, path: str = "/proc/loadavg") -> None:
+        self.path = path
+        self.busy = False
+        self._others = 0.0
+        self._sampled_at = 0.0
+
+    def update(self, own_running: int, own_threads: int) -> bool:
+        """Sample (at most every SAMPLE_S) while ``own_running`` of the engine's threads run, the
+        caller among them; busy when the others and ``own_threads`` would not fit on the cores."""
+        now = time.monotonic()
+        if now - self._sampled_at < self.SAMPLE_S:
+            return self.busy
+        self._sampled_at = now
+        try:
+            with open(self.path, "rb") as loadavg:
+                running = int(loadavg.read().split()[3].split(b"/")[0])
+        except (OSError, ValueError, IndexError):
+            return self.busy
+        self._others += self.WEIGHT * (running - own_running - self._others)
+        self.busy = self._others + own_threads > _cores() + 0.5
+        return self.busy
+
+
+LOAD = MachineLoad()
+"""The load the engine's threads adapt to."""
 
 Part = TypeVar("Part")
 
@@ -84,7 +135,12 @@ ONE_BLAS_THREAD = BlasLimit()
 def threads_for(work: int) -> int:
     """How many threads an operator of ``work`` multiply-adds shares its parts among."""
     threads = INTRA_OP_THREADS.get()
-    return threads if threads > 1 and work >= MIN_PARALLEL_WORK else 1
+    if threads < 2 or work < MIN_PARALLEL_WORK:
+        return 1
+    if work >= MIN_PARALLEL_WORK_BUSY:
+        return threads
+    awake = sum(helper.awake for helper in _helpers)
+    return 1 if LOAD.update(1 + awake, min(threads, _cores())) else threads
 
 
 def even_step(length: int, step: int, threads: int, images: int = 1) -> int:
@@ -98,85 +154,111 @@ def even_step(length: int, step: int, threads: int, images: int = 1) -> int:
 
 
 class _Task:
-    """One :func:`run_parts` call: its parts, the next one to take, and how many are left.
-
-    Its signals are plain locks, not Events or Semaphores: those run Python code around a
-    lock on every call, which a hand-off between threads pays for several times."""
+    """One :func:`run_parts` call: its parts, the next one to take, and how many are not yet
+    counted off as run (an int64 array the threads count off atomically, :mod:`spin`)."""
 
     def __init__(self, parts: Sequence[Any], run: Callable[[Any], object]):
         self.parts, self.run = parts, run
         self._next = itertools.count()   # next() on it is atomic under the GIL
-        self._lock = threading.Lock()
-        self._left = len(parts)
-        self._done = threading.Lock()
-        self._done.acquire()             # released by whichever thread finishes the last part
+        self.left = np.array([len(parts)], np.int64)
         self.error: BaseException | None = None
 
-    def work(self) -> None:
-        """Take and run parts until none is left (after a failure, take them without running)."""
+    def work(self) -> int:
+        """Take and run parts until none is left (after a failure, take them without running);
+        how many this thread took."""
+        taken = 0
         while (index := next(self._next)) < len(self.parts):
+            taken += 1
             if self.error is None:
                 try:
                     self.run(self.parts[index])
                 except BaseException as error:   # raised by the caller once every part is done
                     self.error = self.error or error
-            with self._lock:
-                self._left -= 1
-                last = self._left == 0
-            if last:
-                self._done.release()
-
-    def wait(self) -> None:
-        """Return once every part has run."""
-        self._done.acquire()
+        return taken
 
 
 class _Helper:
-    """A thread that works on the :class:`_Task` it is handed, then offers itself again."""
+    """A thread that works on the :class:`_Task` objects it is handed, in turn. Between tasks
+    it spins a while (:data:`HELPER_SPIN_US`) for the next one, then blocks on its queue;
+    while other processes want the cores (:data:`LOAD`) it blocks at once. Callers in several
+    threads may hand it tasks at once: a task whose parts the callers took meanwhile costs it
+    one look."""
 
     def __init__(self) -> None:
-        self._wake = threading.Lock()    # released once per task handed over
-        self._wake.acquire()
-        self._task: _Task | None = None
+        self._tasks: queue.SimpleQueue[_Task] = queue.SimpleQueue()
+        self._posted = np.zeros(1, np.int64)   # how many tasks it was handed, read while spinning
+        self._posting = threading.Lock()        # callers in several threads count them one at a time
+        self.awake = True                       # spinning or working, not blocked
         threading.Thread(target=self._serve, name="kuiper-intra-op", daemon=True).start()
 
     def start(self, task: _Task) -> None:
-        self._task = task
-        self._wake.release()
+        self._tasks.put(task)
+        with self._posting:
+            self._posted[0] += 1
 
     def _serve(self) -> None:
+        left, taken, handed = np.zeros(1, np.int64), 0, 0
         while True:
-            self._wake.acquire()
-            task, self._task = self._task, None
-            task.work()
-            with _helpers_lock:
-                _idle_helpers.append(self)
+            turns = 0 if LOAD.busy else _turns(HELPER_SPIN_US)
+            self.awake = spin.wait_for_task(self._posted, handed, left, taken, turns, _turns(SETTLE_US))
+            task = self._tasks.get()
+            self.awake = True
+            handed += 1
+            taken, left = task.work(), task.left
 
 
-MAX_HELPERS = 4 * (os.cpu_count() or 1)
-"""Helper threads kept at most: callers in many threads at once beyond that run their
-parts with fewer helpers rather than start more threads."""
+HELPER_SPIN_US = 200.0
+"""How long a helper spins for its next task before it blocks: long enough to span an
+operator or two run whole between shared ones, short enough to leave the core to other
+processes soon after a run."""
+SETTLE_US = 15.0
+"""How long a helper handed a task waits before it takes the GIL, for the caller to have
+let go of it by starting its own part (else the helper sleeps until the caller does)."""
+CALLER_SPIN_US = 200.0
+"""How long a caller spins for its helpers' parts before it lets other threads run once."""
+_turns_per_us = 0.0
 
-_idle_helpers: list[_Helper] = []
-_helper_count = 0
+
+def _turns(microseconds: float) -> int:
+    """Turns of a spinning wait that take about ``microseconds``, at the fastest rate measured
+    in a few tries once per process (a try the machine slowed down or interrupted turns slower)."""
+    global _turns_per_us
+    if not _turns_per_us:
+        never = np.ones(1, np.int64)
+        spin.wait_for_task(never, 1, never, 0, 0, 0)     # both waits compiled or loaded first
+        spin.finish_and_wait(never, 0, 1000)
+        rates = []
+        for _ in range(5):
+            started = time.perf_counter()
+            spin.finish_and_wait(never, 0, 200_000)
+            rates.append(200_000 / max(1e-3, (time.perf_counter() - started) * 1e6))
+        _turns_per_us = max(rates)
+    return int(microseconds * _turns_per_us)
+
+
+_helpers: list[_Helper] = []
 _helpers_lock = threading.Lock()
 
 
+def _cores() -> int:
+    """The cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def _take_helpers(count: int) -> list[_Helper]:
-    """Up to ``count`` idle helpers, started as needed (fewer when MAX_HELPERS are busy)."""
-    global _helper_count
-    with _helpers_lock:
-        taken = [_idle_helpers.pop() for _ in range(min(count, len(_idle_helpers)))]
-        new = min(count - len(taken), MAX_HELPERS - _helper_count)
-        _helper_count += new
-    return taken + [_Helper() for _ in range(new)]
+    """The first ``count`` helpers, started as needed; at most one fewer than the cores, since
+    more threads than cores only take turns (and a spinning helper holds its core)."""
+    count = min(count, _cores() - 1)
+    if len(_helpers) < count:
+        _turns(0)              # the spinning waits loaded and timed here, not as a new helper starts
+        with _helpers_lock:
+            _helpers.extend(_Helper() for _ in range(count - len(_helpers)))
+    return _helpers[:count]
 
 
 def _forget_helpers() -> None:
     """In a forked child: the helpers' threads did not survive the fork."""
-    global _helper_count
-    _idle_helpers.clear()
-    _helper_count = 0
+    _helpers.clear()
 
 
 os.register_at_fork(after_in_child=_forget_helpers)
@@ -200,7 +282,9 @@ def share_parts(parts: Sequence[Part], run: Callable[[Part], object], threads: i
     task = _Task(parts, run)
     for helper in _take_helpers(threads - 1):
         helper.start(task)
-    task.work()
-    task.wait()
+    taken, turns = task.work(), _turns(CALLER_SPIN_US)
+    while not spin.finish_and_wait(task.left, taken, turns):
+        taken = 0
+        time.sleep(0)
     if task.error is not None:
         raise task.error

@@ -92,14 +92,76 @@ def test_callers_in_many_threads_at_once_each_get_all_their_parts_done(two_threa
     for thread in threads:
         thread.join()
     assert not errors and len(results) == 8
-    assert parallel._helper_count <= parallel.MAX_HELPERS
+    assert len(parallel._helpers) <= max(0, parallel._cores() - 1)
 
 
-def test_with_every_helper_busy_the_caller_runs_all_parts_itself(two_threads, monkeypatch):
-    monkeypatch.setattr(parallel, "_idle_helpers", [])
-    monkeypatch.setattr(parallel, "_helper_count", parallel.MAX_HELPERS)
+def test_with_the_helper_busy_the_caller_runs_all_parts_itself(two_threads):
+    """Another caller's long part holds the helper: this caller does not wait for it."""
+    if parallel._cores() < 2:
+        pytest.skip("one core: no helper to be busy")
+    helper_busy, release = threading.Event(), threading.Event()
+    others = []
+
+    def long_part(part):
+        if threading.current_thread().name == "kuiper-intra-op":
+            helper_busy.set()
+            release.wait(5)
+        else:                              # the other caller keeps part 0 until the helper has part 1
+            helper_busy.wait(5)
+        others.append(part)
+
+    other = threading.Thread(target=lambda: parallel.share_parts(range(2), long_part, 2))
+    other.start()
+    assert helper_busy.wait(5)
+    began = time.perf_counter()
     ran = run_recording([0, 1, 2])
+    elapsed = time.perf_counter() - began
+    release.set()
+    other.join()
     assert sorted(ran) == [0, 1, 2] and set(ran.values()) == {threading.get_ident()}
+    assert elapsed < 1 and sorted(others) == [0, 1]
+
+
+def test_the_machine_is_busy_while_other_threads_want_the_cores(tmp_path, monkeypatch):
+    monkeypatch.setattr(parallel, "_cores", lambda: 2)
+    loadavg = tmp_path / "loadavg"
+    loadavg.write_text("1.02 0.80 0.51 3/118 4242\n")     # ours two, and one more thread running
+    load = parallel.MachineLoad(str(loadavg))
+    load.SAMPLE_S = 0.0
+    assert [load.update(2, 2) for _ in range(4)] == [False, False, True, True]   # an average of samples
+    loadavg.write_text("1.02 0.80 0.51 2/118 4242\n")     # only ours
+    assert [load.update(2, 2) for _ in range(6)][-1] is False
+    assert [load.update(1, 1) for _ in range(6)][-1] is False   # one thread of ours fits beside one other
+    assert parallel.MachineLoad(str(tmp_path / "missing")).update(2, 2) is False
+
+
+def test_while_the_machine_is_busy_only_large_operators_are_shared(two_threads, monkeypatch):
+    class Busy:
+        busy = True
+
+        def update(self, own_running, own_threads):
+            return True
+    monkeypatch.setattr(parallel, "MIN_PARALLEL_WORK_BUSY", 1000)
+    assert parallel.threads_for(100) == 2
+    monkeypatch.setattr(parallel, "LOAD", Busy())
+    assert parallel.threads_for(100) == 1 and parallel.threads_for(1000) == 2
+    ran = run_recording([0, 1, 2])                      # helpers block instead of spinning, and still help
+    assert sorted(ran) == [0, 1, 2]
+
+
+def spin_compiled():
+    from kuiperinfer.kernels import jit
+    return jit.AVAILABLE
+
+
+def test_the_waits_count_parts_off_and_stop_when_told():
+    from kuiperinfer.kernels.compiled import spin
+    left = np.array([5], np.int64)
+    assert not spin.finish_and_wait(left, 2, 1000)       # 3 parts still under way
+    assert spin.wait_for_task(np.array([7], np.int64), 7, left, 3, 1000, 0) is False   # nothing new
+    assert left[0] == 0 and spin.finish_and_wait(left, 0, 0)
+    if spin_compiled():
+        assert spin.wait_for_task(np.array([8], np.int64), 7, left, 0, 10, 10) is True   # a new task
 
 
 def test_a_forked_child_starts_helpers_of_its_own(two_threads):
