@@ -181,8 +181,8 @@ class _Helper:
     """A thread that works on the :class:`_Task` objects it is handed, in turn. Between tasks
     it spins a while (:data:`HELPER_SPIN_US`) for the next one, then blocks on its queue;
     while other processes want the cores (:data:`LOAD`) it blocks at once. Callers in several
-    threads may hand it tasks at once: a task whose parts the callers took meanwhile costs it
-    one look."""
+    threads may hand it tasks at once; of the tasks that wait for it, it takes the newest (the
+    callers of the others run their parts themselves, none waits for a part not taken)."""
 
     def __init__(self) -> None:
         self._tasks: queue.SimpleQueue[_Task] = queue.SimpleQueue()
@@ -204,6 +204,9 @@ class _Helper:
             task = self._tasks.get()
             self.awake = True
             handed += 1
+            while not self._tasks.empty():     # behind: the callers of the older tasks ran their parts
+                task = self._tasks.get()
+                handed += 1
             taken, left = task.work(), task.left
 
 
