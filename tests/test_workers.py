@@ -114,6 +114,18 @@ def test_graph_mixing_samples_runs_whole(tmp_path, fn):
     assert graph.threads == {threading.current_thread().name}
 
 
+def test_a_vector_viewed_as_complex_runs_whole(tmp_path):
+    """A 1-d input's pairs are its only dimension: cut into chunks it would lose them."""
+    param = tmp_path / "m.pnnx.param"
+    param.write_text("7767517\n3 2\npnnx.Input in0 0 1 in0 #in0=(2)f32\n"
+                     "torch.view_as_complex op 1 1 in0 out #in0=(2)f32\npnnx.Output output 1 0 out\n")
+    graph = kuiperinfer.load(param, workers=2)
+    assert not graph.batch_separable
+    with pytest.raises(kuiperinfer.KuiperError, match="last dimension of 2"):
+        graph(np.arange(4, dtype=np.float32))
+    assert graph(np.array([1.0, 2.0], np.float32)) == 1 + 2j
+
+
 def test_many_threads_share_one_workers_graph(small_net):
     _, param = small_net
     graph = kuiperinfer.load(param, workers=2)

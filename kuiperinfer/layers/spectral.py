@@ -630,11 +630,11 @@ class Complex(NonParamLayer):
 class ViewAsComplex(NonParamLayer):
     """``(..., 2)`` float pairs as complex numbers (a view where the memory allows)."""
 
-    batch_independent = True
-
     @classmethod
     def create(cls, op: RuntimeOperator) -> ViewAsComplex:
-        return cls(op.name)
+        layer = cls(op.name)
+        layer.batch_independent = declared_rank(op) >= 2   # a 1-d input's pairs are its only dimension
+        return layer
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         x = inputs[0]
