@@ -514,7 +514,7 @@ class _IndexList:
                 key.append(slice(None))
                 continue
             array = np.asarray(item)
-            if isinstance(item, list):
+            if isinstance(item, list) and array.dtype != bool:   # a list of booleans is a mask, as in PyTorch
                 array = array.astype(np.int64) if array.size else np.zeros(0, np.int64)
             if array.dtype == np.uint8:     # PyTorch's old byte masks
                 array = array.astype(bool)

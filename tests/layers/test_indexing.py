@@ -207,6 +207,13 @@ def test_index_with_constant_indices(tmp_path):
     assert any(op.type == "Tensor.index" and op.has_param("expr") for op in graph.operators)
 
 
+def test_index_with_constant_boolean_lists(tmp_path):
+    # expr=[[True,False],[False,False,True,False]]: each list of booleans is a mask, as in PyTorch
+    graph = check_op(lambda x: (x[[True, False], [False, False, True, False]] * 2,
+                                x[:, [False, True, True, True]] + 1), (2, 4, 5), directory=tmp_path)
+    assert any(op.type == "Tensor.index" and "True" in op.param_text("expr") for op in graph.operators)
+
+
 def test_index_put(tmp_path):
     def fn(x, i):
         a = x.clone()
