@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from batches import assert_same_at_every_batch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -27,6 +28,7 @@ from kuiperinfer.errors import (
     ExpressionError,
     GraphError,
     InferError,
+    InputError,
     KuiperError,
     LayerCreateError,
     ModelFormatError,
@@ -118,6 +120,8 @@ def load_and_run(param_path: Path, text: str, *inputs: np.ndarray) -> KuiperErro
 
     Fails the test on a raw Python exception, on a KuiperError that does not say where,
     on a layer that did not validate its parameters, and on a case slower than TIME_LIMIT.
+    A model that runs must then give the one-worker results at every batch size with
+    several workers (:func:`batches.assert_same_at_every_batch`).
     """
     start = time.perf_counter()
     error = None
@@ -126,7 +130,8 @@ def load_and_run(param_path: Path, text: str, *inputs: np.ndarray) -> KuiperErro
         try:
             graph.run(*(inputs or (INPUT,)))
         except KuiperError as e:
-            assert isinstance(e, OperatorError) and e.op_name is not None, f"run: {e!r}"
+            assert (isinstance(e, InputError) and e.input_name) or \
+                (isinstance(e, OperatorError) and e.op_name is not None), f"run: {e!r}"
             error = e
     except KuiperError as e:
         assert names_where(e, text), f"error does not say where: {e}"
@@ -134,6 +139,8 @@ def load_and_run(param_path: Path, text: str, *inputs: np.ndarray) -> KuiperErro
         error = e
     elapsed = time.perf_counter() - start
     assert elapsed < TIME_LIMIT, f"{elapsed:.2f} s"
+    if error is None:
+        assert_same_at_every_batch(param_path)
     return error
 
 
@@ -564,6 +571,7 @@ def test_expression_failing_at_run_time_names_the_operator(workdir):
         graph(INPUT)
 
 
-def test_expression_failing_in_the_warm_up_fails_the_load_naming_the_operator(workdir):
+def test_expression_failing_in_the_warm_up_fails_the_run_naming_the_operator(workdir):
+    graph = kuiperinfer.load(write_param(workdir, expression_model("lshift(@0,@0)")))   # the warm-up is skipped
     with pytest.raises(InferError, match=r"operator 'pnnx_expr_11' \(pnnx.Expression\): lshift\(\)"):
-        kuiperinfer.load(write_param(workdir, expression_model("lshift(@0,@0)")))
+        graph(INPUT)

@@ -93,7 +93,7 @@ def test_transformers_optimised_and_plain_agree(exported, name, batch):
     inputs = [t.numpy() for t in TRANSFORMERS[name][1](batch)]
     fast = kuiperinfer.load(exported(name), workers=2)
     plain = kuiperinfer.load(exported(name), optimize=False)
-    assert "kuiper.Attention" in {op.type for op in fast.operators} and fast.batch_separable
+    assert "kuiper.Attention" in {op.type for op in fast.operators} and fast.batching.independent
     assert_agree(fast.run(*inputs), plain.run(*inputs))
 
 

@@ -66,7 +66,7 @@ def test_load_defaults(small_net):
     assert kuiperinfer.load(param).workers == (os.cpu_count() or 1)
     assert kuiperinfer.load(param, optimize=False).workers == 1
     assert kuiperinfer.load(param, optimize=False, workers=3).workers == 3
-    assert kuiperinfer.load(param).batch_separable
+    assert kuiperinfer.load(param).batching.independent
 
 
 @pytest.mark.parametrize("workers", [2, 3])
@@ -108,7 +108,7 @@ def test_graph_mixing_samples_runs_whole(tmp_path, fn):
     param = export(module, (torch.rand(2, 3, 4),), tmp_path)
     graph = RecordingGraph(param, workers=2)
     graph.build()
-    assert not graph.batch_separable
+    assert not graph.batching.independent
     x = torch.randn(6, 3, 4, generator=torch.Generator().manual_seed(1))
     np.testing.assert_allclose(graph(x.numpy()), fn(x).numpy(), atol=1e-5, rtol=1e-4)
     assert graph.threads == {threading.current_thread().name}
@@ -120,7 +120,7 @@ def test_a_vector_viewed_as_complex_runs_whole(tmp_path):
     param.write_text("7767517\n3 2\npnnx.Input in0 0 1 in0 #in0=(2)f32\n"
                      "torch.view_as_complex op 1 1 in0 out #in0=(2)f32\npnnx.Output output 1 0 out\n")
     graph = kuiperinfer.load(param, workers=2)
-    assert not graph.batch_separable
+    assert not graph.batching.independent
     with pytest.raises(kuiperinfer.KuiperError, match="last dimension of 2"):
         graph(np.arange(4, dtype=np.float32))
     assert graph(np.array([1.0, 2.0], np.float32)) == 1 + 2j
@@ -181,7 +181,7 @@ class PerSampleShapes(nn.Module):
 
 def test_shape_operators_that_keep_samples_apart_let_the_batch_split(tmp_path):
     graph = check_op(PerSampleShapes(), (1, 3, 6, 6), directory=tmp_path, batch=5)
-    assert graph.batch_separable
+    assert graph.batching.independent
     assert {"F.pad", "Tensor.reshape", "Tensor.permute", "torch.transpose", "torch.split",
             "torch.chunk", "Tensor.slice"} <= {op.type for op in graph.operators}
 

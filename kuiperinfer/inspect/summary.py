@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from kuiperinfer.pnnx import ir
 from kuiperinfer.pnnx.ir import Graph, Operator
 from kuiperinfer.pnnx.param_file import read_param
 
@@ -104,10 +105,8 @@ class ModelSummary:
 
 
 def shape_text(shape: Sequence[int]) -> str:
-    """``(1,3,224,224)`` as pnnx writes it; ``?`` for an unknown dimension, ``-`` for no shape."""
-    if not shape:
-        return "-"
-    return "(" + ",".join("?" if d < 0 else str(d) for d in shape) + ")"
+    """A declared shape as pnnx writes it (:func:`kuiperinfer.pnnx.ir.shape_text`), ``-`` for none."""
+    return ir.shape_text(shape) if shape else "-"
 
 
 def summarize(model: str | os.PathLike | Graph) -> ModelSummary:

@@ -19,7 +19,7 @@ from kuiperinfer.errors import ParseParameterAttrStatus as Status
 from kuiperinfer.kernels import elementwise
 from kuiperinfer.kernels.compiled.activation import ActivationCode
 from kuiperinfer.kernels.compiled.epilogue import finish_rows
-from kuiperinfer.layers.base import NonParamLayer, ParamLayer, compiled, keeps_batch
+from kuiperinfer.layers.base import NonParamLayer, ParamLayer, compiled, declared_rank, functional, keeps_batch
 from kuiperinfer.runtime.operator import RuntimeOperator
 from kuiperinfer.runtime.registry import register_layer
 
@@ -166,7 +166,7 @@ class FunctionalPReLU(NonParamLayer):
     def create(cls, op: RuntimeOperator) -> FunctionalPReLU:
         if len(op.input_operands_seq) != 2:
             raise op.error(f"{op.type} needs the input and the weight as inputs", Status.kAttrMissingWeight)
-        return cls(op.name)
+        return functional(cls(op.name), op, declared_rank(op) >= 1)
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         return [prelu(inputs[0], np.asarray(inputs[1]))]

@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from kuiperinfer.errors import ParseParameterAttrStatus, WeightError
+from kuiperinfer.runtime.batching import Batch
 from kuiperinfer.runtime.operator import RuntimeOperator
 
 
@@ -30,9 +31,14 @@ class Layer:
     batch_independent: bool = False
     """True when sample ``i`` of every output depends only on sample ``i`` of the inputs
     (dimension 0 is the batch in and out), so that slices of a batch may run separately.
-    Layers whose parameters decide it (a ``dim`` that may be 0) set it per instance in
-    ``create``. The graph splits a batch over its workers only if every layer reading a
-    value derived from the inputs says so; the default, False, keeps the batch whole."""
+    Layers whose parameters or input ranks decide it (a ``dim`` that may be 0, an input that
+    may come unbatched) set it per instance in ``create``; the default, False, keeps the
+    batch whole. The graph's analysis (:mod:`kuiperinfer.runtime.batching`) reads it through
+    :meth:`batch_flow`."""
+
+    whole_inputs: tuple[int, ...] = ()
+    """The inputs every sample reads whole (a functional convolution's weight and bias),
+    unlike the rest, whose dimension 0 is the batch or broadcasts against it."""
 
     shape_only: ClassVar[bool] = False
     """True when the layer only rearranges the elements of its one input (reshape, view,
@@ -60,6 +66,12 @@ class Layer:
         an activation the optimiser records in ``op.fusion`` is applied in place."""
         return False
 
+    def batch_flow(self, inputs: Sequence[Batch]) -> Batch | None:
+        """What the outputs are to the batch, given what the inputs are (some of them
+        ``ROWS``): ``ROWS`` when the layer keeps the samples apart, None when it mixes them.
+        Layers that read or make batch sizes (``SIZE``) override it."""
+        return Batch.ROWS if self.batch_independent and Batch.SIZE not in inputs else None
+
     def forward(self, inputs: Sequence[Any]) -> list[Any]:
         """Compute the outputs from the inputs (arrays, or Python values such as shapes)."""
         raise NotImplementedError(f"{type(self).__name__} does not implement forward()")
@@ -76,6 +88,20 @@ def compiled(op: RuntimeOperator) -> bool:
 def declared_rank(op: RuntimeOperator) -> int:
     """How many dimensions pnnx recorded for the operator's first input (0 if unknown)."""
     return len(op.input_operands_seq[0].shapes) if op.input_operands_seq else 0
+
+
+def batched(op: RuntimeOperator, spatial: int) -> bool:
+    """Whether a convolution's or pooling's input has a batch: pnnx recorded ``spatial + 2``
+    dimensions. PyTorch also takes these layers unbatched, and dimension 0 is then the channels."""
+    return declared_rank(op) == spatial + 2
+
+
+def functional(layer: Layer, op: RuntimeOperator, batch_independent: bool) -> Layer:
+    """A functional layer (``F.linear``, ``F.conv2d``, ...), whose inputs after the first are
+    its weights: every sample reads them whole."""
+    layer.batch_independent = batch_independent
+    layer.whole_inputs = tuple(range(1, len(op.input_operands_seq)))
+    return layer
 
 
 def keeps_batch(op: RuntimeOperator, dim: int, new_dim: bool = False) -> bool:

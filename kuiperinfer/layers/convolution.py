@@ -44,8 +44,9 @@ from kuiperinfer.kernels.im2col import (
 from kuiperinfer.kernels.layout import is_channels_last, nchw, nhwc, pad_nhwc
 from kuiperinfer.kernels.padding import PAD_MODES, pad_last_dims
 from kuiperinfer.kernels.parallel import threads_for
+from kuiperinfer.kernels.windows import as_batched
 from kuiperinfer.kernels.winograd import winograd_conv3x3, winograd_pays, winograd_weight
-from kuiperinfer.layers.base import Layer, ParamLayer
+from kuiperinfer.layers.base import Layer, ParamLayer, batched, functional
 from kuiperinfer.layers.fusion import ConvolutionFusion
 from kuiperinfer.runtime.operator import RuntimeOperator
 from kuiperinfer.runtime.registry import register_layer
@@ -71,17 +72,19 @@ def spatial_ints(op: RuntimeOperator, key: str, rank: int, neutral: int, status:
     return (neutral,) * (2 - rank) + tuple(values)
 
 
-def as_2d(x: np.ndarray, rank: int) -> np.ndarray:
-    """The input of a ``rank``-D operator as NCHW: (N, C, L) becomes the view (N, C, 1, L)."""
-    if x.ndim != rank + 2:
-        raise InferError(f"input of shape {x.shape} is not batched {rank}-D data "
-                         f"(expected {rank + 2} dimensions)", status=InferStatus.kInferFailedInputEmpty)
-    return x[:, :, None, :] if rank == 1 else x
+def as_2d(x: np.ndarray, rank: int, what: str) -> tuple[np.ndarray, bool]:
+    """The input of a ``rank``-D operator (``what``, for errors) as NCHW: (N, C, L) becomes
+    the view (N, C, 1, L), and an unbatched (C, ...) input, which PyTorch accepts, gains a
+    batch of one. Returns the view and whether the input came unbatched."""
+    x, unbatched = as_batched(x, rank, what)
+    return (x[:, :, None, :] if rank == 1 else x), unbatched
 
 
-def from_2d(y: np.ndarray, rank: int) -> np.ndarray:
-    """Undo :func:`as_2d` on an output: (N, C, 1, L) becomes (N, C, L)."""
-    return y[:, :, 0, :] if rank == 1 else y
+def from_2d(y: np.ndarray, rank: int, unbatched: bool) -> np.ndarray:
+    """Undo :func:`as_2d` on an output: (N, C, 1, L) becomes (N, C, L), and an unbatched
+    input's output loses its batch of one."""
+    y = y[:, :, 0, :] if rank == 1 else y
+    return y[0] if unbatched else y
 
 
 # -- geometry ----------------------------------------------------------------------------
@@ -374,7 +377,6 @@ class Convolution(ParamLayer):
     """nn.Conv1d / nn.Conv2d with the weight (and bias) stored in the model, and what the
     optimiser fused in (:class:`~kuiperinfer.layers.fusion.ConvolutionFusion`)."""
 
-    batch_independent = True
     fusion = ConvolutionFusion
     compiled_kernels = True
 
@@ -427,7 +429,9 @@ class Convolution(ParamLayer):
         if fused.residual and len(op.input_operands_seq) != 2:
             raise op.error(f"a convolution adding a residual takes 2 inputs, not {len(op.input_operands_seq)}",
                            Status.kParameterInvalidValue)
-        return cls(op.name, weight, _read_bias(op, c_out), geometry, rank, fused, _recorded_output(op))
+        layer = cls(op.name, weight, _read_bias(op, c_out), geometry, rank, fused, _recorded_output(op))
+        layer.batch_independent = batched(op, rank)
+        return layer
 
     @classmethod
     def takes_activation(cls, op: RuntimeOperator) -> bool:
@@ -444,11 +448,11 @@ class Convolution(ParamLayer):
         """The weight in the form the kernels take (made again when the weights change)."""
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
-        x = as_2d(inputs[0], self.rank)
+        x, unbatched = as_2d(inputs[0], self.rank, f"conv{self.rank}d")
         out = self._one_product(x)
         if out is None:
             out = nchw(conv2d(x, self.packed, self.geometry, self.epilogue))
-        out = from_2d(out, self.rank)
+        out = from_2d(out, self.rank, unbatched)
         if self.fused.residual:
             out = add_residual(out, inputs[1], self.fused.residual_activation, self.fused.compiled)
         if not self.channels_last:
@@ -466,14 +470,16 @@ class FunctionalConvolution(Layer):
 
     @classmethod
     def create(cls, op: RuntimeOperator) -> FunctionalConvolution:
-        return cls(op.name, ConvGeometry.from_operator(op, _weight_operand_kernel(op)), spatial_rank(op))
+        rank = spatial_rank(op)
+        layer = cls(op.name, ConvGeometry.from_operator(op, _weight_operand_kernel(op)), rank)
+        return functional(layer, op, batched(op, rank))
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
-        x = as_2d(inputs[0], self.rank)
+        x, unbatched = as_2d(inputs[0], self.rank, f"conv{self.rank}d")
         weight = _check_weight(inputs[1], self.geometry, self.rank)
         bias = inputs[2] if len(inputs) > 2 else None
         out = conv2d(x, PackedWeight(weight, self.geometry.groups), self.geometry, Epilogue(bias))
-        return [from_2d(np.ascontiguousarray(nchw(out)), self.rank)]
+        return [from_2d(np.ascontiguousarray(nchw(out)), self.rank, unbatched)]
 
 
 # -- transposed convolution --------------------------------------------------------------
@@ -540,7 +546,6 @@ def _read_transposed_geometry(op: RuntimeOperator, kernel: tuple[int, ...]
 class TransposedConvolution(ParamLayer):
     """nn.ConvTranspose1d / nn.ConvTranspose2d with the weight (and bias) stored in the model."""
 
-    batch_independent = True
 
     fusion = ConvolutionFusion
 
@@ -562,18 +567,21 @@ class TransposedConvolution(ParamLayer):
         c_in, c_out = _read_channels(op, geometry)
         weight = op.weight("weight", (c_in, c_out // geometry.groups, *kernel), copy=False)
         channels_last = op.fusion is not None and op.fusion.channels_last
-        return cls(op.name, weight, _read_bias(op, c_out), geometry, output_padding, rank, channels_last)
+        layer = cls(op.name, weight, _read_bias(op, c_out), geometry, output_padding, rank, channels_last)
+        layer.batch_independent = batched(op, rank)
+        return layer
 
     def pack(self) -> None:
         self._packed = pack_conv_transpose_weight(self._weight.reshape(*self._weight.shape[:2], *self.geometry.kernel),
                                                   self.geometry, self.output_padding)
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
-        out = conv_transpose2d(as_2d(inputs[0], self.rank), self._packed, self._bias, self.geometry,
+        x, unbatched = as_2d(inputs[0], self.rank, f"conv_transpose{self.rank}d")
+        out = conv_transpose2d(x, self._packed, self._bias, self.geometry,
                                self.output_padding)
         if not self.channels_last:
             out = np.ascontiguousarray(out)
-        return [from_2d(out, self.rank)]
+        return [from_2d(out, self.rank, unbatched)]
 
 
 @register_layer("F.conv_transpose1d", "F.conv_transpose2d")
@@ -588,10 +596,11 @@ class FunctionalTransposedConvolution(Layer):
     @classmethod
     def create(cls, op: RuntimeOperator) -> FunctionalTransposedConvolution:
         geometry, output_padding = _read_transposed_geometry(op, _weight_operand_kernel(op))
-        return cls(op.name, geometry, output_padding, spatial_rank(op))
+        rank = spatial_rank(op)
+        return functional(cls(op.name, geometry, output_padding, rank), op, batched(op, rank))
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
-        x = as_2d(inputs[0], self.rank)
+        x, unbatched = as_2d(inputs[0], self.rank, f"conv_transpose{self.rank}d")
         weight = _check_weight(inputs[1], self.geometry, self.rank)
         if weight.shape[0] % self.geometry.groups:
             raise InferError(f"weight of shape {weight.shape} does not split into "
@@ -600,4 +609,4 @@ class FunctionalTransposedConvolution(Layer):
         packed = pack_conv_transpose_weight(weight, self.geometry, self.output_padding)
         bias = inputs[2] if len(inputs) > 2 else None
         out = conv_transpose2d(x, packed, bias, self.geometry, self.output_padding)
-        return [from_2d(np.ascontiguousarray(out), self.rank)]
+        return [from_2d(np.ascontiguousarray(out), self.rank, unbatched)]

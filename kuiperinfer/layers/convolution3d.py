@@ -30,7 +30,7 @@ from kuiperinfer.errors import InferError, InferStatus
 from kuiperinfer.errors import ParseParameterAttrStatus as Status
 from kuiperinfer.kernels.padding import PAD_MODES, pad_last_dims
 from kuiperinfer.kernels.windows import as_batched, col2im, im2col, sweep_output
-from kuiperinfer.layers.base import Layer, ParamLayer, declared_rank
+from kuiperinfer.layers.base import Layer, ParamLayer, declared_rank, functional
 from kuiperinfer.runtime.operator import RuntimeOperator
 from kuiperinfer.runtime.registry import register_layer
 
@@ -257,7 +257,7 @@ class FunctionalConvolution3d(Layer):
     @classmethod
     def create(cls, op: RuntimeOperator) -> FunctionalConvolution3d:
         geometry = Geometry3d.from_operator(op, _weight_operand_kernel(op))
-        return cls(op.name, geometry, op.input_index("bias", 2))
+        return functional(cls(op.name, geometry, op.input_index("bias", 2)), op, declared_rank(op) == RANK + 2)
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         x, unbatched = as_batched(inputs[0], RANK, "conv3d")
@@ -303,7 +303,8 @@ class FunctionalTransposedConvolution3d(Layer):
     @classmethod
     def create(cls, op: RuntimeOperator) -> FunctionalTransposedConvolution3d:
         geometry = Geometry3d.from_operator(op, _weight_operand_kernel(op), transposed=True)
-        return cls(op.name, geometry, _read_output_padding(op, geometry), op.input_index("bias", 2))
+        layer = cls(op.name, geometry, _read_output_padding(op, geometry), op.input_index("bias", 2))
+        return functional(layer, op, declared_rank(op) == RANK + 2)
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         x, unbatched = as_batched(inputs[0], RANK, "conv_transpose3d")

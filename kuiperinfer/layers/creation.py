@@ -30,6 +30,7 @@ from kuiperinfer.layers.base import NonParamLayer
 from kuiperinfer.layers.comparison import Argument
 from kuiperinfer.pnnx.ir import DATA_TYPES, numpy_dtype
 from kuiperinfer.pnnx.param_file import DEFAULT_MAX_TENSOR_BYTES
+from kuiperinfer.runtime.batching import Batch
 from kuiperinfer.runtime.operator import RuntimeOperator
 from kuiperinfer.runtime.registry import register_layer
 
@@ -116,9 +117,12 @@ def _scalar(value: Any) -> Any:
 class FullLike(NonParamLayer):
     """A tensor of the input's shape filled with one value, in ``dtype`` or the input's dtype."""
 
+    batch_independent = True
+
     def __init__(self, layer_name: str, value: Argument, dtype: np.dtype | None):
         super().__init__(layer_name)
         self.value, self.dtype = value, dtype
+        self.whole_inputs = () if value.index is None else (value.index,)
 
     @classmethod
     def create(cls, op: RuntimeOperator) -> FullLike:
@@ -161,6 +165,15 @@ class Full(NonParamLayer):
                            Status.kParameterInvalidValue)
         return cls(op.name, _fill_value(op), dtype, size, size_input)
 
+    def batch_flow(self, inputs: Sequence[Batch]) -> Batch | None:
+        """A size computed at run time that starts with the batch size makes a batch; a fixed
+        one the same tensor whatever the batch (``new_zeros`` reads its input's dtype only)."""
+        value = Batch.SHARED if self.value.index is None else inputs[self.value.index]
+        size = Batch.SHARED if self.size_input is None else inputs[self.size_input]
+        if value is not Batch.SHARED or size is Batch.ROWS:
+            return None
+        return Batch.ROWS if size is Batch.SIZE else Batch.SHARED
+
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         size = self.size if self.size_input is None else tuple(int(s) for s in inputs[self.size_input])
         return [np.full(size, _scalar(self.value.get(inputs)), dtype=self.dtype)]
@@ -176,6 +189,7 @@ class Fill(NonParamLayer):
     def __init__(self, layer_name: str, value: Argument):
         super().__init__(layer_name)
         self.value = value
+        self.whole_inputs = () if value.index is None else (value.index,)
 
     @classmethod
     def create(cls, op: RuntimeOperator) -> Fill:

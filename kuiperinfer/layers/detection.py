@@ -38,7 +38,7 @@ import numpy as np
 from kuiperinfer.errors import InferError, InferStatus
 from kuiperinfer.errors import ParseParameterAttrStatus as Status
 from kuiperinfer.kernels.windows import sweep_output
-from kuiperinfer.layers.base import NonParamLayer, ParamLayer
+from kuiperinfer.layers.base import NonParamLayer, ParamLayer, batched
 from kuiperinfer.runtime.operator import RuntimeOperator
 from kuiperinfer.runtime.registry import register_layer
 
@@ -71,7 +71,6 @@ def bilinear_taps(image: np.ndarray, y: np.ndarray, x: np.ndarray) -> np.ndarray
 class DeformConv2d(ParamLayer):
     """Deformable convolution: inputs (input, offset[, mask]), the weight and bias stored."""
 
-    batch_independent = True  # sample i of the output reads sample i of the input, offset and mask
 
     def __init__(self, layer_name: str, weight: np.ndarray, bias: np.ndarray | None, stride: Pair, padding: Pair,
                  dilation: Pair, groups: int):
@@ -99,7 +98,9 @@ class DeformConv2d(ParamLayer):
         weight = op.weight("weight", (c_out, c_in // groups, *kernel), copy=False)
         use_bias = op.param_bool("bias", Status.kParameterMissingUseBias, default=op.has_weight("bias"))
         bias = op.weight("bias", (c_out,), Status.kAttrMissingBias, copy=False) if use_bias else None
-        return cls(op.name, weight, bias, stride, padding, dilation, groups)
+        layer = cls(op.name, weight, bias, stride, padding, dilation, groups)
+        layer.batch_independent = batched(op, 2)
+        return layer
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         x, offset = np.asarray(inputs[0], np.float32), np.asarray(inputs[1], np.float32)

@@ -16,7 +16,7 @@ import numpy as np
 
 from kuiperinfer.errors import InferError, InferStatus
 from kuiperinfer.errors import ParseParameterAttrStatus as Status
-from kuiperinfer.layers.base import Layer, ParamLayer
+from kuiperinfer.layers.base import Layer, ParamLayer, declared_rank, functional
 from kuiperinfer.runtime.operator import RuntimeOperator
 from kuiperinfer.runtime.registry import register_layer
 
@@ -59,7 +59,7 @@ class FunctionalEmbedding(Layer):
         if len(op.input_operands_seq) != 2:
             raise op.error(f"F.embedding needs the indices and the weight as inputs, got "
                            f"{len(op.input_operands_seq)} inputs", Status.kAttrMissingWeight)
-        return cls(op.name)
+        return functional(cls(op.name), op, declared_rank(op) >= 1)
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         indices, table = inputs

@@ -7,7 +7,6 @@ a stack over whole arrays. See :mod:`kuiperinfer.expression`.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -15,20 +14,18 @@ import numpy as np
 
 from kuiperinfer.errors import ExpressionError, InferError, InferStatus
 from kuiperinfer.errors import ParseParameterAttrStatus as Status
-from kuiperinfer.expression import Expression, compile_expression
+from kuiperinfer.expression import FUNCTIONS, Expression, OpCode, compile_expression
 from kuiperinfer.kernels.elementwise import InplaceActivation
 from kuiperinfer.layers.base import NonParamLayer
 from kuiperinfer.layers.fusion import ActivationFusion
 from kuiperinfer.pnnx.ir import numpy_dtype
+from kuiperinfer.runtime.batching import Batch, sequence_flow
 from kuiperinfer.runtime.operator import RuntimeOperator
 from kuiperinfer.runtime.registry import register_layer
 
 # Outermost operations that make a new array from array operands; sizes (``size(@0,1)``)
 # and lists (``[...]``) are Python values, not arrays.
 ARITHMETIC = ("add(", "sub(", "mul(", "div(")
-SHAPE = re.compile(r"\[(-?\d+|size\(@\d+,-?\d+\))(,(-?\d+|size\(@\d+,-?\d+\)))*\]")
-"""A shape made of numbers and sizes of the inputs (``[size(@0,0),-1,-1]``, for an expand): on
-a chunk of the batch it is the chunk's shape, which is what the operator reading it needs."""
 
 
 @register_layer("pnnx.Expression")
@@ -36,11 +33,13 @@ class ExpressionLayer(NonParamLayer):
     fusion = ActivationFusion
 
     def __init__(self, layer_name: str, expression: Expression,
-                 activation: InplaceActivation | None = None):
+                 activation: InplaceActivation | None = None, ranks: Sequence[int] = ()):
         super().__init__(layer_name)
         self.expression = expression
         self.activation = activation
         """An activation the graph optimiser fused in, applied in place on the result."""
+        self.ranks = tuple(ranks)
+        """How many dimensions pnnx recorded for each input (0: unknown), for ``size(@i,-1)``."""
 
     @classmethod
     def create(cls, op: RuntimeOperator) -> ExpressionLayer:
@@ -52,12 +51,52 @@ class ExpressionLayer(NonParamLayer):
         if expression.num_inputs > len(op.input_operands_seq):
             raise op.error(f"expression {text!r} uses {expression.num_inputs} inputs, the operator has "
                            f"{len(op.input_operands_seq)}", Status.kParameterMissingExpr)
-        layer = cls(op.name, expression, op.fusion.activation if op.fusion is not None else None)
-        # elementwise, so slices of a batch are independent, unless it reads sizes, builds lists
-        # or reads no input at all (a constant has no batch dimension to split)
-        layer.batch_independent = ("size(" not in text and "[" not in text and expression.num_inputs > 0) \
-            or SHAPE.fullmatch(text) is not None
-        return layer
+        return cls(op.name, expression, op.fusion.activation if op.fusion is not None else None,
+                   [len(o.shapes) for o in op.input_operands_seq])
+
+    def batch_flow(self, inputs: Sequence[Batch]) -> Batch | None:
+        """The formula's program run on what its inputs are to the batch instead of on values:
+        arithmetic keeps rows apart, ``size(@i,0)`` of a batched input is the batch size, and a
+        list starting with it is a shape for the batch (``[size(@0,0),-1,16]``); arithmetic on
+        the batch size, or ``int()`` of a batched array, mixes samples."""
+        stack: list[tuple[Batch | None, Any, int | None]] = []   # (role, literal, input index)
+        for instruction in self.expression.program:
+            if instruction.opcode is OpCode.INPUT:
+                stack.append((inputs[instruction.operand], None, instruction.operand))
+                continue
+            if instruction.opcode is OpCode.CONST:
+                stack.append((Batch.SHARED, instruction.operand, None))
+                continue
+            args = stack[len(stack) - instruction.count:]
+            del stack[len(stack) - instruction.count:]
+            roles = [role for role, _, _ in args]
+            if None in roles:
+                role = None
+            elif instruction.opcode is OpCode.LIST:
+                role = sequence_flow(roles)
+            elif instruction.operand == "size":
+                role = self._size_flow(args)
+            elif FUNCTIONS[instruction.operand].kind == "cast":
+                role = None if instruction.operand == "int" and Batch.ROWS in roles else roles[0]
+            else:   # unary and binary arithmetic
+                role = None if Batch.SIZE in roles else Batch.ROWS if Batch.ROWS in roles else Batch.SHARED
+            stack.append((role, None, None))
+        return stack[-1][0]
+
+    def _size_flow(self, args: Sequence[tuple[Batch | None, Any, int | None]]) -> Batch | None:
+        """``size(@i)`` or ``size(@i,d)``: the batch size when ``d`` is the batch's dimension."""
+        role, _, index = args[0]
+        if role is not Batch.ROWS:
+            return Batch.SHARED if role is Batch.SHARED else None
+        if len(args) == 1:
+            return Batch.SIZE   # the whole shape, which starts with the batch
+        dim = args[1][1]
+        if type(dim) is not int:
+            return None
+        rank = self.ranks[index] if index is not None and index < len(self.ranks) else 0
+        if dim < 0 and rank == 0:
+            return None
+        return Batch.SIZE if dim == 0 or dim + rank == 0 else Batch.SHARED
 
     @classmethod
     def takes_activation(cls, op: RuntimeOperator) -> bool:
@@ -77,3 +116,4 @@ class ExpressionLayer(NonParamLayer):
             # the formula's outermost operation made ``result``; a number becomes an array
             result = self.activation(result if isinstance(result, np.ndarray) else np.array(result))
         return [result]
+

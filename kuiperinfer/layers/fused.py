@@ -29,8 +29,8 @@ from kuiperinfer.kernels.depthwise_stripes import depthwise_in_stripes
 from kuiperinfer.kernels.jit import kernel_array
 from kuiperinfer.kernels.layout import nchw, nhwc
 from kuiperinfer.kernels.pooling import global_avg_pool2d
-from kuiperinfer.layers.base import Layer
-from kuiperinfer.layers.convolution import Convolution, PointwiseProduct, as_2d, check_channels
+from kuiperinfer.layers.base import Layer, batched
+from kuiperinfer.layers.convolution import Convolution, PointwiseProduct, as_2d, check_channels, from_2d
 from kuiperinfer.layers.fusion import Pointwise, PointwiseDepthwiseFusion, SqueezeExcitationFusion
 from kuiperinfer.runtime.operator import RuntimeOperator
 from kuiperinfer.runtime.registry import register_layer
@@ -61,7 +61,6 @@ class PointwiseDepthwise(Layer):
     """``depthwise(pointwise(x))`` of two nn.Conv2d layers, each with its bias and
     activation, computed in stripes; the two are :attr:`pointwise` and :attr:`depthwise`."""
 
-    batch_independent = True
     fusion = PointwiseDepthwiseFusion
     compiled_kernels = True
 
@@ -77,21 +76,23 @@ class PointwiseDepthwise(Layer):
         if pointwise.out_channels != depthwise.packed.in_channels or depthwise.packed.depthwise is None:
             raise op.error(f"the 1x1 convolution makes {pointwise.out_channels} channels, the depthwise "
                            f"one takes {depthwise.packed.in_channels}", Status.kAttrWrongSize)
-        return cls(op.name, pointwise, depthwise)
+        layer = cls(op.name, pointwise, depthwise)
+        layer.batch_independent = batched(op, 2)
+        return layer
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
-        x, geometry = as_2d(inputs[0], 2), self.depthwise.geometry
+        (x, unbatched), geometry = as_2d(inputs[0], 2, "conv2d"), self.depthwise.geometry
         check_channels(x, self.pointwise.in_channels)
         compiled = self.depthwise.packed.compiled_depthwise
         if compiled is not None:
             out = nchw(pointwise_depthwise(nhwc(x), self.pointwise.matrix, self.pointwise.epilogue, compiled,
                                            geometry.stride, geometry.padding))
-            return [out if self.depthwise.channels_last else np.ascontiguousarray(out)]
-        padded_hw = [size + before + after for size, (before, after) in zip(x.shape[2:], geometry.padding)]
-        out = depthwise_in_stripes(np.ascontiguousarray(nhwc(x)), self.depthwise.packed.depthwise, geometry.stride,
-                                   geometry.padding, geometry.output_hw(padded_hw), self.depthwise.epilogue,
-                                   self.pointwise.matrix, self.pointwise.epilogue)
-        out = nchw(out)
+        else:
+            padded_hw = [size + before + after for size, (before, after) in zip(x.shape[2:], geometry.padding)]
+            out = nchw(depthwise_in_stripes(np.ascontiguousarray(nhwc(x)), self.depthwise.packed.depthwise,
+                                            geometry.stride, geometry.padding, geometry.output_hw(padded_hw),
+                                            self.depthwise.epilogue, self.pointwise.matrix, self.pointwise.epilogue))
+        out = from_2d(out, 2, unbatched)
         return [out if self.depthwise.channels_last else np.ascontiguousarray(out)]
 
 
@@ -100,7 +101,6 @@ class SqueezeExcitation(Layer):
     """``x * expand(reduce(global mean of x))``: :attr:`reduce` and :attr:`expand` are the two
     1x1 convolutions (with their activations), computed as products of (N, C) rows."""
 
-    batch_independent = True
     fusion = SqueezeExcitationFusion
     compiled_kernels = True
 
@@ -119,12 +119,14 @@ class SqueezeExcitation(Layer):
         if (expand.in_channels, expand.out_channels) != (reduce.out_channels, reduce.in_channels):
             raise op.error(f"the expanding convolution maps {expand.in_channels} to {expand.out_channels} "
                            f"channels, expected {reduce.out_channels} to {reduce.in_channels}", Status.kAttrWrongSize)
-        return cls(op.name, reduce, expand, record.compiled)
+        layer = cls(op.name, reduce, expand, record.compiled)
+        layer.batch_independent = batched(op, 2)
+        return layer
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
-        x = as_2d(inputs[0], 2)
+        x, unbatched = as_2d(inputs[0], 2, "squeeze-and-excitation")
         check_channels(x, self.reduce.in_channels)
         if self.compiled is not None:
-            return [nchw(self.compiled(kernel_array(nhwc(x))))]
+            return [from_2d(nchw(self.compiled(kernel_array(nhwc(x)))), 2, unbatched)]
         gate = self.expand(self.reduce(global_avg_pool2d(x.astype(np.float32, copy=False))))
-        return [x * gate.reshape(*gate.shape, 1, 1)]
+        return [from_2d(x * gate.reshape(*gate.shape, 1, 1), 2, unbatched)]

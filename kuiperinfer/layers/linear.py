@@ -24,7 +24,7 @@ from kuiperinfer.kernels.compiled.activation import ActivationCode
 from kuiperinfer.kernels.compiled.epilogue import finish_rows, finish_transposed
 from kuiperinfer.kernels.elementwise import InplaceActivation
 from kuiperinfer.kernels.parallel import run_parts, threads_for
-from kuiperinfer.layers.base import Layer, ParamLayer, compiled, declared_rank
+from kuiperinfer.layers.base import Layer, ParamLayer, compiled, declared_rank, functional
 from kuiperinfer.layers.fusion import ActivationFusion
 from kuiperinfer.runtime.operator import RuntimeOperator
 from kuiperinfer.runtime.registry import register_layer
@@ -150,7 +150,7 @@ class FunctionalLinear(Layer):
         if len(op.input_operands_seq) not in (2, 3):
             raise op.error(f"F.linear needs the input, the weight and an optional bias as inputs, got "
                            f"{len(op.input_operands_seq)}", Status.kAttrMissingWeight)
-        return cls(op.name)
+        return functional(cls(op.name), op, declared_rank(op) >= 2)
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         x, weight = inputs[0], inputs[1]

@@ -24,7 +24,7 @@ import numpy as np
 from kuiperinfer.errors import InferError, InferStatus, WeightError
 from kuiperinfer.errors import ParseParameterAttrStatus as Status
 from kuiperinfer.kernels.compiled.normalization import layer_norm_rows
-from kuiperinfer.layers.base import Layer, NonParamLayer, ParamLayer, declared_rank
+from kuiperinfer.layers.base import Layer, NonParamLayer, ParamLayer, batched, declared_rank
 from kuiperinfer.layers.fusion import LayerNormFusion
 from kuiperinfer.layers.reduction import Norm
 from kuiperinfer.runtime.operator import RuntimeOperator
@@ -54,6 +54,11 @@ class TensorArgument:
     def get(self, inputs: Sequence[Any]) -> np.ndarray | None:
         """The tensor for this run (None when absent)."""
         return self.value if self.input_index is None else np.asarray(inputs[self.input_index])
+
+
+def whole_inputs(*arguments: TensorArgument) -> tuple[int, ...]:
+    """The inputs among ``arguments``: weights and statistics every sample reads whole."""
+    return tuple(a.input_index for a in arguments if a.input_index is not None)
 
 
 def standardize(x: np.ndarray, axes: int | tuple[int, ...], eps: float) -> np.ndarray:
@@ -130,7 +135,6 @@ class BatchNorm(ParamLayer):
     variance are kept too, and :meth:`pack` folds all four with eps.
     """
 
-    batch_independent = True
 
     def __init__(self, layer_name: str, weight: np.ndarray, bias: np.ndarray,
                  running_mean: np.ndarray, running_var: np.ndarray, eps: float):
@@ -155,7 +159,9 @@ class BatchNorm(ParamLayer):
 
     @classmethod
     def create(cls, op: RuntimeOperator) -> BatchNorm:
-        return cls(op.name, *cls.statistics(op))
+        layer = cls(op.name, *cls.statistics(op))
+        layer.batch_independent = declared_rank(op) >= 2   # (N, C, ...): the channels are dimension 1
+        return layer
 
     def pack(self) -> None:
         self._scale, self._shift = fold_batch_norm(self.running_mean, self.running_var,
@@ -179,15 +185,18 @@ class FunctionalBatchNorm(Layer):
                  weight: TensorArgument, bias: TensorArgument, eps: float):
         super().__init__(layer_name)
         self.mean, self.var, self.weight, self.bias, self.eps = mean, var, weight, bias, eps
+        self.whole_inputs = whole_inputs(mean, var, weight, bias)
 
     @classmethod
     def create(cls, op: RuntimeOperator) -> FunctionalBatchNorm:
-        return cls(op.name,
-                   TensorArgument.read(op, "running_mean", required=True, status=Status.kAttrMissingRunningMean),
-                   TensorArgument.read(op, "running_var", required=True, status=Status.kAttrMissingRunningVar),
-                   TensorArgument.read(op, "weight"),
-                   TensorArgument.read(op, "bias", status=Status.kAttrMissingBias),
-                   read_eps(op))
+        layer = cls(op.name,
+                    TensorArgument.read(op, "running_mean", required=True, status=Status.kAttrMissingRunningMean),
+                    TensorArgument.read(op, "running_var", required=True, status=Status.kAttrMissingRunningVar),
+                    TensorArgument.read(op, "weight"),
+                    TensorArgument.read(op, "bias", status=Status.kAttrMissingBias),
+                    read_eps(op))
+        layer.batch_independent = declared_rank(op) >= 2   # (N, C, ...): the channels are dimension 1
+        return layer
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         x = inputs[0]
@@ -208,6 +217,7 @@ class LastDimsNorm(Layer):
         super().__init__(layer_name)
         self.normalized_shape, self.eps, self.weight, self.bias = normalized_shape, eps, weight, bias
         self.axes = tuple(range(-len(normalized_shape), 0))
+        self.whole_inputs = whole_inputs(weight, bias)
 
     @classmethod
     def create(cls, op: RuntimeOperator) -> LastDimsNorm:
@@ -315,6 +325,7 @@ class GroupNorm(Layer):
                  weight: TensorArgument, bias: TensorArgument):
         super().__init__(layer_name)
         self.num_groups, self.eps, self.weight, self.bias = num_groups, eps, weight, bias
+        self.whole_inputs = whole_inputs(weight, bias)
 
     @classmethod
     def create(cls, op: RuntimeOperator) -> GroupNorm:
@@ -325,9 +336,11 @@ class GroupNorm(Layer):
             raise op.error(f"num_channels {channels} must be divisible by num_groups {groups}",
                            Status.kParameterMissingGroups)
         shape = None if channels is None else (channels,)
-        return cls(op.name, groups, read_eps(op),
-                   TensorArgument.read(op, "weight", shape, required=op.param_bool("affine", default=False)),
-                   TensorArgument.read(op, "bias", shape, status=Status.kAttrMissingBias))
+        layer = cls(op.name, groups, read_eps(op),
+                    TensorArgument.read(op, "weight", shape, required=op.param_bool("affine", default=False)),
+                    TensorArgument.read(op, "bias", shape, status=Status.kAttrMissingBias))
+        layer.batch_independent = declared_rank(op) >= 2   # (N, C, ...): each sample's groups
+        return layer
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         x = inputs[0]
@@ -359,6 +372,7 @@ class InstanceNorm(Layer):
         self.running = running
         """The folded (scale, shift) of the running statistics, or None to use the input's."""
         self.unbatched_ndim = unbatched_ndim
+        self.whole_inputs = whole_inputs(weight, bias)
 
     @classmethod
     def create(cls, op: RuntimeOperator) -> InstanceNorm:
@@ -377,7 +391,10 @@ class InstanceNorm(Layer):
             mean = op.weight("running_mean", shape, Status.kAttrMissingRunningMean)
             var = op.weight("running_var", shape, Status.kAttrMissingRunningVar)
             running = fold_batch_norm(mean, var, weight.value, bias.value, eps)
-        return cls(op.name, eps, weight, bias, running, None if spatial is None else spatial + 1)
+        layer = cls(op.name, eps, weight, bias, running, None if spatial is None else spatial + 1)
+        # unbatched, (C, L) for InstanceNorm1d, dimension 0 is the channels; F.instance_norm is batched
+        layer.batch_independent = declared_rank(op) >= 3 if spatial is None else batched(op, spatial)
+        return layer
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         x = inputs[0]
@@ -431,7 +448,6 @@ class LocalResponseNorm(NonParamLayer):
     with zeros at both ends, the mean always over ``size`` (as PyTorch's average pooling
     with the padding counted). Inputs of 3 dimensions or more, channels in dimension 1."""
 
-    batch_independent = True
 
     def __init__(self, layer_name: str, size: int, alpha: float, beta: float, k: float):
         super().__init__(layer_name)
@@ -442,9 +458,11 @@ class LocalResponseNorm(NonParamLayer):
         size = op.param_int("size", Status.kParameterInvalidValue)
         if size < 1:
             raise op.error(f"size {size} must be positive", Status.kParameterInvalidValue)
-        return cls(op.name, size, op.param_float("alpha", Status.kParameterInvalidValue, default=1e-4),
-                   op.param_float("beta", Status.kParameterInvalidValue, default=0.75),
-                   op.param_float("k", Status.kParameterInvalidValue, default=1.0))
+        layer = cls(op.name, size, op.param_float("alpha", Status.kParameterInvalidValue, default=1e-4),
+                    op.param_float("beta", Status.kParameterInvalidValue, default=0.75),
+                    op.param_float("k", Status.kParameterInvalidValue, default=1.0))
+        layer.batch_independent = declared_rank(op) >= 3   # normalised across dimension 1, the channels
+        return layer
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         x = inputs[0]

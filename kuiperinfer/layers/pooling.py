@@ -29,7 +29,7 @@ from kuiperinfer.errors import InferError, InferStatus
 from kuiperinfer.errors import ParseParameterAttrStatus as Status
 from kuiperinfer.kernels.pooling import adaptive_avg_pool2d, adaptive_max_pool2d, avg_pool2d, max_pool2d
 from kuiperinfer.kernels.windows import as_batched, avg_pool, max_pool
-from kuiperinfer.layers.base import NonParamLayer
+from kuiperinfer.layers.base import NonParamLayer, batched
 from kuiperinfer.layers.convolution import as_2d, from_2d, spatial_ints, spatial_rank
 from kuiperinfer.layers.pooling3d import IndicesOutput, check_window
 from kuiperinfer.runtime.operator import RuntimeOperator
@@ -58,23 +58,10 @@ class PoolWindow:
         return cls(kernel, stride, padding, dilation, op.param_bool("ceil_mode", default=False))
 
 
-def batched_2d(x: np.ndarray, rank: int, what: str) -> tuple[np.ndarray, bool]:
-    """A ``rank``-D pooling input as NCHW (:func:`as_2d`), and whether it came unbatched."""
-    x, unbatched = as_batched(x, rank, what)
-    return as_2d(x, rank), unbatched
-
-
-def unbatched_from_2d(y: np.ndarray, rank: int, unbatched: bool) -> np.ndarray:
-    """Undo :func:`batched_2d` on an output."""
-    y = from_2d(y, rank)
-    return y[0] if unbatched else y
-
-
 @register_layer("nn.MaxPool1d", "nn.MaxPool2d", "F.max_pool1d", "F.max_pool2d")
 class MaxPooling(NonParamLayer):
     """Max pooling (kernel, stride, padding, dilation, ceil_mode), with int64 indices if asked."""
 
-    batch_independent = True
 
     def __init__(self, layer_name: str, window: PoolWindow, rank: int, return_indices: bool = False,
                  as_tuple: bool = False):
@@ -84,7 +71,9 @@ class MaxPooling(NonParamLayer):
 
     @classmethod
     def create(cls, op: RuntimeOperator) -> MaxPooling:
-        return cls(op.name, PoolWindow.from_operator(op), spatial_rank(op), *IndicesOutput.read(op))
+        layer = cls(op.name, PoolWindow.from_operator(op), spatial_rank(op), *IndicesOutput.read(op))
+        layer.batch_independent = batched(op, spatial_rank(op))
+        return layer
 
     def forward(self, inputs: Sequence[Any]) -> list[Any]:
         w = self.window
@@ -96,16 +85,15 @@ class MaxPooling(NonParamLayer):
             if unbatched:
                 values, indices = values[0], indices[0]
             return IndicesOutput.outputs(values, indices, True, self.as_tuple)
-        x, unbatched = batched_2d(inputs[0], self.rank, f"max_pool{self.rank}d")
+        x, unbatched = as_2d(inputs[0], self.rank, f"max_pool{self.rank}d")
         out = max_pool2d(x, w.kernel, w.stride, w.padding, w.dilation, w.ceil_mode)
-        return [unbatched_from_2d(out, self.rank, unbatched)]
+        return [from_2d(out, self.rank, unbatched)]
 
 
 @register_layer("nn.AvgPool1d", "nn.AvgPool2d", "F.avg_pool1d", "F.avg_pool2d")
 class AvgPooling(NonParamLayer):
     """Average pooling (kernel, stride, padding, ceil_mode, count_include_pad, divisor_override)."""
 
-    batch_independent = True
 
     def __init__(self, layer_name: str, window: PoolWindow, count_include_pad: bool,
                  divisor_override: int | None, rank: int):
@@ -118,15 +106,17 @@ class AvgPooling(NonParamLayer):
         divisor = op.param_int("divisor_override", Status.kParameterInvalidValue, default=None)
         if divisor is not None and divisor == 0:
             raise op.error("divisor_override must not be zero", Status.kParameterInvalidValue)
-        return cls(op.name, PoolWindow.from_operator(op), op.param_bool("count_include_pad", default=True),
-                   divisor, spatial_rank(op))
+        layer = cls(op.name, PoolWindow.from_operator(op), op.param_bool("count_include_pad", default=True),
+                    divisor, spatial_rank(op))
+        layer.batch_independent = batched(op, spatial_rank(op))
+        return layer
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         w = self.window
-        x, unbatched = batched_2d(inputs[0], self.rank, f"avg_pool{self.rank}d")
+        x, unbatched = as_2d(inputs[0], self.rank, f"avg_pool{self.rank}d")
         out = avg_pool2d(x, w.kernel, w.stride, w.padding, w.ceil_mode, self.count_include_pad,
                          self.divisor_override)
-        return [unbatched_from_2d(out, self.rank, unbatched)]
+        return [from_2d(out, self.rank, unbatched)]
 
 
 class AdaptivePooling(NonParamLayer):
@@ -164,11 +154,13 @@ class AdaptiveAvgPooling(AdaptivePooling):
 
     @classmethod
     def create(cls, op: RuntimeOperator) -> AdaptiveAvgPooling:
-        return cls(op.name, cls.read_output_size(op), spatial_rank(op))
+        layer = cls(op.name, cls.read_output_size(op), spatial_rank(op))
+        layer.batch_independent = batched(op, spatial_rank(op))
+        return layer
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
-        x, unbatched = batched_2d(inputs[0], self.rank, f"adaptive_avg_pool{self.rank}d")
-        return [unbatched_from_2d(adaptive_avg_pool2d(x, self.output_hw(x)), self.rank, unbatched)]
+        x, unbatched = as_2d(inputs[0], self.rank, f"adaptive_avg_pool{self.rank}d")
+        return [from_2d(adaptive_avg_pool2d(x, self.output_hw(x)), self.rank, unbatched)]
 
 
 @register_layer("nn.AdaptiveMaxPool1d", "nn.AdaptiveMaxPool2d", "F.adaptive_max_pool1d",
@@ -185,13 +177,15 @@ class AdaptiveMaxPooling(AdaptivePooling):
 
     @classmethod
     def create(cls, op: RuntimeOperator) -> AdaptiveMaxPooling:
-        return cls(op.name, cls.read_output_size(op), spatial_rank(op), *IndicesOutput.read(op))
+        layer = cls(op.name, cls.read_output_size(op), spatial_rank(op), *IndicesOutput.read(op))
+        layer.batch_independent = batched(op, spatial_rank(op))
+        return layer
 
     def forward(self, inputs: Sequence[Any]) -> list[Any]:
-        x, unbatched = batched_2d(inputs[0], self.rank, f"adaptive_max_pool{self.rank}d")
+        x, unbatched = as_2d(inputs[0], self.rank, f"adaptive_max_pool{self.rank}d")
         values, indices = adaptive_max_pool2d(x, self.output_hw(x))
-        values = unbatched_from_2d(values, self.rank, unbatched)
-        indices = unbatched_from_2d(indices, self.rank, unbatched)
+        values = from_2d(values, self.rank, unbatched)
+        indices = from_2d(indices, self.rank, unbatched)
         return IndicesOutput.outputs(values, indices, self.return_indices, self.as_tuple)
 
 
@@ -203,7 +197,6 @@ class LPPooling(NonParamLayer):
     inf is the maximum of ``|x|``, -inf the minimum (pnnx writes a model's F.lp_pool with
     them as abs and max pooling; here for modules written by hand)."""
 
-    batch_independent = True
 
     def __init__(self, layer_name: str, norm_type: float, kernel: tuple[int, ...], stride: tuple[int, ...],
                  ceil_mode: bool):
@@ -220,7 +213,9 @@ class LPPooling(NonParamLayer):
         stride = op.param_ints("stride", rank, Status.kParameterMissingStride, default=kernel)
         if min(kernel) < 1 or min(stride) < 1:
             raise op.error(f"kernel {kernel} and stride {stride} must be positive", Status.kParameterInvalidValue)
-        return cls(op.name, norm_type, kernel, stride, op.param_bool("ceil_mode", default=False))
+        layer = cls(op.name, norm_type, kernel, stride, op.param_bool("ceil_mode", default=False))
+        layer.batch_independent = batched(op, spatial_rank(op))
+        return layer
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         rank = len(self.kernel)
@@ -250,7 +245,6 @@ class MaxUnpooling(NonParamLayer):
     TorchScript operators: values, indices, the output's spatial size (a list of ints),
     and for 3-D the stride and padding, which the computation does not need."""
 
-    batch_independent = True
 
     def __init__(self, layer_name: str, rank: int):
         super().__init__(layer_name)
@@ -264,7 +258,9 @@ class MaxUnpooling(NonParamLayer):
             raise op.error(f"{op.type} takes {expected} inputs (values, indices, output size"
                            f"{', stride, padding' if rank == 3 else ''}), got {len(op.input_operands_seq)}",
                            Status.kParameterInvalidValue)
-        return cls(op.name, rank)
+        layer = cls(op.name, rank)
+        layer.batch_independent = batched(op, rank)
+        return layer
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         values, indices, size = inputs[0], np.asarray(inputs[1]), inputs[2]

@@ -23,7 +23,7 @@ import numpy as np
 
 from kuiperinfer.errors import ParseParameterAttrStatus as Status
 from kuiperinfer.kernels.windows import adaptive_avg_pool, adaptive_max_pool, as_batched, avg_pool, max_pool
-from kuiperinfer.layers.base import NonParamLayer
+from kuiperinfer.layers.base import NonParamLayer, batched
 from kuiperinfer.runtime.operator import RuntimeOperator
 from kuiperinfer.runtime.registry import register_layer
 
@@ -96,7 +96,6 @@ def _unbatch(arrays: tuple[np.ndarray, ...], unbatched: bool) -> tuple[np.ndarra
 class MaxPooling3d(NonParamLayer):
     """3-D max pooling (kernel, stride, padding, dilation, ceil_mode), with indices if asked."""
 
-    batch_independent = True
 
     def __init__(self, layer_name: str, window: Window, return_indices: bool, as_tuple: bool):
         super().__init__(layer_name)
@@ -104,7 +103,9 @@ class MaxPooling3d(NonParamLayer):
 
     @classmethod
     def create(cls, op: RuntimeOperator) -> MaxPooling3d:
-        return cls(op.name, Window.from_operator(op, 3), *IndicesOutput.read(op))
+        layer = cls(op.name, Window.from_operator(op, 3), *IndicesOutput.read(op))
+        layer.batch_independent = batched(op, 3)
+        return layer
 
     def forward(self, inputs: Sequence[Any]) -> list[Any]:
         x, unbatched = as_batched(inputs[0], 3, "max_pool3d")
@@ -117,7 +118,6 @@ class MaxPooling3d(NonParamLayer):
 class AvgPooling3d(NonParamLayer):
     """3-D average pooling (kernel, stride, padding, ceil_mode, count_include_pad, divisor_override)."""
 
-    batch_independent = True
 
     def __init__(self, layer_name: str, window: Window, count_include_pad: bool, divisor_override: int | None):
         super().__init__(layer_name)
@@ -131,7 +131,9 @@ class AvgPooling3d(NonParamLayer):
         window = Window.from_operator(op, 3)
         if window.dilation != (1, 1, 1):
             raise op.error(f"average pooling has no dilation, got {window.dilation}", Status.kParameterInvalidValue)
-        return cls(op.name, window, op.param_bool("count_include_pad", default=True), divisor)
+        layer = cls(op.name, window, op.param_bool("count_include_pad", default=True), divisor)
+        layer.batch_independent = batched(op, 3)
+        return layer
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         x, unbatched = as_batched(inputs[0], 3, "avg_pool3d")
@@ -161,7 +163,6 @@ def adaptive_sizes(x: np.ndarray, output_size: tuple[int | None, ...]) -> Sizes:
 class AdaptiveAvgPooling3d(NonParamLayer):
     """3-D adaptive average pooling."""
 
-    batch_independent = True
 
     def __init__(self, layer_name: str, output_size: tuple[int | None, ...]):
         super().__init__(layer_name)
@@ -169,7 +170,9 @@ class AdaptiveAvgPooling3d(NonParamLayer):
 
     @classmethod
     def create(cls, op: RuntimeOperator) -> AdaptiveAvgPooling3d:
-        return cls(op.name, read_output_size(op, 3))
+        layer = cls(op.name, read_output_size(op, 3))
+        layer.batch_independent = batched(op, 3)
+        return layer
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         x, unbatched = as_batched(inputs[0], 3, "adaptive_avg_pool3d")
@@ -182,7 +185,6 @@ class AdaptiveMaxPooling3d(NonParamLayer):
     """3-D adaptive max pooling, with indices if asked (pnnx writes ``return_indices=True``
     and two outputs for the function, one tuple output for the module)."""
 
-    batch_independent = True
 
     def __init__(self, layer_name: str, output_size: tuple[int | None, ...], return_indices: bool, as_tuple: bool):
         super().__init__(layer_name)
@@ -190,7 +192,9 @@ class AdaptiveMaxPooling3d(NonParamLayer):
 
     @classmethod
     def create(cls, op: RuntimeOperator) -> AdaptiveMaxPooling3d:
-        return cls(op.name, read_output_size(op, 3), *IndicesOutput.read(op))
+        layer = cls(op.name, read_output_size(op, 3), *IndicesOutput.read(op))
+        layer.batch_independent = batched(op, 3)
+        return layer
 
     def forward(self, inputs: Sequence[Any]) -> list[Any]:
         x, unbatched = as_batched(inputs[0], 3, "adaptive_max_pool3d")

@@ -29,6 +29,11 @@ def _axes(op: RuntimeOperator) -> Axes:
     return dims or None
 
 
+def keeps_samples_apart(op: RuntimeOperator, axes: Axes) -> bool:
+    """Whether reducing over ``axes`` (None: everything) leaves the batch, dimension 0, alone."""
+    return axes is not None and all(keeps_batch(op, axis) for axis in axes)
+
+
 class ReduceLayer(NonParamLayer):
     """Reduces over ``axes`` (None: all), keeping them as size 1 with ``keepdim``."""
 
@@ -38,7 +43,9 @@ class ReduceLayer(NonParamLayer):
 
     @classmethod
     def create(cls, op: RuntimeOperator) -> ReduceLayer:
-        return cls(op.name, _axes(op), op.param_bool("keepdim", default=False))
+        layer = cls(op.name, _axes(op), op.param_bool("keepdim", default=False))
+        layer.batch_independent = keeps_samples_apart(op, layer.axes)
+        return layer
 
 
 # NumPy's accumulating reductions, which take a dtype like PyTorch's ``dtype=``.
@@ -70,7 +77,7 @@ class Reduce(ReduceLayer):
             function = _ACCUMULATE[name]
             dtype = numpy_dtype(op.output_operands[0].type) if op.output_operands else None
         layer = cls(op.name, _axes(op), op.param_bool("keepdim", default=False), function, dtype)
-        layer.batch_independent = layer.axes is not None and all(keeps_batch(op, axis) for axis in layer.axes)
+        layer.batch_independent = keeps_samples_apart(op, layer.axes)
         return layer
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
@@ -112,8 +119,10 @@ class Variance(ReduceLayer):
             correction = op.param_float("correction", Status.kParameterInvalidValue)
         else:
             correction = float(op.param_int("unbiased", Status.kParameterInvalidValue, default=1))
-        return cls(op.name, _axes(op), op.param_bool("keepdim", default=False), correction,
-                   op.type == "torch.std")
+        layer = cls(op.name, _axes(op), op.param_bool("keepdim", default=False), correction,
+                    op.type == "torch.std")
+        layer.batch_independent = keeps_samples_apart(op, layer.axes)
+        return layer
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         function = np.std if self.root else np.var
@@ -139,7 +148,9 @@ class Norm(ReduceLayer):
         p = 2.0 if op.param_value("p") == "fro" else op.param_number("p", default=2.0)
         if not isinstance(p, (int, float)) or isinstance(p, bool) or math.isnan(p):
             raise op.error(f"unsupported norm p={op.param_value('p')!r}", Status.kParameterInvalidValue)
-        return cls(op.name, _axes(op), op.param_bool("keepdim", default=False), float(p))
+        layer = cls(op.name, _axes(op), op.param_bool("keepdim", default=False), float(p))
+        layer.batch_independent = keeps_samples_apart(op, layer.axes)
+        return layer
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         x, p = inputs[0], self.p
@@ -173,8 +184,10 @@ class MaxMin(ReduceLayer):
     @classmethod
     def create(cls, op: RuntimeOperator) -> MaxMin:
         dim = op.param_int("dim", Status.kParameterMissingDim, default=None)
-        return cls(op.name, dim, op.param_bool("keepdim", default=False), op.type == "torch.max",
-                   dim is not None and len(op.output_operands) > 1)
+        layer = cls(op.name, dim, op.param_bool("keepdim", default=False), op.type == "torch.max",
+                    dim is not None and len(op.output_operands) > 1)
+        layer.batch_independent = keeps_samples_apart(op, layer.axes)
+        return layer
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         x = inputs[0]
@@ -201,8 +214,10 @@ class ArgMaxMin(ReduceLayer):
 
     @classmethod
     def create(cls, op: RuntimeOperator) -> ArgMaxMin:
-        return cls(op.name, op.param_int("dim", Status.kParameterMissingDim, default=None),
-                   op.param_bool("keepdim", default=False), op.type == "torch.argmax")
+        layer = cls(op.name, op.param_int("dim", Status.kParameterMissingDim, default=None),
+                    op.param_bool("keepdim", default=False), op.type == "torch.argmax")
+        layer.batch_independent = keeps_samples_apart(op, layer.axes)
+        return layer
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         arg = np.argmax if self.largest else np.argmin
@@ -227,8 +242,10 @@ class TopK(NonParamLayer):
         k = op.param_int("k", Status.kParameterInvalidValue)
         if k < 0:
             raise op.error(f"k must not be negative, got {k}", Status.kParameterInvalidValue)
-        return cls(op.name, k, op.param_int("dim", Status.kParameterMissingDim, default=-1),
-                   op.param_bool("largest", default=True))
+        layer = cls(op.name, k, op.param_int("dim", Status.kParameterMissingDim, default=-1),
+                    op.param_bool("largest", default=True))
+        layer.batch_independent = keeps_batch(op, layer.dim)
+        return layer
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         x = inputs[0]
@@ -256,7 +273,9 @@ class Cumulative(NonParamLayer):
     def create(cls, op: RuntimeOperator) -> Cumulative:
         function = np.cumsum if op.type == "torch.cumsum" else np.cumprod
         dtype = numpy_dtype(op.output_operands[0].type) if op.output_operands else None
-        return cls(op.name, op.param_int("dim", Status.kParameterMissingDim), function, dtype)
+        layer = cls(op.name, op.param_int("dim", Status.kParameterMissingDim), function, dtype)
+        layer.batch_independent = keeps_batch(op, layer.dim)
+        return layer
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         return [self.function(inputs[0], axis=self.dim, dtype=self.dtype)]

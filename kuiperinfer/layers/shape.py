@@ -15,9 +15,10 @@ import numpy as np
 
 from kuiperinfer.errors import InferError, InferStatus
 from kuiperinfer.errors import ParseParameterAttrStatus as Status
-from kuiperinfer.layers.base import NonParamLayer, keeps_batch
+from kuiperinfer.layers.base import NonParamLayer, declared_rank, keeps_batch
 from kuiperinfer.layers.comparison import Argument
 from kuiperinfer.pnnx.param_file import DEFAULT_MAX_TENSOR_BYTES
+from kuiperinfer.runtime.batching import Batch
 from kuiperinfer.runtime.operator import RuntimeOperator
 from kuiperinfer.runtime.registry import register_layer
 
@@ -87,6 +88,14 @@ class Reshape(NonParamLayer):
             # a free batch and a fixed size per sample: each sample is reshaped alone
             layer.batch_independent = math.prod(shape[1:]) == math.prod(declared[1:])
         return layer
+
+    def batch_flow(self, inputs: Sequence[Batch]) -> Batch | None:
+        """A batched input reshaped to a shape computed at run time that starts with its
+        batch size (``[size(@0,0),-1]``) keeps its samples apart."""
+        if self.shape is None:
+            shape_keeps_batch = inputs[1:2] == [Batch.SIZE] and all(r is Batch.SHARED for r in inputs[2:])
+            return Batch.ROWS if inputs[0] is Batch.ROWS and shape_keeps_batch else None
+        return super().batch_flow(inputs)
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         x = inputs[0]
@@ -280,9 +289,22 @@ class Expand(NonParamLayer):
             return layer
         sizes = op.param_ints("sizes", status=Status.kParameterMissingShape)
         batch = exported_batch(op)
-        if len(sizes) == len(op.input_operands_seq[0].shapes) and sizes[0] == batch:
+        if len(sizes) == declared_rank(op) and sizes[0] == batch:
             sizes = (-1,) + sizes[1:]
-        return cls(op.name, sizes)
+        layer = cls(op.name, sizes)
+        layer.batch_independent = len(sizes) == declared_rank(op) and sizes[0] == -1
+        return layer
+
+    def batch_flow(self, inputs: Sequence[Batch]) -> Batch | None:
+        """Sizes computed at run time that start with the batch size (``[size(@0,0),-1,-1]``)
+        expand a batched input, or a shared one (a class token), to the batch."""
+        if self.sizes_input is not None:
+            others = [r for i, r in enumerate(inputs) if i != self.sizes_input]
+            if inputs[self.sizes_input] is Batch.SIZE and Batch.SIZE not in others and self.batch_independent:
+                return Batch.ROWS
+            if inputs[self.sizes_input] is not Batch.SHARED:
+                return None
+        return super().batch_flow(inputs)
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         x = inputs[0]
@@ -461,11 +483,10 @@ class ChannelShuffle(NonParamLayer):
     (``groups=``) and F.channel_shuffle as the TorchScript ``aten::channel_shuffle``, whose
     second input is the groups (a ``pnnx.Expression`` of one int)."""
 
-    batch_independent = True
-
     def __init__(self, layer_name: str, groups: int | None):
         super().__init__(layer_name)
         self.groups = groups
+        self.whole_inputs = () if groups is not None else (1,)
 
     @classmethod
     def create(cls, op: RuntimeOperator) -> ChannelShuffle:
@@ -473,11 +494,15 @@ class ChannelShuffle(NonParamLayer):
             groups = op.param_int("groups", Status.kParameterMissingGroups)
             if groups < 1:
                 raise op.error(f"groups {groups} must be positive", Status.kParameterMissingGroups)
-            return cls(op.name, groups)
+            layer = cls(op.name, groups)
+            layer.batch_independent = declared_rank(op) >= 3   # the channels are dimension 1
+            return layer
         if len(op.input_operands_seq) != 2:
             raise op.error(f"{op.type} takes the input and the groups, got {len(op.input_operands_seq)} inputs",
                            Status.kParameterMissingGroups)
-        return cls(op.name, None)
+        layer = cls(op.name, None)
+        layer.batch_independent = declared_rank(op) >= 3
+        return layer
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         x = inputs[0]
@@ -497,9 +522,11 @@ class Size(NonParamLayer):
     as ``torch.Size`` is. pnnx writes sizes almost always into ``pnnx.Expression``s
     (``size(@0,1)``); ``Tensor.size`` is the form its sources name for the rest."""
 
-    def __init__(self, layer_name: str, dim: int | None, dim_input: bool):
+    def __init__(self, layer_name: str, dim: int | None, dim_input: bool, rank: int = 0):
         super().__init__(layer_name)
         self.dim, self.dim_input = dim, dim_input
+        self.rank = rank
+        """How many dimensions pnnx recorded for the input (0: unknown)."""
 
     @classmethod
     def create(cls, op: RuntimeOperator) -> Size:
@@ -508,7 +535,15 @@ class Size(NonParamLayer):
                            Status.kParameterMissingDim)
         dim_input = len(op.input_operands_seq) == 2
         dim = None if dim_input else op.param_int("dim", Status.kParameterMissingDim, default=None)
-        return cls(op.name, dim, dim_input)
+        return cls(op.name, dim, dim_input, declared_rank(op))
+
+    def batch_flow(self, inputs: Sequence[Batch]) -> Batch | None:
+        """The batch size for dimension 0 (or the whole shape), shared for the others."""
+        if self.dim_input or inputs[0] is not Batch.ROWS:
+            return None
+        if self.dim is None or self.dim == 0 or (self.rank and self.dim + self.rank == 0):
+            return Batch.SIZE
+        return Batch.SHARED if self.dim > 0 or self.rank else None
 
     def forward(self, inputs: Sequence[Any]) -> list[Any]:
         x = np.asarray(inputs[0])

@@ -10,6 +10,7 @@ import numpy as np
 from kuiperinfer.errors import ParseParameterAttrStatus as Status
 from kuiperinfer.layers.base import NonParamLayer, declared_rank
 from kuiperinfer.pnnx.ir import numpy_dtype
+from kuiperinfer.runtime.batching import Batch, sequence_flow
 from kuiperinfer.runtime.operator import RuntimeOperator
 from kuiperinfer.runtime.registry import register_layer
 
@@ -39,10 +40,13 @@ class Constant(NonParamLayer):
 
 @register_layer("prim::TupleConstruct")
 class TupleConstruct(NonParamLayer):
-    batch_independent = True
     @classmethod
     def create(cls, op: RuntimeOperator) -> TupleConstruct:
         return cls(op.name)
+
+    def batch_flow(self, inputs: Sequence[Batch]) -> Batch | None:
+        """A tuple of batched values is batched; one with a shared item would repeat it per chunk."""
+        return sequence_flow(inputs)
 
     def forward(self, inputs: Sequence[Any]) -> list[tuple]:
         return [tuple(inputs)]
@@ -50,10 +54,13 @@ class TupleConstruct(NonParamLayer):
 
 @register_layer("prim::ListConstruct")
 class ListConstruct(NonParamLayer):
-    batch_independent = True
     @classmethod
     def create(cls, op: RuntimeOperator) -> ListConstruct:
         return cls(op.name)
+
+    def batch_flow(self, inputs: Sequence[Batch]) -> Batch | None:
+        """A list of batched values is batched; one with a shared item would repeat it per chunk."""
+        return sequence_flow(inputs)
 
     def forward(self, inputs: Sequence[Any]) -> list[list]:
         return [list(inputs)]

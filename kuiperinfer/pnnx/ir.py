@@ -553,6 +553,11 @@ class Attribute:
 
 # --------------------------------------------------------------------------- graph
 
+def shape_text(shape: Iterable[int]) -> str:
+    """A shape as pnnx writes it, ``(1,3,?,?)``: ``?`` for an unknown dimension."""
+    return "(" + ",".join("?" if d < 0 else str(d) for d in shape) + ")"
+
+
 class Operand:
     """A tensor edge (``Operand`` of ir.h): made by one producer, read by consumers.
 
@@ -579,8 +584,7 @@ class Operand:
                 return
 
     def __repr__(self) -> str:
-        shape = ",".join("?" if d == -1 else str(d) for d in self.shape)
-        return f"Operand({self.name!r}, ({shape}){suffix_of(self.type)})"
+        return f"Operand({self.name!r}, {shape_text(self.shape)}{suffix_of(self.type)})"
 
 
 class Operator:

@@ -18,14 +18,19 @@ asked for it (``run(..., fetch=[...])``). :meth:`run_node` runs one operator on 
 values and is the hook that profilers and tracers override. Nothing of a run is stored on
 the graph, so one graph serves many threads.
 
+Batches: :meth:`build` works out once whether the graph's samples are independent along
+dimension 0 and at which batch sizes it runs (:attr:`batching`,
+:mod:`kuiperinfer.runtime.batching`). A constant that pnnx folded from the traced batch
+(an expanded class token) follows the batch of each call where its rows are equal, and
+fixes the batch where they are not.
+
 Threads: a run uses ``workers`` threads, the caller's and the engine's own helpers
 (:mod:`kuiperinfer.kernels.parallel`), with BLAS limited to one thread. A batch of several
 samples is cut into chunks of contiguous samples, one per thread, that the threads take as
-they come free, each running a chunk through the whole graph; the outputs are joined along dimension 0. This
-happens only when the graph is *batch-separable*: every layer that sees a value derived
-from the inputs declares :attr:`Layer.batch_independent` (sample ``i`` of its outputs
-depends only on sample ``i`` of its inputs). Other graphs, and batches of one, run whole
-in the calling thread, where each large operator shares its parts among the threads.
+they come free, each running a chunk through the whole graph; the outputs are joined along
+dimension 0. This happens only when the graph is batch-independent. Other graphs, and
+batches of one, run whole in the calling thread, where each large operator shares its
+parts among the threads.
 """
 
 from __future__ import annotations
@@ -42,8 +47,9 @@ import numpy as np
 
 from kuiperinfer.errors import GraphError, InferError, InferStatus, InputError, KuiperError, OperatorError
 from kuiperinfer.kernels.parallel import INTRA_OP_THREADS, ONE_BLAS_THREAD, share_parts
-from kuiperinfer.pnnx.ir import Graph, numpy_dtype
+from kuiperinfer.pnnx.ir import Graph, numpy_dtype, shape_text
 from kuiperinfer.runtime.attribute import RuntimeAttribute
+from kuiperinfer.runtime.batching import Batching, Carrier, analyse
 from kuiperinfer.runtime.operand import RuntimeOperand
 from kuiperinfer.runtime.operator import RuntimeOperator
 from kuiperinfer.runtime.parameter import RuntimeParameter
@@ -52,10 +58,6 @@ from kuiperinfer.runtime.registry import LayerRegisterer
 INPUT_TYPE = "pnnx.Input"
 OUTPUT_TYPE = "pnnx.Output"
 TUPLE_TYPES = ("prim::TupleConstruct", "prim::ListConstruct")
-CHUNKS_PER_WORKER = 1
-"""Chunks a batch is cut into per thread. Every chunk pays each operator's Python dispatch
-under the GIL and runs smaller products, so one chunk per thread beats more, quiet or busy
-(docs/performance.md); a thread that comes free still takes a chunk not yet started."""
 
 
 class GraphState(IntEnum):
@@ -91,8 +93,10 @@ class RuntimeGraph:
         self._plan: list[RuntimeOperator] = []
         self._release: list[list[RuntimeOperand]] = []
         """For each step of the plan, the values its operator reads last."""
-        self.batch_separable = False
-        """Whether chunks of a batch may run through the graph separately (set by build())."""
+        self._fits: list[list[Carrier]] = []
+        """For each step of the plan, the constants it reads that carry the traced batch."""
+        self.batching = Batching(False, "the graph is not built")
+        """Whether the samples are independent and which batch sizes run (set by build())."""
 
     # -- NeedInit -> NeedBuild -----------------------------------------------------
 
@@ -176,7 +180,11 @@ class RuntimeGraph:
         self.operators = self._topological_order()
         self._plan = [op for op in self.operators if op.layer is not None]
         self._release = self._release_plan(self._plan)
-        self.batch_separable = self._is_batch_separable()
+        self.batching = analyse(self.graph_input_operands(), self._plan, self.graph_output_operands(),
+                                self._constant_value)
+        self._fits = [[] for _ in self._plan]
+        for carrier in self.batching.carriers:
+            self._fits[carrier.step].append(carrier)
         self.graph_state = GraphState.Complete
 
     def _topological_order(self) -> list[RuntimeOperator]:
@@ -220,23 +228,21 @@ class RuntimeGraph:
                 release[step].append(operand)
         return release
 
-    def _is_batch_separable(self) -> bool:
-        """True when every value derived from the inputs keeps the samples apart.
-
-        Values computed from constants alone are the same in every slice; a layer that
-        reads a batched value must declare ``batch_independent``; and every graph output
-        must be batched, so that the slices' outputs can be joined along dimension 0.
-        """
-        batched = {id(o) for o in self.graph_input_operands()}
-        if not batched:
-            return False
+    def _constant_value(self, operand: RuntimeOperand) -> Any:
+        """The value of an operand computed from constants alone, by its producers."""
+        needed: set[int] = set()
+        pending = [operand.producer]
+        while pending:
+            op = pending.pop()
+            if id(op) not in needed:
+                needed.add(id(op))
+                pending.extend(o.producer for o in op.input_operands_seq)
+        env: dict[RuntimeOperand, Any] = {}
         for op in self._plan:
-            if not any(id(o) in batched for o in op.input_operands_seq):
-                continue
-            if not op.layer.batch_independent:
-                return False
-            batched.update(id(o) for o in op.output_operands)
-        return all(id(o) in batched for o in self.graph_output_operands())
+            if id(op) in needed:
+                inputs = [env[o] for o in op.input_operands_seq]
+                env.update(zip(op.output_operands, RuntimeGraph.run_node(self, op, inputs)))
+        return env[operand]
 
     # -- inputs and outputs --------------------------------------------------------
 
@@ -270,7 +276,10 @@ class RuntimeGraph:
             return [n for o in producer.input_operands_seq for n in self._unpacked_names(o)]
         return [operand.name]
 
-    def _bind_inputs(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> list[np.ndarray]:
+    def _bind_inputs(self, args: Sequence[Any], kwargs: Mapping[str, Any],
+                     any_batch: bool = False) -> list[np.ndarray]:
+        """The inputs checked against the model's, by position or name; ``any_batch`` lets a
+        batch other than a fixed one through (:meth:`run_samples` cuts it to size)."""
         operands = self.graph_input_operands()
         names = self.input_names
         if len(args) > len(operands):
@@ -284,8 +293,15 @@ class RuntimeGraph:
         missing = [names[i] for i, v in enumerate(values) if v is None]
         if missing:
             raise InputError(f"missing input(s) {missing}; the model takes {names}", missing[0])
-        return [self._checked_input(names[i], operand, value)
-                for i, (operand, value) in enumerate(zip(operands, values))]
+        checked = [self._checked_input(names[i], operand, value)
+                   for i, (operand, value) in enumerate(zip(operands, values))]
+        fixed = None if any_batch else self.batching.batch
+        for name, operand, value in zip(names, operands, checked):
+            if fixed is not None and value.ndim and value.shape[0] != fixed:
+                raise InputError(f"input {name!r} has batch size {value.shape[0]}, but the model runs only at "
+                                 f"batch {fixed}: {self.batching.fixed_by}; export it with a dynamic batch "
+                                 f"(pnnx's inputshape2) to run other sizes", name, tuple(operand.shapes), value.shape)
+        return checked
 
     def _input_index(self, key: str) -> int:
         for i, (op, operand) in enumerate(zip(self.input_operators, self.graph_input_operands())):
@@ -311,7 +327,8 @@ class RuntimeGraph:
                 e != -1 and a != e for i, (e, a) in enumerate(zip(expected, array.shape)) if i > 0)
             if mismatch:
                 raise InputError(f"input {name!r} has shape {array.shape}, the model expects "
-                                 f"{_shape_text(expected)} (any batch size)", name, expected, array.shape)
+                                 f"{shape_text(expected)} (only dimension 0, the batch, may differ)",
+                                 name, expected, array.shape)
             if array.shape[0] == 0:
                 raise InputError(f"input {name!r} has batch size 0 (shape {array.shape})",
                                  name, expected, array.shape)
@@ -341,6 +358,35 @@ class RuntimeGraph:
             return self._execute(values)
         return self._fetch(values, [fetch] if isinstance(fetch, str) else list(fetch))
 
+    def run_samples(self, *args: Any, **kwargs: Any) -> list[np.ndarray]:
+        """Run a stack of separate samples (the rows of a dataset, images to classify) so
+        that each one's outputs are what it gives alone; the outputs joined along dimension 0.
+
+        A batch-independent graph runs them in one :meth:`run`; one whose samples mix, or
+        that runs only at batch 1, runs them one at a time. A graph that runs only at a
+        larger batch gives each position of that batch its own constant: a sample has no
+        result of its own there, and InputError says so (call :meth:`run` with whole batches).
+        """
+        if len(args) == 1 and isinstance(args[0], Mapping):
+            kwargs, args = {**args[0], **kwargs}, ()
+        values = self._bind_inputs(args, kwargs, any_batch=True)
+        batching = self.batching
+        if batching.batch is not None and batching.batch > 1:
+            raise InputError(f"the model runs only at batch {batching.batch}: {batching.fixed_by}; a sample has "
+                             f"no result alone, so run whole batches of {batching.batch}")
+        count = next((v.shape[0] for v in values if v.ndim), 1)
+        if (batching.independent and batching.batch is None) or count == 1:
+            return self._execute(values)
+        pieces = []
+        for row in range(count):
+            outputs = self._execute([v[row:row + 1] if v.ndim else v for v in values])
+            for name, output in zip(self.output_names, outputs):
+                if np.ndim(output) == 0 or len(output) != 1:
+                    raise InferError(f"output {name!r} has shape {np.shape(output)} for one sample, not one row: "
+                                     f"the samples' outputs cannot be joined")
+            pieces.append(outputs)
+        return [np.concatenate(parts) for parts in zip(*pieces)]
+
     @property
     def value_names(self) -> list[str]:
         """The names :meth:`run` can fetch: every operand, then every operator, of the graph as built."""
@@ -353,25 +399,24 @@ class RuntimeGraph:
         values take (which an optimised load's allocator keeps for the next run), BLAS's
         buffers, the intra-op helper thread, loading the compiled kernels. Warming up pays
         them now, so the first real call is as fast and adds as little memory as any other.
-        A size pnnx left open (``?``, such as a dynamic batch) is taken as 1; if the graph
-        cannot run with that size, the warm-up is skipped and the first call pays instead.
-        It goes around :meth:`run`, so a profiling graph does not record it. Returns whether
-        it ran (False, without running, when an input's rank is not declared).
+        A size pnnx left open (``?``, such as a dynamic batch) is taken as 1. Zeros are not
+        the user's inputs: a model may compute sizes or steps from its input values, so if
+        the graph cannot run on them the warm-up is skipped and the first call pays instead;
+        a warm-up never makes a load fail. It goes around :meth:`run`, so a profiling graph
+        does not record it. Returns whether it ran (False, without running, when an input's
+        rank is not declared).
         """
         if self.graph_state != GraphState.Complete:
             raise GraphError(f"the graph is in state {self.graph_state.name}; call build() first")
         operands = self.graph_input_operands()
         if not operands or any(not o.shapes for o in operands):
             return False
-        open_sizes = any(min(o.shapes) < 1 for o in operands)
         zeros = [np.zeros([max(1, size) for size in o.shapes], numpy_dtype(o.type) or np.float32) for o in operands]
         try:
             with np.errstate(all="ignore"):  # zeros may divide by zero where real inputs do not
                 self._execute(zeros)
         except KuiperError:
-            if open_sizes:   # the model needs another size where pnnx wrote "?": not its error
-                return False
-            raise
+            return False
         return True
 
     def _execute(self, values: Sequence[np.ndarray]) -> list[np.ndarray]:
@@ -381,7 +426,7 @@ class RuntimeGraph:
             if len(chunks) >= 2:
                 outputs = self._run_chunks(values, chunks)
             else:
-                outputs = list(_flatten(self._run_pass(values, self.graph_output_operands())))
+                outputs = list(_flatten(self._run_pass(values, self.graph_output_operands(), _whole(values))))
         return [_row_major(output) for output in outputs]
 
     @contextlib.contextmanager
@@ -411,17 +456,20 @@ class RuntimeGraph:
                                  f"optimize=False to fetch any value pnnx wrote")
         wanted = [operand for operands in targets.values() for operand in operands]
         with self._threads():
-            found = dict(zip(map(id, wanted), self._run_pass(values, wanted)))
+            found = dict(zip(map(id, wanted), self._run_pass(values, wanted, _whole(values))))
         return {name: _row_major(found[id(operands[0])]) if len(operands) == 1
                 else tuple(_row_major(found[id(o)]) for o in operands) for name, operands in targets.items()}
 
-    def _run_pass(self, values: Sequence[Any], wanted: Sequence[RuntimeOperand]) -> list[Any]:
-        """One pass of the plan over the graph inputs' ``values`` in this thread, in an
-        environment of its own; the values of the operands ``wanted``."""
+    def _run_pass(self, values: Sequence[Any], wanted: Sequence[RuntimeOperand], rows: slice) -> list[Any]:
+        """One pass of the plan over the graph inputs' ``values`` (the samples ``rows`` of the
+        call) in this thread, in an environment of its own; the values of the operands ``wanted``."""
         env: dict[RuntimeOperand, Any] = dict(zip(self.graph_input_operands(), values))
         keep = set(wanted)
-        for op, released in zip(self._plan, self._release):
-            env.update(zip(op.output_operands, self.run_node(op, [env[o] for o in op.input_operands_seq])))
+        for op, released, fits in zip(self._plan, self._release, self._fits):
+            inputs = [env[o] for o in op.input_operands_seq]
+            for carrier in fits:   # a constant that carries the traced batch, fitted to these samples
+                inputs[carrier.position] = carrier.fit(inputs[carrier.position], rows)
+            env.update(zip(op.output_operands, self.run_node(op, inputs)))
             for operand in released:
                 if operand not in keep:
                     del env[operand]
@@ -429,12 +477,12 @@ class RuntimeGraph:
 
     def _batch_chunks(self, values: Sequence[np.ndarray]) -> list[slice]:
         """Contiguous chunks of the batch for the threads to take ([] when the run stays whole)."""
-        if self.workers < 2 or not self.batch_separable:
+        if self.workers < 2 or not self.batching.independent:
             return []
         if any(v.ndim == 0 for v in values) or len({v.shape[0] for v in values}) != 1:
             return []
         batch = values[0].shape[0]
-        parts = min(CHUNKS_PER_WORKER * self.workers, batch)
+        parts = min(self.workers, batch)
         if parts < 2:
             return []
         bounds = [batch * i // parts for i in range(parts + 1)]
@@ -451,7 +499,8 @@ class RuntimeGraph:
 
         def run_chunk(index: int) -> None:
             INTRA_OP_THREADS.set(1)
-            pieces[index] = list(_flatten(self._run_pass([v[chunks[index]] for v in values], outputs)))
+            rows = chunks[index]
+            pieces[index] = list(_flatten(self._run_pass([v[rows] for v in values], outputs, rows)))
 
         share_parts(range(len(chunks)), lambda index: context.copy().run(run_chunk, index), self.workers)
         joined = []
@@ -474,7 +523,7 @@ class RuntimeGraph:
         except KuiperError as exc:  # e.g. an ExpressionError: say which operator it came from
             raise InferError(str(exc), op.name, op.type) from exc
         except Exception as exc:
-            shapes = ", ".join(_shape_text(np.shape(value)) for value in inputs)
+            shapes = ", ".join(shape_text(np.shape(value)) for value in inputs)
             raise InferError(f"{type(exc).__name__}: {exc} (input shapes: {shapes})",
                              op.name, op.type) from exc
         if len(outputs) != len(op.output_operands):
@@ -518,5 +567,6 @@ def _flatten(values: Iterable[Any]) -> Iterable[Any]:
             yield value
 
 
-def _shape_text(shape: Sequence[int]) -> str:
-    return "(" + ",".join("?" if d == -1 else str(d) for d in shape) + ")"
+def _whole(values: Sequence[np.ndarray]) -> slice:
+    """The samples of a whole call: dimension 0 of its first batched input."""
+    return slice(0, next((v.shape[0] for v in values if np.ndim(v)), 1))

@@ -23,7 +23,7 @@ def test_vit_tiny_layout(tmp_path):
                                                    classes=10))
     graph = check_model(model, (torch.rand(1, 3, 48, 48),), tmp_path, [(torch.rand(3, 3, 48, 48),)], dynamic=True)
     types = [op.type for op in graph.operators]
-    assert types.count("kuiper.Attention") == 2 and "nn.GELU" not in types and graph.batch_separable
+    assert types.count("kuiper.Attention") == 2 and "nn.GELU" not in types and graph.batching.independent
 
 
 def test_minilm_layout(tmp_path):
@@ -31,4 +31,4 @@ def test_minilm_layout(tmp_path):
     model = randomize_transformer(SentenceEncoder(vocab=50, length=11, dim=48, depth=2, heads=4, hidden=96))
     graph = check_model(model, sentences(1, 11, 50), tmp_path, [sentences(3, 11, 50)], dynamic=True)
     types = [op.type for op in graph.operators]
-    assert types.count("kuiper.Attention") == 2 and "nn.GELU" not in types and graph.batch_separable
+    assert types.count("kuiper.Attention") == 2 and "nn.GELU" not in types and graph.batching.independent

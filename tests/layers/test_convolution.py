@@ -164,6 +164,18 @@ def test_functional_conv_transpose_with_bias_input(tmp_path):
              directory=tmp_path)
 
 
+@pytest.mark.parametrize("module, shape", [
+    (nn.Conv1d(3, 4, 3, padding=1), (3, 9)), (nn.Conv2d(3, 4, 3, stride=2), (3, 9, 8)),
+    (nn.ConvTranspose1d(3, 4, 3, stride=2), (3, 9)), (nn.ConvTranspose2d(3, 2, 2, stride=2), (3, 5, 4)),
+    (nn.Sequential(nn.Conv2d(3, 6, 1), nn.ReLU(), nn.Conv2d(6, 6, 3, groups=6, padding=1)), (3, 8, 8)),
+], ids=["conv1d", "conv2d", "conv_transpose1d", "conv_transpose2d", "pointwise-depthwise"])
+def test_unbatched_input(module, shape, tmp_path):
+    """(channels, length) or (channels, height, width), as PyTorch takes them."""
+    torch.manual_seed(0)
+    graph = check_op(module, shape, directory=tmp_path)
+    assert not graph.batching.independent   # dimension 0 is the channels
+
+
 class EncoderDecoder1d(nn.Module):
     def __init__(self):
         super().__init__()

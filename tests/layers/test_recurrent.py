@@ -246,7 +246,7 @@ def test_only_a_batch_first_output_sequence_lets_the_batch_split(batch_first, us
     model = Uses(rnn, use)
     path = export(model, inputs(rnn, 1, 7, False), tmp_path)
     graph = kuiperinfer.load(path, workers=2)
-    assert graph.batch_separable == separable
+    assert graph.batching.independent == separable
     x = inputs(rnn, 4 if batch_first else 1, 7, False, seed=1)[0]
     assert_matches(graph.run(x.numpy()), torch_outputs(model, [x]))
 

@@ -164,8 +164,9 @@ def test_as_strided_storage_offset_and_bounds(tmp_path):
     np.testing.assert_array_equal(ours, (x.as_strided((4, 4), (2, 3), 7) + 1).numpy())
     # a view that reaches past the end of the input is refused, before anything is read
     param.write_text(text.replace("stride=(2,3)", "stride=(2,3) storage_offset=50"))
+    graph = kuiperinfer.load(param)   # the warm-up on zeros fails too, and is skipped
     with pytest.raises(InferError, match="reach element 65 of an input of 60 elements"):
-        kuiperinfer.load(param)
+        graph.run(x.numpy())
     param.write_text(text.replace("stride=(2,3)", "stride=(-2,3)"))
     with pytest.raises(LayerCreateError, match="must not be negative"):
         kuiperinfer.load(param)

@@ -271,13 +271,11 @@ def test_aten_stft_and_istft_when_an_argument_is_computed(tmp_path):
 
 def test_istft_refuses_a_window_that_does_not_overlap(tmp_path):
     """torch's NOLA check, with the same words. A window given as an input is zeros in the
-    warm-up that ends loading, so such a model loads with warmup=False."""
+    warm-up that ends loading: the warm-up is skipped, and the model loads all the same."""
     z = torch.stft(randn(1, 64), 16, hop_length=4, window=torch.ones(16), return_complex=True)
     module = Lambda(lambda z, w: torch.istft(z, 16, hop_length=4, window=w))
     path = export(module, [z, torch.hann_window(16)], tmp_path)
-    with pytest.raises(kuiperinfer.KuiperError, match="torch.istft.*window overlap add min: 0"):
-        kuiperinfer.load(path)
-    graph = kuiperinfer.load(path, warmup=False)
+    graph = kuiperinfer.load(path)
     for window in (torch.hann_window(16), torch.rand(16) + 0.5):
         ours = graph.run(z.numpy(), window.numpy())
         np.testing.assert_allclose(ours[0], torch_outputs(module, [z, window])[0], rtol=1e-3, atol=1e-4)
