@@ -147,9 +147,12 @@ class Predictor:
     Each actor loads ``model`` once, on ``threads`` threads (default :func:`actor_threads`).
     A batch has a column per model input named after it (``graph.input_names``), each row
     an array of the input's shape without the batch dimension: a tensor column, or nested
-    lists as parquet stores them. The rows go through the model in one forward pass. The
-    result keeps the batch's other columns (ids, paths) and has a column per model output
-    named after it (``graph.output_names``); an output replaces a column of the same name.
+    lists as parquet stores them. The rows go through the model in one forward pass, or one
+    at a time where the model's samples are not independent (:meth:`RuntimeGraph.run_samples
+    <kuiperinfer.runtime.graph.RuntimeGraph.run_samples>`), so a row's outputs never depend
+    on how Ray cut the dataset into batches. The result keeps the batch's other columns (ids,
+    paths) and has a column per model output named after it (``graph.output_names``); an
+    output replaces a column of the same name.
     """
 
     def __init__(self, model: ModelPath = None, *, threads: int | None = None):
@@ -162,7 +165,7 @@ class Predictor:
                              f"columns {sorted(batch)}", missing[0])
         inputs = {name: stack_rows(batch[name], name) for name in self.graph.input_names}
         rows = len(next(iter(inputs.values())))
-        outputs = dict(zip(self.graph.output_names, self.graph.run(inputs)))
+        outputs = dict(zip(self.graph.output_names, self.graph.run_samples(inputs)))
         for name, value in outputs.items():
             if np.ndim(value) == 0 or len(value) != rows:
                 raise InferError(f"output {name!r} has shape {np.shape(value)}, not one row per "

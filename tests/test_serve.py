@@ -16,13 +16,16 @@ import socket
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 import tritonclient.http as triton
 import uvicorn
 from cli_runner import DEMO, run
+from oracle import Lambda, export
 from tritonclient.utils import InferenceServerException
 
 import kuiperinfer
@@ -31,6 +34,7 @@ from benchmarks.serve_load import main as load_main
 from kuiperinfer.cli.serve import _listen
 from kuiperinfer.errors import InferError
 from kuiperinfer.models import efficientnet_lite0_path, sample_images
+from kuiperinfer.runtime.batching import Batching
 from kuiperinfer.serve import create_app
 from kuiperinfer.serve.batcher import Batcher
 from kuiperinfer.serve.model import ServedModel
@@ -123,7 +127,7 @@ def test_health_and_metadata(client, server):
     assert client.get_model_metadata("efficientnet") == {
         "name": "efficientnet", "versions": ["1"], "platform": "kuiperinfer_pnnx",
         "inputs": [{"name": NET_INPUT, "datatype": "FP32", "shape": [-1, 3, 224, 224]}],
-        "outputs": [{"name": NET_OUTPUT, "datatype": "FP32", "shape": [-1, 1000]}]}
+        "outputs": [{"name": NET_OUTPUT, "datatype": "FP32", "shape": [-1, 1000]}], "max_batch_size": 8}
     assert client.get_model_metadata("demo")["outputs"] == [
         {"name": DEMO_OUTPUT, "datatype": "FP32", "shape": [-1, 10]}]
     config = client.get_model_config("demo")
@@ -426,6 +430,7 @@ class StandInGraph:
     def __init__(self, keeps_batch: bool = True):
         self.output_names = ["y"]
         self.keeps_batch = keeps_batch
+        self.batching = Batching(keeps_batch, "" if keeps_batch else "sums the batch")
         self.batches: list[int] = []
 
     def run(self, x):
@@ -461,7 +466,7 @@ def test_a_failing_sample_fails_only_its_own_request():
     assert graph.batches == [5, 2, 1, 2]  # joined, failed, then each alone
 
 
-def test_a_model_whose_outputs_lose_the_batch_is_no_longer_joined():
+def test_a_model_whose_samples_mix_is_never_joined():
     graph = StandInGraph(keeps_batch=False)
 
     async def scenario():
@@ -475,7 +480,7 @@ def test_a_model_whose_outputs_lose_the_batch_is_no_longer_joined():
 
     results = asyncio.run(scenario())
     assert all(r[0].tolist() == [[2.0, 2.0]] for r in results)
-    assert graph.batches == [2, 1, 1, 1, 1]
+    assert graph.batches == [1, 1, 1, 1]
 
 
 def test_a_model_that_fails_gets_500_with_the_error_body():
@@ -501,3 +506,48 @@ def test_a_model_that_fails_gets_500_with_the_error_body():
         finally:
             server.should_exit = True
             thread.join(timeout=30)
+
+
+# -- clients' data kept apart ------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def batch_models(tmp_path_factory):
+    """Two models whose outputs mix the samples of a batch, and one whose samples stay apart."""
+    functions = {"softmax-over-batch": lambda x: torch.softmax(x, 0), "centred": lambda x: x - x.mean(0, keepdim=True),
+                 "doubled": lambda x: torch.relu(x) * 2}
+    return {name: export(Lambda(fn), [torch.rand(2, 3)], tmp_path_factory.mktemp(name))
+            for name, fn in functions.items()}
+
+
+def infer_row(server, model: str, row: np.ndarray) -> np.ndarray:
+    """One request over plain HTTP (tritonclient's connections stay in the thread that made them)."""
+    body = json.dumps({"inputs": [{"name": DEMO_INPUT, "datatype": "FP32", "shape": list(row.shape),
+                                   "data": row.ravel().tolist()}]}).encode()
+    status, _, content = post(server, f"/v2/models/{model}/infer", body)
+    assert status == 200, content
+    output = json.loads(content)["outputs"][0]
+    return np.array(output["data"], np.float32).reshape(output["shape"])
+
+
+def test_requests_at_once_get_their_own_numbers(batch_models):
+    """Four clients send one row each at once, 24 times: joined by the batcher, a model that
+    mixes samples would answer each with numbers computed from the others' rows."""
+    alone = {name: kuiperinfer.load(param) for name, param in batch_models.items()}
+    with running_server([f"{name}={param}" for name, param in batch_models.items()]) as server:
+        client = triton.InferenceServerClient(f"{server.host}:{server.port}")
+        try:
+            for name, graph in alone.items():
+                joins = name == "doubled"
+                assert client.get_model_config(name)["max_batch_size"] == (8 if joins else 0)
+                assert client.get_model_metadata(name)["max_batch_size"] == (8 if joins else 0)
+                rows = np.random.default_rng(0).standard_normal((24, 4, 1, 3)).astype(np.float32)
+                with ThreadPoolExecutor(4) as pool:
+                    for round_rows in rows:
+                        answers = pool.map(infer_row, [server] * 4, [name] * 4, round_rows)
+                        for row, answer in zip(round_rows, answers):
+                            np.testing.assert_allclose(answer, graph(row), atol=1e-6)
+                stats = client.get_inference_statistics(name)["model_stats"][0]
+                assert (int(stats["execution_count"]) < 96) == joins
+        finally:
+            client.close()
+    assert server.printed().count("requests run one at a time") == 2

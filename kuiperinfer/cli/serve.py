@@ -110,6 +110,8 @@ def main(args: argparse.Namespace) -> int:
         inputs = ", ".join(f"{s.name} {s.datatype} {list(s.shape)}" for s in model.inputs)
         outputs = ", ".join(f"{s.name} {s.datatype} {list(s.shape)}" for s in model.outputs)
         print(f"model {model.name} ({model.path}): {inputs} -> {outputs}")
+        if not model.joins_requests:
+            print(f"  requests run one at a time: {model.graph.batching.describe()}")
     joining = (f"requests joined up to {settings.max_batch_size} samples within "
                f"{args.batch_window_ms:g} ms" if settings.max_batch_size > 1 else "no batching")
     url_host = f"[{host}]" if ":" in host else host

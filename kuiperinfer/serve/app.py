@@ -104,14 +104,15 @@ def create_app(models: Sequence[ServedModel], settings: ServeSettings | None = N
         return Response(status_code=200 if every else 503)
 
     async def model_metadata(request: Request) -> Response:
-        return JSONResponse(batcher_for(request).model.metadata())
+        batcher = batcher_for(request)
+        return JSONResponse(batcher.model.metadata(batcher.max_batch_size))
 
     async def model_ready(request: Request) -> Response:
         return Response(status_code=200 if batcher_for(request).running else 503)
 
     async def model_config(request: Request) -> Response:
         batcher = batcher_for(request)
-        return JSONResponse(triton_config(batcher.model, settings))
+        return JSONResponse(triton_config(batcher, settings))
 
     async def model_stats(request: Request) -> Response:
         batcher = batcher_for(request)
@@ -172,16 +173,22 @@ async def read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def triton_config(model: ServedModel, settings: ServeSettings) -> dict[str, Any]:
-    """The model's configuration as Triton describes it (dims without the batch)."""
+def triton_config(batcher: Batcher, settings: ServeSettings) -> dict[str, Any]:
+    """The model's configuration as Triton describes it: with a ``max_batch_size`` above 0
+    the dims leave out the batch and requests are joined (``dynamic_batching``); with 0 the
+    dims are the whole shapes and each request runs alone."""
+    model, joins = batcher.model, batcher.max_batch_size > 0
+
     def tensors(specs: Sequence[Any]) -> list[dict[str, Any]]:
         return [{"name": spec.name, "data_type": _TRITON_TYPES.get(spec.datatype, "TYPE_INVALID"),
-                 "dims": list(spec.shape[1:])} for spec in specs]
+                 "dims": list(spec.shape[1:] if joins else spec.shape)} for spec in specs]
 
-    return {"name": model.name, "platform": "kuiperinfer_pnnx", "backend": "kuiperinfer",
-            "max_batch_size": settings.max_batch_size,
-            "input": tensors(model.inputs), "output": tensors(model.outputs),
-            "dynamic_batching": {"max_queue_delay_microseconds": round(settings.batch_window * 1e6)}}
+    config = {"name": model.name, "platform": "kuiperinfer_pnnx", "backend": "kuiperinfer",
+              "max_batch_size": batcher.max_batch_size,
+              "input": tensors(model.inputs), "output": tensors(model.outputs)}
+    if joins:
+        config["dynamic_batching"] = {"max_queue_delay_microseconds": round(settings.batch_window * 1e6)}
+    return config
 
 
 def _error(message: str, status: int) -> Response:

@@ -8,6 +8,11 @@ samples, waiting up to ``window`` seconds after the oldest arrived for more to c
 joined inputs are concatenated along the batch, run in one ``graph.run`` and the outputs
 split back. A request larger than ``max_batch_size`` runs alone; ``max_batch_size=1``
 turns joining off.
+
+Requests are joined only for a model whose samples are independent and that runs at any
+batch size (:attr:`RuntimeGraph.batching <kuiperinfer.runtime.graph.RuntimeGraph.batching>`):
+otherwise one client would receive numbers computed from another's data. The others run
+each request alone, and say so with a ``max_batch_size`` of 0, as Triton does.
 """
 
 from __future__ import annotations
@@ -52,7 +57,8 @@ class Batcher:
         if max_batch_size < 1 or window < 0 or max_queue < 1:
             raise ValueError("max_batch_size and max_queue must be at least 1, window 0 or more")
         self.model = model
-        self.max_batch_size = max_batch_size
+        self.max_batch_size = max_batch_size if model.joins_requests and max_batch_size > 1 else 0
+        """The most samples requests are joined into; 0 when they never are."""
         self.window = window
         self.max_queue = max_queue
         self._queue: collections.deque[_Pending] = collections.deque()
@@ -130,11 +136,10 @@ class Batcher:
             if not self._queue:
                 return []
             first = self._queue[0]
-            chosen = self._joinable(first)
+            chosen = self._to_join(first)
             samples = sum(p.batch for p in chosen)
             remaining = first.arrived + self.window - time.monotonic()
-            if samples >= self.max_batch_size or remaining <= 0 or first.kind is None \
-                    or not self.model.joinable:
+            if samples >= self.max_batch_size or remaining <= 0 or first.kind is None:
                 break
             self._arrival.clear()
             try:
@@ -145,10 +150,10 @@ class Batcher:
             self._queue.remove(pending)
         return chosen
 
-    def _joinable(self, first: _Pending) -> list[_Pending]:
+    def _to_join(self, first: _Pending) -> list[_Pending]:
         """``first`` and the queued requests of its kind that fit in one batch with it."""
         chosen, samples = [first], first.batch
-        if not self.model.joinable or first.kind is None:
+        if not self.max_batch_size or first.kind is None:
             return chosen
         for pending in list(self._queue)[1:]:
             if pending.future.done() or pending.kind != first.kind:
@@ -172,8 +177,6 @@ class Batcher:
             if outputs is not None and all(o.ndim and o.shape[0] == total for o in outputs):
                 bounds = np.cumsum([0] + [p.batch for p in batch])
                 return [[o[start:end] for o in outputs] for start, end in itertools.pairwise(bounds)]
-            if outputs is not None:
-                self.model.joinable = False
         results: list[list[np.ndarray] | KuiperError] = []
         for pending in batch:
             try:

@@ -110,7 +110,7 @@ class Classifier:
 
     def probabilities(self, batch: np.ndarray) -> np.ndarray:
         """Class probabilities, float32 ``(N, classes)``, for a preprocessed NCHW batch."""
-        outputs = self.graph.run(batch)
+        outputs = self.graph.run_samples(batch)
         if len(outputs) != 1:
             raise InferError(f"a classifier needs one output; the model returns {len(outputs)}")
         scores = np.asarray(outputs[0])
