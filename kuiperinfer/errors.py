@@ -2,7 +2,7 @@
 
 Every error raised from our code is a :class:`KuiperError`. The subclasses say
 *where* things went wrong (the model files, building a layer, running the graph)
-and carry the seeds' status codes (:class:`InferStatus`,
+and carry KuiperInfer's status codes (:class:`InferStatus`,
 :class:`ParseParameterAttrStatus`) so that readers of KuiperInfer recognise them.
 
     KuiperError
@@ -28,7 +28,7 @@ from enum import IntEnum
 
 
 class InferStatus(IntEnum):
-    """Status of a layer's forward pass (the seeds' ``InferStatus``)."""
+    """Status of a layer's forward pass (KuiperInfer's ``InferStatus``)."""
 
     kInferUnknown = -1
     kInferSuccess = 0
@@ -44,7 +44,7 @@ class InferStatus(IntEnum):
 
 
 class ParseParameterAttrStatus(IntEnum):
-    """Status of reading an operator's parameters and attributes (the seeds' codes)."""
+    """Status of reading an operator's parameters and attributes (KuiperInfer's codes)."""
 
     kParameterMissingUnknown = -1
     kParameterAttrParseSuccess = 0

@@ -1,16 +1,21 @@
-"""The seeds' ``Tensor<float>``, over one C-contiguous, row-major NumPy float32 array.
+"""KuiperInfer's ``Tensor<float>``, over one C-contiguous, row-major NumPy float32 array.
+
+The engine's runs pass plain NumPy arrays between operators: the ndarray is the engine's
+tensor, and the layers, kernels and graph work on it directly. ``Tensor`` is KuiperInfer's
+API over such an array, for readers of the course and code written against it; a graph
+accepts Tensors as inputs, and ``Tensor.numpy()`` hands over the array without a copy.
 
 KuiperInfer stores a tensor in an ``arma::fcube`` of ``channels`` matrices of
 ``rows x cols``, each kept *column-major*; PyTorch exports and NumPy are *row-major*.
-Here the array is row-major, so ``numpy()`` is the data itself, without a copy. The
-seeds' ``row_major`` flag survives on :meth:`Tensor.fill`, :meth:`Tensor.values`,
+Here the array is row-major, so ``numpy()`` is the data itself, without a copy.
+KuiperInfer's ``row_major`` flag survives on :meth:`Tensor.fill`, :meth:`Tensor.values`,
 :meth:`Tensor.reshape` and :meth:`Tensor.flatten`: ``row_major=False`` means the
 order of the elements in the C++ memory, i.e. for each channel its matrix column by
 column (``arr[c].T`` flattened, channel after channel).
 
 Shapes. A tensor has 1 to 4 dimensions; :meth:`Tensor.raw_shapes` is the shape as
 created (the C++ drops leading 1s, so ``Tensor(1, 1, 5)`` is ``[5]`` there; here it
-stays ``[1, 1, 5]``). The seeds' view of it is always a cube, :meth:`Tensor.shapes` =
+stays ``[1, 1, 5]``). KuiperInfer's view of it is always a cube, :meth:`Tensor.shapes` =
 ``[channels, rows, cols]``: a 1-D tensor of ``n`` is ``[1, 1, n]``, a 2-D
 ``(rows, cols)`` is ``[1, rows, cols]``. A 4-D tensor is a batch of cubes,
 ``(batch, channels, rows, cols)``: ``channels()/rows()/cols()`` are its last three
@@ -93,7 +98,7 @@ def _to_float32(data: npt.ArrayLike, what: str) -> np.ndarray:
 
 
 class Tensor:
-    """A float32 tensor of 1 to 4 dimensions with the seeds' ``Tensor<float>`` API.
+    """A float32 tensor of 1 to 4 dimensions with KuiperInfer's ``Tensor<float>`` API.
 
     ``Tensor(size)``, ``Tensor(rows, cols)``, ``Tensor(channels, rows, cols)``,
     ``Tensor(batch, channels, rows, cols)`` or ``Tensor(shapes)`` make a tensor of
@@ -127,7 +132,7 @@ class Tensor:
         return self._data
 
     def data(self) -> np.ndarray:
-        """The seeds' name for :meth:`numpy`."""
+        """KuiperInfer's name for :meth:`numpy`."""
         return self._data
 
     def set_data(self, array: npt.ArrayLike) -> None:
@@ -160,7 +165,7 @@ class Tensor:
         """Number of dimensions, 1 to 4."""
         return self._data.ndim
 
-    # ----------------------------------------------------------------- the seeds' queries
+    # ----------------------------------------------------------------- KuiperInfer's queries
     def batch(self) -> int:
         """First dimension of a 4-D tensor; 1 for the others."""
         return self._data.shape[0] if self._data.ndim == 4 else 1
@@ -272,7 +277,7 @@ class Tensor:
     def fill(self, value: float | npt.ArrayLike, row_major: bool = True) -> Tensor:
         """Fill with one value, or with exactly ``size()`` values read in flat order.
 
-        ``row_major=False`` reads the values in the seeds' column-major order: for each
+        ``row_major=False`` reads the values in KuiperInfer's column-major order: for each
         (batch and) channel, its matrix column by column.
         """
         if np.isscalar(value) or (isinstance(value, np.ndarray) and value.ndim == 0):
@@ -289,7 +294,7 @@ class Tensor:
         return self
 
     def values(self, row_major: bool = True) -> np.ndarray:
-        """A flat copy of the elements, row-major or in the seeds' column-major order."""
+        """A flat copy of the elements, row-major or in KuiperInfer's column-major order."""
         if row_major:
             return self._data.reshape(-1).copy()
         return self._data.reshape(self._cube_shape()).transpose(0, 1, 3, 2).flatten()
@@ -300,7 +305,7 @@ class Tensor:
         return self
 
     def rand(self, seed: int | None = None, *, uniform: bool = False) -> Tensor:
-        """Fill with N(0, 1) samples (the seeds' ``randn``), or U[0, 1) if ``uniform``."""
+        """Fill with N(0, 1) samples (KuiperInfer's ``randn``), or U[0, 1) if ``uniform``."""
         rng = np.random.default_rng(None if seed is None else _as_int(seed, "seed"))
         draw = rng.random if uniform else rng.standard_normal
         self._data[...] = draw(self._data.shape, dtype=np.float32)
@@ -332,7 +337,7 @@ class Tensor:
     def reshape(self, shapes: Sequence[int], row_major: bool = True) -> Tensor:
         """Reshape in place to 1 to 4 dims with the same number of elements.
 
-        ``row_major=True`` is NumPy's reshape. ``row_major=False`` is the seeds'
+        ``row_major=True`` is NumPy's reshape. ``row_major=False`` is KuiperInfer's
         ``arma::Cube::reshape``: the elements keep their column-major order (see
         :meth:`values`), which is then laid out column-major in the new shape.
         """
@@ -348,7 +353,7 @@ class Tensor:
         return self
 
     def flatten(self, row_major: bool = True) -> Tensor:
-        """Reshape in place to 1-D: row-major, or in the seeds' column-major order."""
+        """Reshape in place to 1-D: row-major, or in KuiperInfer's column-major order."""
         return self.reshape([self._data.size], row_major)
 
     def padding(self, pads: Sequence[int], padding_value: float = 0.0) -> Tensor:
@@ -377,7 +382,7 @@ class Tensor:
 
     # --------------------------------------------------------------- printing
     def show(self) -> str:
-        """Print the tensor channel by channel (as the seeds do) and return the text."""
+        """Print the tensor channel by channel (as KuiperInfer does) and return the text."""
         b, c, r, k = self._cube_shape()
         cubes = self._data.reshape(b, c, r, k)
         parts = []

@@ -1,4 +1,4 @@
-"""One built graph serving many threads at once (issue 6, item 3).
+"""One built graph serving many threads at once.
 
 8 threads x 50 calls, each with its own inputs (several batch sizes), must give exactly
 the results of the same calls made one after another; errors in one thread must not

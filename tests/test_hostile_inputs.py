@@ -1,4 +1,4 @@
-"""Hostile and unusual inputs to a built graph (issue 6, item 2).
+"""Hostile and unusual inputs to a built graph.
 
 Wrong counts, names, ranks and dtypes give an :class:`InputError` naming the input and
 both shapes; float64/float16/int, non-contiguous and read-only arrays are converted to

@@ -1,4 +1,4 @@
-"""Hostile model files through the whole ``kuiperinfer.load`` path (issue 6, item 1).
+"""Hostile model files through the whole ``kuiperinfer.load`` path.
 
 tests/pnnx/test_fuzz.py fuzzes the reader alone (character edits, random bytes, damaged
 archives). Here every mutation goes through reading, graph init, the optimiser, layer

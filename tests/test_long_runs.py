@@ -1,4 +1,4 @@
-"""Long runs (issue 6, item 4): memory stays flat over many calls, nothing leaks per load.
+"""Long runs: memory stays flat over many calls, nothing leaks per load.
 
 RSS is read from /proc/self/statm and open file descriptors from /proc/self/fd, so these
 tests run on Linux only.

@@ -47,7 +47,7 @@ def model_path(tmp_path):
     return write_model(tmp_path)
 
 
-def test_states_follow_the_seeds(model_path):
+def test_states_follow_kuiperinfer(model_path):
     graph = RuntimeGraph(model_path)
     assert graph.graph_state == GraphState.NeedInit
     graph.init()
@@ -58,7 +58,7 @@ def test_states_follow_the_seeds(model_path):
     assert graph.graph_state == GraphState.Complete
 
 
-def test_runtime_operators_carry_the_seeds_fields(model_path):
+def test_runtime_operators_carry_kuiperinfers_fields(model_path):
     graph = kuiperinfer.load(model_path, optimize=False)
     ops = {op.name: op for op in graph.operators}
     add = ops["add"]

@@ -1,4 +1,4 @@
-"""Tests of kuiperinfer.tensor.Tensor, the seeds' Tensor<float> over a NumPy array."""
+"""Tests of kuiperinfer.tensor.Tensor, KuiperInfer's Tensor<float> over a NumPy array."""
 
 from __future__ import annotations
 
@@ -332,7 +332,7 @@ def test_fill_row_major_by_hand():
 
 
 def test_fill_column_major_by_hand():
-    # The seeds' arma layout: per channel, column by column.
+    # KuiperInfer's arma layout: per channel, column by column.
     t = Tensor(2, 2, 3).fill([0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11], row_major=False)
     np.testing.assert_array_equal(t.slice(0), [[0, 2, 4], [1, 3, 5]])
     np.testing.assert_array_equal(t.slice(1), [[6, 8, 10], [7, 9, 11]])

@@ -2,7 +2,7 @@
 
 pnnx keeps a run of small arithmetic operators as one operator whose ``expr`` is a
 prefix formula over its inputs, e.g. ``add(mul(@0,0.5),@1)`` or, for a reshape,
-``[size(@0,0),-1,16]``. Following the seeds, the text goes through four steps:
+``[size(@0,0),-1,16]``. Following KuiperInfer, the text goes through four steps:
 
 1. :mod:`.lexer` -- ``tokenize``: text -> tokens with their spans;
 2. :mod:`.parser` -- ``parse``: recursive descent -> syntax tree (:mod:`.nodes`);

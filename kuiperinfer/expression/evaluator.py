@@ -1,4 +1,4 @@
-"""Step 4: run a reverse-Polish program with an explicit stack (the seeds' stack evaluation).
+"""Step 4: run a reverse-Polish program with an explicit stack (KuiperInfer's stack evaluation).
 
     for each instruction:  INPUT/CONST -> push;  CALL f/n -> pop n, push f(*args);
                            LIST n -> pop n, push them as a list

@@ -1,4 +1,4 @@
-"""Step 1 of the seeds' expression pipeline: cut the text into tokens.
+"""Step 1 of KuiperInfer's expression pipeline: cut the text into tokens.
 
 ``add(mul(@0,5.000000e-01),size(@1,-1))`` becomes::
 

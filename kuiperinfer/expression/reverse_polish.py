@@ -1,4 +1,4 @@
-"""Step 3: flatten the syntax tree into reverse Polish order (the seeds' ``ReversePolish``).
+"""Step 3: flatten the syntax tree into reverse Polish order (KuiperInfer's ``ReversePolish``).
 
 A post-order walk puts every operand before the function that consumes it::
 

@@ -37,7 +37,7 @@ class OperatorProblem:
     line: int | None
     reason: str
     status: str | None
-    """The seeds' status code name (``kParameterInvalidValue``, ...) when there is one."""
+    """KuiperInfer's status code name (``kParameterInvalidValue``, ...) when there is one."""
 
 
 @dataclass(frozen=True)

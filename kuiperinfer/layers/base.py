@@ -1,6 +1,6 @@
 """Layer, NonParamLayer and ParamLayer: the computation behind each operator.
 
-A layer is made from its operator by the classmethod :meth:`Layer.create` (the seeds'
+A layer is made from its operator by the classmethod :meth:`Layer.create` (KuiperInfer's
 ``GetInstance``), which reads and checks the parameters, reads the optimiser's record
 (``op.fusion``, :mod:`kuiperinfer.layers.fusion`) and prepares the weights once, so that
 :meth:`Layer.forward` receives typed values and pre-packed weights. ``forward`` is pure:

@@ -1,4 +1,4 @@
-"""RuntimeAttribute: an operator's weight (the seeds' RuntimeAttribute).
+"""RuntimeAttribute: an operator's weight (KuiperInfer's RuntimeAttribute).
 
 The raw bytes stay where the PNNX reader left them (a zero-copy view into the
 memory-mapped ``.pnnx.bin``); :meth:`RuntimeAttribute.get` decodes them to an array

@@ -1,6 +1,6 @@
-"""RuntimeGraph: the executable graph built from a PNNX graph (the seeds' RuntimeGraph).
+"""RuntimeGraph: the executable graph built from a PNNX graph (KuiperInfer's RuntimeGraph).
 
-Its life has three states, as in the seeds:
+Its life has three states, as in KuiperInfer:
 
 ``NeedInit``  -> :meth:`init` reads the .param/.bin pair into a PNNX graph and makes a
                  :class:`RuntimeOperator` (with operands, parameters and weights) for
@@ -61,7 +61,7 @@ TUPLE_TYPES = ("prim::TupleConstruct", "prim::ListConstruct")
 
 
 class GraphState(IntEnum):
-    """The seeds' graph states."""
+    """KuiperInfer's graph states."""
 
     NeedInit = -2
     NeedBuild = -1
@@ -188,7 +188,7 @@ class RuntimeGraph:
         self.graph_state = GraphState.Complete
 
     def _topological_order(self) -> list[RuntimeOperator]:
-        """Depth-first post-order from every source, reversed (as the seeds do), iteratively."""
+        """Depth-first post-order from every source, reversed (as KuiperInfer does), iteratively."""
         order: list[RuntimeOperator] = []
         state: dict[str, int] = {}  # 1 = on the DFS stack, 2 = finished
         for root in self.operators:

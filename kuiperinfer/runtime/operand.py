@@ -1,4 +1,4 @@
-"""RuntimeOperand: a value flowing between operators (the seeds' RuntimeOperand)."""
+"""RuntimeOperand: a value flowing between operators (KuiperInfer's RuntimeOperand)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
-"""RuntimeOperator: a node of the runtime graph (the seeds' RuntimeOperator).
+"""RuntimeOperator: a node of the runtime graph (KuiperInfer's RuntimeOperator).
 
 It ties together what pnnx recorded about one operator (type, name, parameters,
 weights, input and output operands) with the layer that computes it. Layers read their
 parameters through the typed accessors below, which turn a missing or ill-typed
-parameter into a :class:`LayerCreateError` carrying the seeds' :class:`ParseParameterAttrStatus`.
+parameter into a :class:`LayerCreateError` carrying KuiperInfer's :class:`ParseParameterAttrStatus`.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
-"""RuntimeParameter: an operator's typed parameter (the seeds' RuntimeParameter family).
+"""RuntimeParameter: an operator's typed parameter (KuiperInfer's RuntimeParameter family).
 
 pnnx stores parameters as text (``stride=(1,1)``); the PNNX reader turns each into a
 typed :class:`kuiperinfer.pnnx.ir.Parameter`. Here we carry it into the runtime
-with the seeds' type tags, so layers can ask for "an int array called stride" and get
+with KuiperInfer's type tags, so layers can ask for "an int array called stride" and get
 a clear error when the model says something else.
 """
 
@@ -14,7 +14,7 @@ from typing import Any
 
 
 class RuntimeParameterType(IntEnum):
-    """The seeds' parameter type tags; the numbers are pnnx's ``Parameter::type`` codes."""
+    """KuiperInfer's parameter type tags; the numbers are pnnx's ``Parameter::type`` codes."""
 
     kParameterUnknown = 0
     kParameterBool = 1

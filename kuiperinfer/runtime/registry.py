@@ -1,6 +1,6 @@
 """LayerRegisterer: the one table from pnnx operator types to layer classes.
 
-As in the seeds, every layer class registers under its pnnx type names when its module is
+As in KuiperInfer, every layer class registers under its pnnx type names when its module is
 imported (:func:`register_layer`, one class under every spelling pnnx writes for it:
 ``nn.ReLU``, ``F.relu``, ``torch.relu``, ...), and building a graph asks the registry for
 the layer of each operator. The table holds classes, so it also answers what a type is
@@ -8,7 +8,7 @@ without building anything: the optimiser asks ``LayerRegisterer.layer_class(op.t
 for class-level facts such as :attr:`Layer.shape_only <kuiperinfer.layers.base.Layer.shape_only>`.
 
 The runtime knows layers only through this table and two members every layer has: the
-classmethod ``create(op)`` (the seeds' ``GetInstance``) and ``forward(inputs)``.
+classmethod ``create(op)`` (KuiperInfer's ``GetInstance``) and ``forward(inputs)``.
 """
 
 from __future__ import annotations
