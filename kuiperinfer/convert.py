@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from kuiperinfer.errors import ConversionError
+from kuiperinfer.pnnx.ir import INPUT_TYPE
 from kuiperinfer.settings import cache_dir
 
 ONNX_SUFFIXES = (".onnx",)
@@ -405,7 +406,7 @@ def _recorded_inputs(param_path: Path) -> tuple[list[str], list[Shape]]:
     """The pnnx.Input operators' names and shapes (-1 for ``?``) from the .param text."""
     from kuiperinfer.inspect import summarize
 
-    inputs = [op for op in summarize(param_path).operators if op.type == "pnnx.Input"]
+    inputs = [op for op in summarize(param_path).operators if op.type == INPUT_TYPE]
     return [op.name for op in inputs], [tuple(op.output_shapes[0]) if op.output_shapes else ()
                                         for op in inputs]
 

@@ -22,9 +22,8 @@ from pathlib import Path
 
 from kuiperinfer.errors import KuiperError
 from kuiperinfer.inspect import shape_text
-from kuiperinfer.pnnx.ir import Graph, Operator
+from kuiperinfer.pnnx.ir import INPUT_TYPE, OUTPUT_TYPE, Graph, Operator
 from kuiperinfer.pnnx.param_file import read_param
-from kuiperinfer.runtime.graph import INPUT_TYPE, OUTPUT_TYPE
 
 RENDERED_FORMATS = ("svg", "png", "pdf")
 """Formats that need the ``dot`` program; ``.dot`` and ``.gv`` files are written directly."""

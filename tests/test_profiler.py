@@ -9,6 +9,7 @@ from cli_runner import DEMO
 
 import kuiperinfer
 from kuiperinfer.errors import InferError
+from kuiperinfer.pnnx.ir import INPUT_TYPE, OUTPUT_TYPE
 from kuiperinfer.profiler import (
     NodeEvent,
     ProfilingGraph,
@@ -18,7 +19,6 @@ from kuiperinfer.profiler import (
     summarize_runs,
     write_chrome_trace,
 )
-from kuiperinfer.runtime.graph import INPUT_TYPE, OUTPUT_TYPE
 
 
 @pytest.fixture(scope="module")

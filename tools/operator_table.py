@@ -29,7 +29,7 @@ TABLE_FILE = ROOT / "docs" / "operators.md"
 
 sys.path.insert(0, str(ROOT))
 import kuiperinfer.layers  # noqa: E402,F401  (registers every layer)
-from kuiperinfer.runtime.graph import INPUT_TYPE, OUTPUT_TYPE  # noqa: E402
+from kuiperinfer.pnnx.ir import INPUT_TYPE, OUTPUT_TYPE  # noqa: E402
 from kuiperinfer.runtime.registry import LayerRegisterer  # noqa: E402  (after the path is set)
 
 STATUSES = ("runs", "refused", "missing", "removed by pnnx")

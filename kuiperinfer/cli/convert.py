@@ -45,6 +45,7 @@ from kuiperinfer.inspect import (
     shape_text,
     summarize,
 )
+from kuiperinfer.pnnx.ir import INPUT_TYPE, OUTPUT_TYPE
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -88,7 +89,7 @@ def main(args: argparse.Namespace) -> int:
 
 def _operator_counts(summary: ModelSummary) -> dict[str, int]:
     """Operators per type, most frequent first, without the graph's inputs and outputs."""
-    return {t: n for t, n in summary.type_counts.items() if t not in ("pnnx.Input", "pnnx.Output")}
+    return {t: n for t, n in summary.type_counts.items() if t not in (INPUT_TYPE, OUTPUT_TYPE)}
 
 
 def report_data(conversion: Conversion, summary: ModelSummary, support: SupportReport) -> dict[str, Any]:

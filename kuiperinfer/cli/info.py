@@ -21,7 +21,7 @@ import textwrap
 
 from kuiperinfer.cli._common import add_model_argument, model_path, si, size_text, table
 from kuiperinfer.inspect import ModelSummary, shape_text, summarize
-from kuiperinfer.runtime.graph import INPUT_TYPE
+from kuiperinfer.pnnx.ir import INPUT_TYPE
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -14,7 +14,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from kuiperinfer.errors import KuiperError, LayerCreateError, UnknownOperatorError
-from kuiperinfer.runtime.graph import INPUT_TYPE, OUTPUT_TYPE, RuntimeGraph
+from kuiperinfer.pnnx.ir import INPUT_TYPE, OUTPUT_TYPE
+from kuiperinfer.runtime.graph import RuntimeGraph
 from kuiperinfer.runtime.registry import LayerRegisterer
 
 

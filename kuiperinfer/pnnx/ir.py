@@ -553,6 +553,12 @@ class Attribute:
 
 # --------------------------------------------------------------------------- graph
 
+INPUT_TYPE = "pnnx.Input"
+"""The operator type of a graph input (its one output operand is the input)."""
+OUTPUT_TYPE = "pnnx.Output"
+"""The operator type of the graph outputs (its input operands are the outputs)."""
+
+
 def shape_text(shape: Iterable[int]) -> str:
     """A shape as pnnx writes it, ``(1,3,?,?)``: ``?`` for an unknown dimension."""
     return "(" + ",".join("?" if d < 0 else str(d) for d in shape) + ")"

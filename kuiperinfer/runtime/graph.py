@@ -47,7 +47,7 @@ import numpy as np
 
 from kuiperinfer.errors import GraphError, InferError, InferStatus, InputError, KuiperError, OperatorError
 from kuiperinfer.kernels.parallel import INTRA_OP_THREADS, ONE_BLAS_THREAD, share_parts
-from kuiperinfer.pnnx.ir import Graph, numpy_dtype, shape_text
+from kuiperinfer.pnnx.ir import INPUT_TYPE, OUTPUT_TYPE, Graph, numpy_dtype, shape_text
 from kuiperinfer.runtime.attribute import RuntimeAttribute
 from kuiperinfer.runtime.batching import Batching, Carrier, analyse
 from kuiperinfer.runtime.operand import RuntimeOperand
@@ -55,8 +55,6 @@ from kuiperinfer.runtime.operator import RuntimeOperator
 from kuiperinfer.runtime.parameter import RuntimeParameter
 from kuiperinfer.runtime.registry import LayerRegisterer
 
-INPUT_TYPE = "pnnx.Input"
-OUTPUT_TYPE = "pnnx.Output"
 TUPLE_TYPES = ("prim::TupleConstruct", "prim::ListConstruct")
 
 

@@ -8,17 +8,24 @@ without building anything: the optimiser asks ``LayerRegisterer.layer_class(op.t
 for class-level facts such as :attr:`Layer.shape_only <kuiperinfer.layers.base.Layer.shape_only>`.
 
 The runtime knows layers only through this table and two members every layer has: the
-classmethod ``create(op)`` (KuiperInfer's ``GetInstance``) and ``forward(inputs)``.
+classmethod ``create(op)`` (KuiperInfer's ``GetInstance``) and ``forward(inputs)``. The
+package names the module of its layers (:meth:`LayerRegisterer.add_source`), which the
+registry imports when it is first asked for a layer, so that importing the package stays
+light and the runtime imports no layer itself.
 """
 
 from __future__ import annotations
 
 import difflib
+import importlib
+import threading
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from kuiperinfer.errors import KuiperError, LayerCreateError, RegistryError, UnknownOperatorError
-from kuiperinfer.runtime.operator import RuntimeOperator
+
+if TYPE_CHECKING:
+    from kuiperinfer.runtime.operator import RuntimeOperator
 
 L = TypeVar("L", bound=type)
 
@@ -27,34 +34,56 @@ class LayerRegisterer:
     """The global registry of layer classes, keyed by pnnx operator type."""
 
     _registry: dict[str, type] = {}
+    _sources: list[str] = []
+    _sources_lock = threading.RLock()
+
+    @classmethod
+    def add_source(cls, module: str) -> None:
+        """Import ``module``, whose layers register themselves, before the first lookup."""
+        with cls._sources_lock:
+            cls._sources.append(module)
+
+    @classmethod
+    def _table(cls) -> dict[str, type]:
+        """The registry, once every source module has been imported."""
+        if cls._sources:
+            with cls._sources_lock:
+                while cls._sources:
+                    module = cls._sources.pop(0)
+                    try:
+                        importlib.import_module(module)
+                    except BaseException:
+                        cls._sources.insert(0, module)
+                        raise
+        return cls._registry
 
     @classmethod
     def register(cls, layer_type: str, layer_class: type) -> None:
         """Register ``layer_class`` for ``layer_type``; registering a type twice is an error."""
         if not callable(getattr(layer_class, "create", None)):
             raise RegistryError(f"layer class for {layer_type!r} has no create() classmethod")
-        if layer_type in cls._registry:
+        if layer_type in cls._table():
             raise RegistryError(f"layer type {layer_type!r} is already registered")
         cls._registry[layer_type] = layer_class
 
     @classmethod
     def unregister(cls, layer_type: str) -> None:
         """Remove a registration (for tests and plug-ins that replace a layer)."""
-        cls._registry.pop(layer_type, None)
+        cls._table().pop(layer_type, None)
 
     @classmethod
     def has(cls, layer_type: str) -> bool:
-        return layer_type in cls._registry
+        return layer_type in cls._table()
 
     @classmethod
     def layer_class(cls, layer_type: str) -> type | None:
         """The class registered for ``layer_type`` (None when there is none)."""
-        return cls._registry.get(layer_type)
+        return cls._table().get(layer_type)
 
     @classmethod
     def layer_types(cls) -> list[str]:
         """Every registered operator type, sorted."""
-        return sorted(cls._registry)
+        return sorted(cls._table())
 
     @classmethod
     def closest(cls, layer_type: str, n: int = 5) -> list[str]:
@@ -69,7 +98,7 @@ class LayerRegisterer:
     @classmethod
     def create_layer(cls, op: RuntimeOperator) -> Any:
         """Create the layer of ``op`` through its registered class's ``create``."""
-        layer_class = cls._registry.get(op.type)
+        layer_class = cls._table().get(op.type)
         if layer_class is None:
             raise UnknownOperatorError(op.name, op.type, cls.closest(op.type))
         try:
