@@ -46,50 +46,56 @@ def __getattr__(name: str) -> Any:
 
 
 def load(param_path: str | os.PathLike, bin_path: str | os.PathLike | None = None, *,
-         optimize: bool = True, workers: int | None = None,
-         max_tensor_bytes: int | None = None, warmup: bool = True, seed: int = 0,
-         graph_class: type[RuntimeGraph] | None = None,
+         optimize: bool = True, kernels: str = "compiled", workers: int | None = None,
+         keep_freed_memory: bool = False, warmup: bool = True, seed: int = 0,
+         max_tensor_bytes: int | None = None, graph_class: type[RuntimeGraph] | None = None,
          input_shapes: Sequence[Sequence[int]] | None = None,
          dynamic_shapes: Sequence[Sequence[int]] | None = None) -> RuntimeGraph:
-    """Load a pnnx export and build it, ready to run.
+    """Load a pnnx export and build it, ready to run. Each option decides one thing:
+
+    - ``optimize``: rewrite the graph (fuse operators, pick Winograd and channels-last
+      memory; :mod:`kuiperinfer.optimizer`). False runs the operators exactly as pnnx wrote
+      them, so that every value pnnx named can be fetched.
+    - ``kernels``: ``"compiled"``, Numba's kernels (the NumPy references where Numba cannot
+      be imported), or ``"reference"``, the NumPy kernels they are tested against.
+    - ``workers``: the threads a run uses, the caller's included (default: one per CPU;
+      1 runs everything in the calling thread). See :class:`RuntimeGraph`.
+    - ``keep_freed_memory``: tune glibc's malloc to keep freed memory for the next run
+      (:mod:`kuiperinfer.runtime.memory`). Off by default: it is a process-wide setting that
+      other code in the process lives with too.
+    - ``warmup``: end with one run on zeros of the declared input shapes
+      (:meth:`RuntimeGraph.warm_up`; a size pnnx left open taken as 1, skipped where the
+      model cannot run on zeros), so that the first call is as fast as the rest.
+    - ``seed``: seeds the random operators (``torch.randn``, ...): the same model loaded
+      with the same seed draws the same values, call after call
+      (:mod:`kuiperinfer.layers.randomness`).
+    - ``max_tensor_bytes``: the largest weight or value the model may declare (default
+      4 GiB); larger ones are refused before anything is allocated.
+    - ``graph_class``: a :class:`RuntimeGraph` subclass whose ``run_node`` traces or profiles
+      (as :class:`kuiperinfer.profiler.ProfilingGraph` does).
 
     ``bin_path`` defaults to the ``.bin`` beside the ``.param`` (``m.pnnx.param`` ->
-    ``m.pnnx.bin``). ``workers`` is how many threads a batch is split over (see
-    :class:`RuntimeGraph`); it defaults to the number of CPUs. ``optimize=False`` switches
-    every optimisation off: the graph runs exactly as pnnx wrote it, whole, in the calling
-    thread (``workers`` then defaults to 1), and the process's allocator is left alone
-    (optimised loading tunes it once to keep freed memory for the next run, see
-    :mod:`kuiperinfer.runtime.memory`). ``max_tensor_bytes`` bounds what the model may
-    declare for one weight or operand (default 4 GiB): larger ones are refused before
-    anything is allocated. ``warmup`` runs the built graph once on zeros of its declared
-    input shapes before returning (:meth:`RuntimeGraph.warm_up`; a size pnnx left open
-    taken as 1, skipped where the graph cannot run on zeros), so that the first call is as
-    fast and adds as little memory as the rest. ``seed``
-    seeds the random operators (``torch.randn``, ``torch.normal``, ...):
-    the same model loaded with the same seed and options draws the same values, call after
-    call (see :mod:`kuiperinfer.layers.randomness`). ``graph_class`` may be a subclass of
-    RuntimeGraph that overrides ``run_node`` to trace or profile (as
-    :class:`kuiperinfer.profiler.ProfilingGraph` does). Raises a :class:`KuiperError`
-    subclass for anything wrong with the files or an unsupported operator.
-
-    ``param_path`` may also be an ONNX (.onnx) or TorchScript (.pt) file: pnnx converts it
-    first into a cache keyed by its content and ``input_shapes``/``dynamic_shapes`` (one
-    shape per input; see :func:`kuiperinfer.convert.convert`).
+    ``m.pnnx.bin``). ``param_path`` may also be an ONNX (.onnx) or TorchScript (.pt) file:
+    pnnx converts it first into a cache keyed by its content and ``input_shapes``/
+    ``dynamic_shapes`` (one shape per input; see :func:`kuiperinfer.convert.convert`).
+    Raises a :class:`KuiperError` subclass for anything wrong with the files or an
+    unsupported operator.
     """
     from kuiperinfer import optimizer
     from kuiperinfer.convert import resolve_model
     from kuiperinfer.runtime.graph import RuntimeGraph
-    from kuiperinfer.runtime.memory import keep_freed_memory
+    from kuiperinfer.runtime.memory import keep_freed_memory as tune_allocator
 
     param_path = resolve_model(param_path, bin_path, input_shapes, dynamic_shapes)
     if workers is None:
-        workers = (os.cpu_count() or 1) if optimize else 1
-    graph = (graph_class or RuntimeGraph)(param_path, bin_path, workers=workers, max_tensor_bytes=max_tensor_bytes,
-                                          seed=seed)
+        workers = os.cpu_count() or 1
+    graph = (graph_class or RuntimeGraph)(param_path, bin_path, workers=workers, kernels=kernels,
+                                          max_tensor_bytes=max_tensor_bytes, seed=seed)
     graph.init()
     if optimize:
         optimizer.optimize(graph)
-        keep_freed_memory()
+    if keep_freed_memory:
+        tune_allocator()
     graph.build()
     if warmup:
         graph.warm_up()

@@ -1,8 +1,10 @@
-"""load(..., optimize=False) switches every optimisation off, and changes no result.
+"""load's options switch one thing each, and none changes a result.
 
 Each network of the benchmark suite is exported once (small inputs where the network
-allows) and run optimised (graph passes, batch-parallel workers) and unoptimised; every
-optimiser pass keeps the graph's invariants on each of them.
+allows) and run with the defaults (graph rewrites, compiled kernels, a thread per core)
+and with everything off (``PLAIN``: operators as pnnx wrote them, the NumPy reference
+kernels, one thread); each option alone off changes no result either, and every optimiser
+pass keeps the graph's invariants on each network.
 """
 
 from __future__ import annotations
@@ -46,10 +48,13 @@ TRANSFORMERS = {   # small ViT-Tiny and MiniLM layouts, exported for any batch s
 }
 
 
+PLAIN = {"optimize": False, "kernels": "reference", "workers": 1}
+"""Every option off."""
+
+
 def run_both(param, x: np.ndarray) -> tuple[list[np.ndarray], list[np.ndarray]]:
     fast = kuiperinfer.load(param, workers=2)
-    plain = kuiperinfer.load(param, optimize=False)
-    assert plain.workers == 1
+    plain = kuiperinfer.load(param, **PLAIN)
     return fast.run(x), plain.run(x)
 
 
@@ -92,7 +97,7 @@ def test_optimised_and_plain_agree(exported, name):
 def test_transformers_optimised_and_plain_agree(exported, name, batch):
     inputs = [t.numpy() for t in TRANSFORMERS[name][1](batch)]
     fast = kuiperinfer.load(exported(name), workers=2)
-    plain = kuiperinfer.load(exported(name), optimize=False)
+    plain = kuiperinfer.load(exported(name), **PLAIN)
     assert "kuiper.Attention" in {op.type for op in fast.operators} and fast.batching.independent
     assert_agree(fast.run(*inputs), plain.run(*inputs))
 
@@ -100,6 +105,19 @@ def test_transformers_optimised_and_plain_agree(exported, name, batch):
 def test_bundled_efficientnet_lite0_agrees():
     x = np.random.default_rng(1).random((2, 3, 224, 224), dtype=np.float32)
     assert_agree(*run_both(efficientnet_lite0_path(), x))
+
+
+@pytest.mark.parametrize("option", [{"optimize": False}, {"kernels": "reference"}, {"workers": 1}],
+                         ids=["no rewrites", "reference kernels", "one thread"])
+def test_each_option_alone_changes_no_result(exported, option):
+    param = exported("mobilenetv3")
+    x = np.random.default_rng(2).standard_normal((3, 3, 64, 64), dtype=np.float32)
+    graph = kuiperinfer.load(param, **option)
+    defaults = kuiperinfer.load(param)
+    assert graph.workers == option.get("workers", defaults.workers)
+    assert graph.kernels == option.get("kernels", defaults.kernels)
+    assert (len(graph.operators) == len(read_param(param).ops)) == ("optimize" in option)
+    assert_agree(graph.run(x), defaults.run(x))
 
 
 @pytest.mark.parametrize("name", [*NETWORKS, *TRANSFORMERS, "efficientnet_lite0"])

@@ -157,7 +157,7 @@ def test_residual_addition_and_its_activation_fused_into_convolution(tmp_path):
     assert rewrites["fuse_activation"] == 1 and rewrites["fuse_residual_add"] == 1
     assert types(graph) == ["pnnx.Input", "nn.Conv2d", "pnnx.Output"]
     (conv,) = [op.layer for op in graph.operators if op.type == "nn.Conv2d"]
-    assert conv.fused.residual and conv.fused.residual_activation.name == "relu" and conv.fused.activation is None
+    assert conv.plan.residual and conv.plan.residual_activation.name == "relu" and conv.plan.activation is None
 
 
 @pytest.mark.parametrize("residual, activation", [("branch", "relu"), ("identity", "silu before"),
@@ -166,8 +166,8 @@ def test_residual_addition_fused_after_a_fused_activation_or_from_a_second_convo
         residual, activation, tmp_path):
     graph, rewrites = compare(Residual(residual, activation), (1, 4, 10, 10), tmp_path)
     assert rewrites["fuse_residual_add"] == 1 and "pnnx.Expression" not in types(graph)
-    (fused,) = [op.layer for op in graph.operators if op.type == "nn.Conv2d" and op.layer.fused.residual]
-    assert (fused.fused.activation is None) == (activation == "relu" or fused.geometry.kernel == (1, 1))
+    (fused,) = [op.layer for op in graph.operators if op.type == "nn.Conv2d" and op.layer.plan.residual]
+    assert (fused.plan.activation is None) == (activation == "relu" or fused.geometry.kernel == (1, 1))
 
 
 def test_residual_addition_that_broadcasts_stays(tmp_path):
@@ -307,7 +307,7 @@ def test_pointwise_then_depthwise_fused(kernel, stride, activation, tmp_path):
     graph, rewrites = compare(model, (1, 6, 23, 19), tmp_path)
     assert rewrites["fuse_pointwise_depthwise"] == 1
     (fused,) = [op.layer for op in graph.operators if op.type == "kuiper.PointwiseDepthwise"]
-    assert fused.pointwise.epilogue.activation is not None and fused.depthwise.fused.activation is not None
+    assert fused.pointwise.epilogue.activation is not None and fused.depthwise.plan.activation is not None
     assert types(graph).count("nn.Conv2d") == 1    # the projection is left alone
 
 

@@ -39,7 +39,7 @@ def image(batch: int = 1, seed: int = 0) -> np.ndarray:
 
 def test_profiling_changes_no_output(graph):
     x = image(2)
-    np.testing.assert_array_equal(graph(x), kuiperinfer.load(DEMO, optimize=False)(x))
+    np.testing.assert_array_equal(graph(x), kuiperinfer.load(DEMO, optimize=False, workers=1)(x))
 
 
 def test_every_operator_is_timed_in_execution_order(graph):
@@ -97,7 +97,7 @@ def test_threads_record_their_own_runs(graph):
         thread.join()
     assert len(graph.runs) == 6
     assert all([e.name for e in run.events] == computed(graph) for run in graph.runs)
-    reference = kuiperinfer.load(DEMO, optimize=False)
+    reference = kuiperinfer.load(DEMO, optimize=False, workers=1)
     for seed, output in outputs.items():
         np.testing.assert_array_equal(output, reference(image(1, seed)))
 
@@ -106,7 +106,7 @@ def test_a_failing_operator_raises_as_without_profiling():
     def broken(inputs):
         raise ValueError("broken on purpose")
 
-    plain, profiled = kuiperinfer.load(DEMO, optimize=False), ProfilingGraph(DEMO)
+    plain, profiled = kuiperinfer.load(DEMO, optimize=False, workers=1), ProfilingGraph(DEMO)
     profiled.build()
     for g in (plain, profiled):
         next(op for op in g.operators if op.name == "block.2").layer.forward = broken

@@ -64,7 +64,7 @@ def images(batch: int, seed: int = 0) -> np.ndarray:
 def test_load_defaults(small_net):
     _, param = small_net
     assert kuiperinfer.load(param).workers == (os.cpu_count() or 1)
-    assert kuiperinfer.load(param, optimize=False).workers == 1
+    assert kuiperinfer.load(param, optimize=False).workers == (os.cpu_count() or 1)   # options are separate
     assert kuiperinfer.load(param, optimize=False, workers=3).workers == 3
     assert kuiperinfer.load(param).batching.independent
 

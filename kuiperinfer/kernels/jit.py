@@ -6,7 +6,7 @@ kernels at once) and caches the machine code in kuiperinfer's cache directory
 (:func:`kuiperinfer.settings.cache_dir`), so each kernel compiles once per machine and
 later processes load it from disk. Where the cache cannot be written the kernels still
 compile, in every process. Each kernel has a NumPy reference twin that
-``load(..., optimize=False)`` runs and the tests compare it with.
+``load(..., kernels="reference")`` runs and the tests compare it with.
 
 Where Numba cannot be imported the engine runs on the reference kernels after one
 warning (:data:`AVAILABLE` is False). The first compilation in a process says so on

@@ -229,7 +229,6 @@ class GELU(ActivationLayer):
     which the optimiser asks with :meth:`activation_of` (nn.Linear, the feed-forward
     layer of a transformer)."""
 
-    compiled_kernels = True
 
     def __init__(self, layer_name: str, approximate: str = "none", compiled: bool = False):
         super().__init__(layer_name)

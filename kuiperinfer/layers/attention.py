@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -22,7 +22,6 @@ from kuiperinfer.errors import InferError, InferStatus
 from kuiperinfer.errors import ParseParameterAttrStatus as Status
 from kuiperinfer.kernels.compiled import attention as compiled_attention
 from kuiperinfer.layers.base import Layer, NonParamLayer, compiled
-from kuiperinfer.layers.fusion import AttentionFusion
 from kuiperinfer.layers.linear import linear
 from kuiperinfer.layers.softmax import softmax
 from kuiperinfer.pnnx.ir import numpy_dtype
@@ -99,7 +98,6 @@ class ScaledDotProductAttention(NonParamLayer):
     ``dropout_p`` is ignored: at inference nothing is dropped.
     """
 
-    compiled_kernels = True
 
     def __init__(self, layer_name: str, is_causal: bool, scale: float | None, enable_gqa: bool,
                  compiled: bool = False):
@@ -171,7 +169,6 @@ class MultiheadAttention(Layer):
       averaged over the heads unless the recorded output has a head dimension.
     """
 
-    compiled_kernels = True
     compiled = False
     """Whether attention without its weights goes through the compiled kernel."""
 
@@ -328,27 +325,46 @@ def _is_key_padding(mask_shape: Sequence[int], query_shape: Sequence[int], batch
     return len(mask_shape) == 2 and target >= 0 and mask_shape[0] != target
 
 
-@register_layer(AttentionFusion.TYPE)
+@dataclass(frozen=True)
+class AttentionPlan:
+    """The plan of a ``kuiper.Attention`` operator: ``softmax(q k^T * scale + mask) v`` as
+    pnnx writes it (torch.matmul with a transposed key, a scaling expression, an optional
+    additive mask, F.softmax over the keys, torch.matmul with the values), in one operator
+    reading q, k (not transposed), v and the mask, in that order, or ``packed``: one input
+    holding them all."""
+
+    TYPE: ClassVar[str] = "kuiper.Attention"
+    scale: float = 1.0
+    masked: bool = False
+    """Whether the last input is an additive mask (broadcast to (batch, heads, queries, keys))."""
+    packed: tuple[int, int] | None = None
+    """(heads, head_dim) when the first input is a linear layer's (N, L, 3 * heads * head_dim)
+    output holding q, k and v (timm's reshape, permute and unbind, absorbed)."""
+    merge_heads: bool = False
+    """Whether the output is (N, L, heads * value_dim), the heads side by side (the transpose
+    and reshape after the product, absorbed), instead of (N, heads, L, value_dim)."""
+
+
+@register_layer(AttentionPlan.TYPE)
 class FusedAttention(Layer):
-    """``softmax(q k^T * scale + mask) v`` that the optimiser fused (:class:`AttentionFusion`):
+    """``softmax(q k^T * scale + mask) v`` that the optimiser fused (:class:`AttentionPlan`):
     inputs q (N, H, L, E), k (N, H, S, E), v (N, H, S, Ev) and the mask, or the packed
     (N, L, 3 * H * E) projection and the mask; output (N, H, L, Ev) or (N, L, H * Ev).
     F.softmax over a row of -inf only gives NaN, and so does this."""
 
-    fusion = AttentionFusion
-    compiled_kernels = True
+    plan_class = AttentionPlan
 
-    def __init__(self, layer_name: str, record: AttentionFusion):
+    def __init__(self, layer_name: str, record: AttentionPlan, compiled: bool = False):
         super().__init__(layer_name)
-        self.record = record
+        self.record, self.compiled = record, compiled
         self.batch_independent = True   # the batch is dimension 0 of every input and of the output
 
     @classmethod
     def create(cls, op: RuntimeOperator) -> FusedAttention:
-        if not isinstance(op.fusion, AttentionFusion):
+        if not isinstance(op.plan, AttentionPlan):
             raise op.error("kuiper.Attention is made by the optimiser and needs its record",
                            Status.kParameterInvalidValue)
-        return cls(op.name, op.fusion)
+        return cls(op.name, op.plan, compiled(op))
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         record = self.record
@@ -371,7 +387,7 @@ class FusedAttention(Layer):
             n, h, length, _ = q.shape
             merged = np.empty((n, length, h, v.shape[3]), np.float32)
             out = merged.transpose(0, 2, 1, 3)
-        if record.compiled:
+        if self.compiled:
             y = fast_attention(q, k, v, mask, record.scale, safe=False, out=out)
         else:
             y = attention(q, k, v, mask, record.scale, safe=False)[0]

@@ -1,9 +1,12 @@
 """Layer, NonParamLayer and ParamLayer: the computation behind each operator.
 
 A layer is made from its operator by the classmethod :meth:`Layer.create` (KuiperInfer's
-``GetInstance``), which reads and checks the parameters, reads the optimiser's record
-(``op.fusion``, :mod:`kuiperinfer.layers.fusion`) and prepares the weights once, so that
-:meth:`Layer.forward` receives typed values and pre-packed weights. ``forward`` is pure:
+``GetInstance``), which reads and checks the parameters, reads the optimiser's plan for the
+operator (``op.plan``: what it fused in and which forms it chose, a frozen dataclass
+defined beside the layer that reads it, such as
+:class:`~kuiperinfer.layers.convolution.ConvolutionPlan`), picks its kernels once (compiled
+or NumPy reference, as the graph's ``kernels`` option says: :func:`compiled`) and prepares
+the weights, so that :meth:`Layer.forward` receives typed values and pre-packed weights. ``forward`` is pure:
 the input values in, the output values out, on whole batches; the graph's execution loop
 owns the values of a run and hands each layer its inputs.
 
@@ -16,11 +19,13 @@ Class-level facts let the optimiser ask what a type is without building its laye
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
 
 from kuiperinfer.errors import ParseParameterAttrStatus, WeightError
+from kuiperinfer.kernels.elementwise import InplaceActivation
 from kuiperinfer.runtime.batching import Batch
 from kuiperinfer.runtime.operator import RuntimeOperator
 
@@ -44,13 +49,9 @@ class Layer:
     """True when the layer only rearranges the elements of its one input (reshape, view,
     permute, ...): an elementwise function gives the same values before it as after."""
 
-    fusion: ClassVar[type | None] = None
-    """The class of the record (:mod:`kuiperinfer.layers.fusion`) that ``create`` reads
-    from ``op.fusion``; None for layers the optimiser never rewrites."""
-
-    compiled_kernels: ClassVar[bool] = False
-    """Whether the layer has compiled kernels beside its NumPy references, which it runs
-    when its record says ``compiled`` (:func:`compiled`)."""
+    plan_class: ClassVar[type | None] = None
+    """The class of the plan that ``create`` reads from ``op.plan``; None for layers the
+    optimiser never plans for."""
 
     def __init__(self, layer_name: str):
         self.layer_name = layer_name
@@ -63,7 +64,7 @@ class Layer:
     @classmethod
     def takes_activation(cls, op: RuntimeOperator) -> bool:
         """Whether the layer of ``op`` returns a new float array nothing else holds, on which
-        an activation the optimiser records in ``op.fusion`` is applied in place."""
+        an activation the optimiser plans (``op.plan``) is applied in place."""
         return False
 
     def batch_flow(self, inputs: Sequence[Batch]) -> Batch | None:
@@ -80,9 +81,17 @@ class Layer:
         return f"{type(self).__name__}({self.layer_name!r})"
 
 
+@dataclass(frozen=True)
+class ActivationPlan:
+    """The plan of a layer that applies an activation in place on its fresh output
+    (nn.Linear, pnnx.Expression)."""
+
+    activation: InplaceActivation | None = None
+
+
 def compiled(op: RuntimeOperator) -> bool:
-    """Whether the optimiser chose ``op``'s compiled kernels (its record says so)."""
-    return bool(getattr(op.fusion, "compiled", False))
+    """Whether ``op``'s layer runs its compiled kernels (the graph's ``kernels`` option)."""
+    return op.kernels == "compiled"
 
 
 def declared_rank(op: RuntimeOperator) -> int:

@@ -46,8 +46,7 @@ from kuiperinfer.kernels.padding import PAD_MODES, pad_last_dims
 from kuiperinfer.kernels.parallel import threads_for
 from kuiperinfer.kernels.windows import as_batched
 from kuiperinfer.kernels.winograd import winograd_conv3x3, winograd_pays, winograd_weight
-from kuiperinfer.layers.base import Layer, ParamLayer, batched, functional
-from kuiperinfer.layers.fusion import ConvolutionFusion
+from kuiperinfer.layers.base import Layer, ParamLayer, batched, compiled, functional
 from kuiperinfer.runtime.operator import RuntimeOperator
 from kuiperinfer.runtime.registry import register_layer
 
@@ -231,9 +230,9 @@ class PackedWeight:
     * :attr:`in_channels`, :attr:`out_channels`;
     * :attr:`depthwise`: the taps of a depthwise convolution (tiled for the ``recorded``
       output width with the stride of ``geometry``, when given), else None;
-    * :attr:`compiled_depthwise`: the compiled depthwise kernel's weight with the bias and
-      activation of a compiled ``epilogue``, where ``geometry`` lets it compute the
-      convolution (zero padding, no dilation), else None;
+    * :attr:`compiled_depthwise`: with ``compiled``, the compiled depthwise kernel's weight
+      with the bias and activation of the compiled ``epilogue``, where ``geometry`` lets it
+      compute the convolution (zero padding, no dilation), else None;
     * :attr:`gemm`: the (groups, Cin/groups*kh*kw, Cout/groups) operand of im2col, and
       :attr:`matrix`, its one group as (Cin*kh*kw, Cout);
     * :attr:`planar`: the operand of the planar columns, for very few input channels;
@@ -249,18 +248,17 @@ class PackedWeight:
     def __init__(self, weight: np.ndarray, groups: int, winograd: bool = False,
                  geometry: ConvGeometry | None = None, recorded: tuple[int, int, int] = (0, 0, 0),
                  scale: float = 1.0,
-                 epilogue: Epilogue | compiled_epilogue.CompiledEpilogue | None = None):
+                 epilogue: Epilogue | compiled_epilogue.CompiledEpilogue | None = None, compiled: bool = False):
         self.in_channels = weight.shape[1] * groups
         self.out_channels = weight.shape[0]
         self._weight, self._groups, self._scale = weight, groups, scale
         scaled = self._scaled()
         self.depthwise = self.compiled_depthwise = None
         if is_depthwise(weight, groups):
-            compiled = (isinstance(epilogue, compiled_epilogue.CompiledEpilogue) and geometry is not None
-                        and geometry.in_stripes())
+            in_stripes = geometry is not None and geometry.in_stripes()
             self.depthwise = DepthwiseWeight(scaled, recorded[2] or None, geometry.stride if geometry else (1, 1),
-                                             geometry is not None and geometry.in_stripes() and not compiled)
-            if compiled:
+                                             in_stripes and not compiled)
+            if compiled and in_stripes:
                 self.compiled_depthwise = CompiledDepthwise(self.depthwise.taps, epilogue)
         self.planar = pack_planar_weight(scaled) if groups == 1 and weight.shape[1] <= PLANAR_MAX_CHANNELS else None
         self.winograd = winograd_weight(scaled) if winograd else None
@@ -320,39 +318,85 @@ class PointwiseProduct:
         return out
 
 
+class Conv2dKernel:
+    """A 2-D convolution of NCHW input (any memory layout) with one packed weight, then the
+    ``epilogue`` (bias and fused activation) in place; calling it gives a new NHWC (N, OH,
+    OW, Cout) array, which :func:`~kuiperinfer.kernels.layout.nchw` views as NCHW.
+
+    The way it computes is chosen once, from the weight and geometry (ncnn's
+    ``create_pipeline``), as :attr:`compute`: the compiled depthwise kernel; a zero-padded,
+    undilated depthwise convolution a stripe of rows at a time; any other depthwise one on
+    its padded input; Winograd where the weight has its transform; the planar columns for
+    very few input channels; or im2col. Three of them depend on the call too, and hand it on
+    when it does not suit them: Winograd to the next when the call has too few tiles to pay,
+    the planar columns to im2col for a channels-last input, and a 1x1 convolution's one
+    product (:meth:`pointwise`) to them when the call is too large for one thread and block.
+    """
+
+    def __init__(self, weight: PackedWeight, geometry: ConvGeometry, epilogue: Epilogue | None = None):
+        self.weight, self.geometry, self.epilogue = weight, geometry, epilogue
+        if weight.compiled_depthwise is not None:
+            self.compute = self.compiled_depthwise
+        elif weight.depthwise is not None:
+            self.compute = self.depthwise_in_stripes if geometry.in_stripes() else self.depthwise
+        else:
+            self.compute = self.winograd if weight.winograd is not None else self.general
+            if geometry.kernel == (1, 1) and geometry.stride == (1, 1) and geometry.groups == 1 \
+                    and geometry.padding == ((0, 0), (0, 0)) and weight.winograd is None:
+                self.compute = self.pointwise
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        check_channels(x, self.weight.in_channels)
+        (top, bottom), (left, right) = self.geometry.padding
+        hw = self.geometry.output_hw((x.shape[2] + top + bottom, x.shape[3] + left + right))
+        if min(hw) < 1:
+            raise InferError(f"input {x.shape} is too small for kernel {self.geometry.kernel} "
+                             f"with padding {self.geometry.padding}", status=InferStatus.kInferFailedOutputSizeError)
+        return self.compute(x, hw)
+
+    def compiled_depthwise(self, x: np.ndarray, hw: tuple[int, int]) -> np.ndarray:
+        # the bias and activation are the compiled kernel's own
+        return self.weight.compiled_depthwise(nhwc(x), self.geometry.stride, self.geometry.padding)
+
+    def depthwise_in_stripes(self, x: np.ndarray, hw: tuple[int, int]) -> np.ndarray:
+        g = self.geometry
+        return depthwise_in_stripes(nhwc(x), self.weight.depthwise, g.stride, g.padding, hw, self.epilogue)
+
+    def depthwise(self, x: np.ndarray, hw: tuple[int, int]) -> np.ndarray:
+        g = self.geometry
+        return depthwise_conv2d(g.pad_nhwc(x), self.weight.depthwise, g.stride, g.dilation, hw, self.epilogue)
+
+    def winograd(self, x: np.ndarray, hw: tuple[int, int]) -> np.ndarray:
+        if winograd_pays(x.shape[0], x.shape[1], hw):
+            return winograd_conv3x3(x, self.weight.winograd, self.geometry.padding, self.epilogue)
+        return self.general(x, hw)
+
+    def pointwise(self, x: np.ndarray, hw: tuple[int, int]) -> np.ndarray:
+        """A 1x1 convolution of a channels-last float32 ``x`` small enough for one thread and
+        one block, as one product and its epilogue (the general case's calls cost a third of
+        the product at a depthwise network's small sizes); anything else goes the general way."""
+        n, c, h, w = x.shape
+        k = self.weight.out_channels
+        if x.dtype != np.float32 or not is_channels_last(x) or n * h * w * k * 4 > WHOLE_BYTES \
+                or threads_for(n * h * w * c * k) > 1:
+            return self.general(x, hw)
+        out = np.matmul(nhwc(x).reshape(-1, c), self.weight.matrix)
+        self.epilogue(out)
+        return out.reshape(n, h, w, k)
+
+    def general(self, x: np.ndarray, hw: tuple[int, int]) -> np.ndarray:
+        """The planar columns for a row-major input of very few channels, else im2col."""
+        g = self.geometry
+        if self.weight.planar is not None and x.flags.c_contiguous:
+            padded = pad_last_dims(x, g.padding, g.padding_mode)
+            return planar_conv2d(padded, self.weight.planar, g.kernel, g.stride, g.dilation, hw, self.epilogue)
+        return im2col_conv2d(g.pad_nhwc(x), self.weight.gemm, g.kernel, g.stride, g.dilation, hw, self.epilogue)
+
+
 def conv2d(x: np.ndarray, weight: PackedWeight, geometry: ConvGeometry,
            epilogue: Epilogue | None = None) -> np.ndarray:
-    """2-D convolution of NCHW ``x`` (any memory layout), then ``epilogue`` (bias and fused
-    activation) in place; a new NHWC (N, OH, OW, Cout) array, which
-    :func:`~kuiperinfer.kernels.layout.nchw` views as NCHW.
-
-    Winograd computes it where ``weight`` has its transform and the call has enough tiles
-    to pay for it; a zero-padded, undilated depthwise convolution goes a stripe of rows at
-    a time (padding each stripe); a row-major input of very few channels is padded as it
-    is and goes to the planar columns; otherwise the input is padded into NHWC and goes to
-    im2col or, for a depthwise weight, the depthwise kernel.
-    """
-    check_channels(x, weight.in_channels)
-    (top, bottom), (left, right) = geometry.padding
-    oh, ow = geometry.output_hw((x.shape[2] + top + bottom, x.shape[3] + left + right))
-    if oh < 1 or ow < 1:
-        raise InferError(f"input {x.shape} is too small for kernel {geometry.kernel} "
-                         f"with padding {geometry.padding}", status=InferStatus.kInferFailedOutputSizeError)
-    if weight.winograd is not None and winograd_pays(x.shape[0], x.shape[1], (oh, ow)):
-        return winograd_conv3x3(x, weight.winograd, geometry.padding, epilogue)
-    if weight.compiled_depthwise is not None:       # the bias and activation are its own
-        return weight.compiled_depthwise(nhwc(x), geometry.stride, geometry.padding)
-    if weight.depthwise is not None and geometry.in_stripes():
-        return depthwise_in_stripes(nhwc(x), weight.depthwise, geometry.stride, geometry.padding, (oh, ow), epilogue)
-    if weight.planar is not None and x.flags.c_contiguous:
-        padded = pad_last_dims(x, geometry.padding, geometry.padding_mode)
-        return planar_conv2d(padded, weight.planar, geometry.kernel, geometry.stride, geometry.dilation, (oh, ow),
-                             epilogue)
-    padded = geometry.pad_nhwc(x)
-    if weight.depthwise is not None:
-        return depthwise_conv2d(padded, weight.depthwise, geometry.stride, geometry.dilation, (oh, ow), epilogue)
-    return im2col_conv2d(padded, weight.gemm, geometry.kernel, geometry.stride, geometry.dilation, (oh, ow),
-                         epilogue)
+    """2-D convolution of NCHW ``x`` by :class:`Conv2dKernel`, for a weight used once."""
+    return Conv2dKernel(weight, geometry, epilogue)(x)
 
 
 def add_residual(out: np.ndarray, residual: np.ndarray, activation: InplaceActivation | None,
@@ -369,67 +413,71 @@ def add_residual(out: np.ndarray, residual: np.ndarray, activation: InplaceActiv
     return out if activation is None else activation(out)
 
 
-NOTHING_FUSED = ConvolutionFusion()
+Padding = tuple[tuple[int, int], tuple[int, int]]
+"""(top, bottom), (left, right)."""
+
+
+@dataclass(frozen=True)
+class ConvolutionPlan:
+    """The optimiser's plan for an nn.Conv1d/nn.Conv2d (and, for its memory layout only,
+    nn.ConvTranspose1d/2d): what it computes beyond pnnx's parameters."""
+
+    activation: InplaceActivation | None = None
+    """Applied in place after the bias."""
+    padding: Padding | None = None
+    """Zero padding per side, replacing the operator's own (a padding operator folded in)."""
+    residual: bool = False
+    """Whether the operator's second input is added to the output, after ``activation``."""
+    residual_activation: InplaceActivation | None = None
+    """Applied in place after the residual addition."""
+    winograd: bool = False
+    """Whether calls with enough tiles take Winograd F(4x4, 3x3)."""
+    channels_last: bool = False
+    """Whether the output stays in the channels-last memory the kernels compute in
+    (:mod:`kuiperinfer.kernels.layout`) instead of being copied to row-major NCHW."""
+
+
+NO_PLAN = ConvolutionPlan()
 
 
 @register_layer("nn.Conv1d", "nn.Conv2d")
 class Convolution(ParamLayer):
-    """nn.Conv1d / nn.Conv2d with the weight (and bias) stored in the model, and what the
-    optimiser fused in (:class:`~kuiperinfer.layers.fusion.ConvolutionFusion`)."""
+    """nn.Conv1d / nn.Conv2d with the weight (and bias) stored in the model, computing what
+    the optimiser planned (:class:`ConvolutionPlan`) by the kernel chosen when it is packed."""
 
-    fusion = ConvolutionFusion
-    compiled_kernels = True
+    plan_class = ConvolutionPlan
 
     def __init__(self, layer_name: str, weight: np.ndarray, bias: np.ndarray | None,
-                 geometry: ConvGeometry, rank: int, fused: ConvolutionFusion = NOTHING_FUSED,
-                 recorded: tuple[int, int, int] = (0, 0, 0)):
+                 geometry: ConvGeometry, rank: int, plan: ConvolutionPlan = NO_PLAN,
+                 recorded: tuple[int, int, int] = (0, 0, 0), compiled: bool = False):
         super().__init__(layer_name, weight, bias)
-        if fused.padding is not None:
-            geometry = replace(geometry, padding=fused.padding)
-        self.geometry, self.rank, self.fused = geometry, rank, fused
+        if plan.padding is not None:
+            geometry = replace(geometry, padding=plan.padding)
+        self.geometry, self.rank, self.plan, self.compiled = geometry, rank, plan, compiled
         self.recorded = recorded
         """The output's (batch, height, width) at export (0 where unknown), for which the
         weights are prepared (any other shape works too)."""
-        self.winograd = fused.winograd and geometry.winograd_applies()
+        self.winograd = plan.winograd and geometry.winograd_applies()
         """Whether calls with enough tiles run Winograd (the optimiser selects it)."""
-        self.channels_last = fused.channels_last
-        self._pointwise = (geometry.kernel == (1, 1) and geometry.stride == (1, 1) and geometry.groups == 1
-                           and geometry.padding == ((0, 0), (0, 0)) and not self.winograd)
         self.pack()
 
     @classmethod
     def create(cls, op: RuntimeOperator) -> Convolution:
-        return cls.create_fused(op, op.fusion or NOTHING_FUSED)
-
-    def _one_product(self, x: np.ndarray) -> np.ndarray | None:
-        """A 1x1, stride-1, unpadded convolution of a channels-last float32 ``x`` small enough
-        for one thread and one block, as one product and its epilogue (what
-        :func:`conv2d` would do, without its general case's calls, which at a depthwise
-        network's small sizes cost a third of the product); None for any other call."""
-        if not self._pointwise or x.dtype != np.float32 or not is_channels_last(x) \
-                or x.shape[1] != self.packed.in_channels:
-            return None
-        n, c, h, w = x.shape
-        k = self.packed.out_channels
-        if n * h * w * k * 4 > WHOLE_BYTES or threads_for(n * h * w * c * k) > 1:
-            return None
-        out = np.matmul(nhwc(x).reshape(-1, c), self.packed.matrix)
-        self.epilogue(out)
-        return nchw(out.reshape(n, h, w, k))
+        return cls.create_planned(op, op.plan or NO_PLAN)
 
     @classmethod
-    def create_fused(cls, op: RuntimeOperator, fused: ConvolutionFusion) -> Convolution:
-        """The convolution whose parameters and weight ``op`` holds, computing ``fused`` too
-        (a fused operator's record holds its convolution's)."""
+    def create_planned(cls, op: RuntimeOperator, plan: ConvolutionPlan) -> Convolution:
+        """The convolution whose parameters and weight ``op`` holds, computing ``plan`` (a
+        fused operator's plan holds its convolution's)."""
         rank = spatial_rank(op)
         kernel = op.param_ints("kernel_size", rank, Status.kParameterMissingKernel)
         geometry = ConvGeometry.from_operator(op, kernel)
         c_in, c_out = _read_channels(op, geometry)
         weight = op.weight("weight", (c_out, c_in // geometry.groups, *kernel), copy=False)
-        if fused.residual and len(op.input_operands_seq) != 2:
+        if plan.residual and len(op.input_operands_seq) != 2:
             raise op.error(f"a convolution adding a residual takes 2 inputs, not {len(op.input_operands_seq)}",
                            Status.kParameterInvalidValue)
-        layer = cls(op.name, weight, _read_bias(op, c_out), geometry, rank, fused, _recorded_output(op))
+        layer = cls(op.name, weight, _read_bias(op, c_out), geometry, rank, plan, _recorded_output(op), compiled(op))
         layer.batch_independent = batched(op, rank)
         return layer
 
@@ -439,23 +487,21 @@ class Convolution(ParamLayer):
 
     def pack(self) -> None:
         weight_2d = self._weight.reshape(*self._weight.shape[:2], *self.geometry.kernel)
-        scale, epilogue = product_epilogue(self._bias, self._weight.shape[0], self.fused.activation,
-                                           self.fused.compiled)
+        scale, epilogue = product_epilogue(self._bias, self._weight.shape[0], self.plan.activation, self.compiled)
         self.epilogue = epilogue
-        """Bias and fused activation, applied in place on each block of output."""
+        """Bias and planned activation, applied in place on each block of output."""
         self.packed = PackedWeight(weight_2d, self.geometry.groups, self.winograd, self.geometry, self.recorded,
-                                   scale, epilogue)
+                                   scale, epilogue, self.compiled)
         """The weight in the form the kernels take (made again when the weights change)."""
+        self.kernel = Conv2dKernel(self.packed, self.geometry, epilogue)
+        """The way this convolution computes, chosen for its weight and geometry."""
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         x, unbatched = as_2d(inputs[0], self.rank, f"conv{self.rank}d")
-        out = self._one_product(x)
-        if out is None:
-            out = nchw(conv2d(x, self.packed, self.geometry, self.epilogue))
-        out = from_2d(out, self.rank, unbatched)
-        if self.fused.residual:
-            out = add_residual(out, inputs[1], self.fused.residual_activation, self.fused.compiled)
-        if not self.channels_last:
+        out = from_2d(nchw(self.kernel(x)), self.rank, unbatched)
+        if self.plan.residual:
+            out = add_residual(out, inputs[1], self.plan.residual_activation, self.compiled)
+        if not self.plan.channels_last:
             out = np.ascontiguousarray(out)
         return [out]
 
@@ -547,7 +593,7 @@ class TransposedConvolution(ParamLayer):
     """nn.ConvTranspose1d / nn.ConvTranspose2d with the weight (and bias) stored in the model."""
 
 
-    fusion = ConvolutionFusion
+    plan_class = ConvolutionPlan
 
     def __init__(self, layer_name: str, weight: np.ndarray, bias: np.ndarray | None,
                  geometry: ConvGeometry, output_padding: tuple[int, int], rank: int,
@@ -566,7 +612,7 @@ class TransposedConvolution(ParamLayer):
         geometry, output_padding = _read_transposed_geometry(op, kernel)
         c_in, c_out = _read_channels(op, geometry)
         weight = op.weight("weight", (c_in, c_out // geometry.groups, *kernel), copy=False)
-        channels_last = op.fusion is not None and op.fusion.channels_last
+        channels_last = op.plan is not None and op.plan.channels_last
         layer = cls(op.name, weight, _read_bias(op, c_out), geometry, output_padding, rank, channels_last)
         layer.batch_independent = batched(op, rank)
         return layer

@@ -14,23 +14,22 @@ import numpy as np
 
 from kuiperinfer.errors import ExpressionError, InferError, InferStatus
 from kuiperinfer.errors import ParseParameterAttrStatus as Status
-from kuiperinfer.expression import FUNCTIONS, Expression, OpCode, compile_expression
+from kuiperinfer.expression import FUNCTIONS, Call, Expression, List, OpCode, compile_expression, walk
 from kuiperinfer.kernels.elementwise import InplaceActivation
-from kuiperinfer.layers.base import NonParamLayer
-from kuiperinfer.layers.fusion import ActivationFusion
+from kuiperinfer.layers.base import ActivationPlan, NonParamLayer
 from kuiperinfer.pnnx.ir import numpy_dtype
 from kuiperinfer.runtime.batching import Batch, sequence_flow
 from kuiperinfer.runtime.operator import RuntimeOperator
 from kuiperinfer.runtime.registry import register_layer
 
-# Outermost operations that make a new array from array operands; sizes (``size(@0,1)``)
-# and lists (``[...]``) are Python values, not arrays.
-ARITHMETIC = ("add(", "sub(", "mul(", "div(")
+ARITHMETIC = ("add", "sub", "mul", "div")
+"""Outermost operations that make a new array from array operands (sizes, ``size(@0,1)``,
+and lists, ``[...]``, are Python values, not arrays)."""
 
 
 @register_layer("pnnx.Expression")
 class ExpressionLayer(NonParamLayer):
-    fusion = ActivationFusion
+    plan_class = ActivationPlan
 
     def __init__(self, layer_name: str, expression: Expression,
                  activation: InplaceActivation | None = None, ranks: Sequence[int] = ()):
@@ -51,7 +50,7 @@ class ExpressionLayer(NonParamLayer):
         if expression.num_inputs > len(op.input_operands_seq):
             raise op.error(f"expression {text!r} uses {expression.num_inputs} inputs, the operator has "
                            f"{len(op.input_operands_seq)}", Status.kParameterMissingExpr)
-        return cls(op.name, expression, op.fusion.activation if op.fusion is not None else None,
+        return cls(op.name, expression, op.plan.activation if op.plan is not None else None,
                    [len(o.shapes) for o in op.input_operands_seq])
 
     def batch_flow(self, inputs: Sequence[Batch]) -> Batch | None:
@@ -101,11 +100,15 @@ class ExpressionLayer(NonParamLayer):
     @classmethod
     def takes_activation(cls, op: RuntimeOperator) -> bool:
         """An arithmetic formula of float32 arrays makes a new array."""
-        if "expr" not in op.params or len(op.output_operands) != 1:
+        if "expr" not in op.params or len(op.output_operands) != 1 \
+                or numpy_dtype(op.output_operands[0].type) != np.float32:
             return False
-        text = op.param_text("expr")
-        return (numpy_dtype(op.output_operands[0].type) == np.float32 and text.startswith(ARITHMETIC)
-                and "size(" not in text and "[" not in text)
+        try:
+            tree = compile_expression(op.param_text("expr")).tree
+        except ExpressionError:
+            return False
+        return isinstance(tree, Call) and tree.name in ARITHMETIC and not any(
+            isinstance(node, List) or (isinstance(node, Call) and node.name == "size") for node in walk(tree))
 
     def forward(self, inputs: Sequence[Any]) -> list[Any]:
         try:

@@ -1,7 +1,6 @@
-"""Layers the graph optimiser makes by fusing operators; pnnx never writes their types.
+"""Convolution layers the graph optimiser makes by fusing operators; pnnx never writes their types.
 
-Each reads its operator's record (:mod:`kuiperinfer.layers.fusion`), which says what the
-operator computes:
+Each reads its operator's plan, defined beside it, which says what the operator computes:
 
 * ``kuiper.PointwiseDepthwise``: a 1x1 convolution and the depthwise convolution that
   alone reads it (the expansion and filter of a MobileNet/EfficientNet block), computed
@@ -17,8 +16,8 @@ operator computes:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -26,14 +25,52 @@ from kuiperinfer.errors import ParseParameterAttrStatus as Status
 from kuiperinfer.kernels.compiled.depthwise import pointwise_depthwise
 from kuiperinfer.kernels.compiled.squeeze_excitation import CompiledSqueezeExcitation
 from kuiperinfer.kernels.depthwise_stripes import depthwise_in_stripes
+from kuiperinfer.kernels.elementwise import InplaceActivation
 from kuiperinfer.kernels.jit import kernel_array
 from kuiperinfer.kernels.layout import nchw, nhwc
 from kuiperinfer.kernels.pooling import global_avg_pool2d
-from kuiperinfer.layers.base import Layer, batched
-from kuiperinfer.layers.convolution import Convolution, PointwiseProduct, as_2d, check_channels, from_2d
-from kuiperinfer.layers.fusion import Pointwise, PointwiseDepthwiseFusion, SqueezeExcitationFusion
+from kuiperinfer.layers.base import Layer, batched, compiled
+from kuiperinfer.layers.convolution import (
+    Convolution,
+    ConvolutionPlan,
+    PointwiseProduct,
+    as_2d,
+    check_channels,
+    from_2d,
+)
 from kuiperinfer.runtime.operator import RuntimeOperator
 from kuiperinfer.runtime.registry import register_layer
+
+
+@dataclass(frozen=True, eq=False)
+class Pointwise:
+    """A 1x1, stride-1, single-group convolution folded into a fused operator."""
+
+    weight: np.ndarray
+    """(out, in, 1, 1)."""
+    bias: np.ndarray | None
+    activation: InplaceActivation | None
+
+
+@dataclass(frozen=True, eq=False)
+class PointwiseDepthwisePlan:
+    """The plan of a ``kuiper.PointwiseDepthwise`` operator, ``depthwise(pointwise(x))``: the
+    operator is the depthwise nn.Conv2d (its parameters and weight are the operator's own),
+    reading the 1x1 convolution's input."""
+
+    TYPE: ClassVar[str] = "kuiper.PointwiseDepthwise"
+    pointwise: Pointwise
+    depthwise: ConvolutionPlan
+
+
+@dataclass(frozen=True, eq=False)
+class SqueezeExcitationPlan:
+    """The plan of a ``kuiper.SqueezeExcitation`` operator, ``x * expand(reduce(mean of x over
+    H and W))``: the operator is the global average pooling, reading ``x``."""
+
+    TYPE: ClassVar[str] = "kuiper.SqueezeExcitation"
+    reduce: Pointwise
+    expand: Pointwise
 
 
 def pointwise_product(op: RuntimeOperator, pointwise: Pointwise, what: str, compiled: bool) -> PointwiseProduct:
@@ -48,21 +85,20 @@ def pointwise_product(op: RuntimeOperator, pointwise: Pointwise, what: str, comp
     return PointwiseProduct(weight, bias, pointwise.activation, compiled)
 
 
-def fusion_record(op: RuntimeOperator, record_class: type) -> Any:
-    """``op``'s record, checked to be a ``record_class``."""
-    if not isinstance(op.fusion, record_class):
-        raise op.error(f"{op.type} is made by the graph optimiser and needs its {record_class.__name__} record",
+def plan_of(op: RuntimeOperator, plan_class: type) -> Any:
+    """``op``'s plan, checked to be a ``plan_class``."""
+    if not isinstance(op.plan, plan_class):
+        raise op.error(f"{op.type} is made by the graph optimiser and needs its {plan_class.__name__}",
                        Status.kParameterInvalidValue)
-    return op.fusion
+    return op.plan
 
 
-@register_layer(PointwiseDepthwiseFusion.TYPE)
+@register_layer(PointwiseDepthwisePlan.TYPE)
 class PointwiseDepthwise(Layer):
     """``depthwise(pointwise(x))`` of two nn.Conv2d layers, each with its bias and
     activation, computed in stripes; the two are :attr:`pointwise` and :attr:`depthwise`."""
 
-    fusion = PointwiseDepthwiseFusion
-    compiled_kernels = True
+    plan_class = PointwiseDepthwisePlan
 
     def __init__(self, layer_name: str, pointwise: PointwiseProduct, depthwise: Convolution):
         super().__init__(layer_name)
@@ -70,9 +106,9 @@ class PointwiseDepthwise(Layer):
 
     @classmethod
     def create(cls, op: RuntimeOperator) -> PointwiseDepthwise:
-        record = fusion_record(op, PointwiseDepthwiseFusion)
-        pointwise = pointwise_product(op, record.pointwise, "1x1", record.compiled)
-        depthwise = Convolution.create_fused(op, replace(record.depthwise, compiled=record.compiled))
+        plan = plan_of(op, PointwiseDepthwisePlan)
+        pointwise = pointwise_product(op, plan.pointwise, "1x1", compiled(op))
+        depthwise = Convolution.create_planned(op, plan.depthwise)
         if pointwise.out_channels != depthwise.packed.in_channels or depthwise.packed.depthwise is None:
             raise op.error(f"the 1x1 convolution makes {pointwise.out_channels} channels, the depthwise "
                            f"one takes {depthwise.packed.in_channels}", Status.kAttrWrongSize)
@@ -93,16 +129,15 @@ class PointwiseDepthwise(Layer):
                                             geometry.stride, geometry.padding, geometry.output_hw(padded_hw),
                                             self.depthwise.epilogue, self.pointwise.matrix, self.pointwise.epilogue))
         out = from_2d(out, 2, unbatched)
-        return [out if self.depthwise.channels_last else np.ascontiguousarray(out)]
+        return [out if self.depthwise.plan.channels_last else np.ascontiguousarray(out)]
 
 
-@register_layer(SqueezeExcitationFusion.TYPE)
+@register_layer(SqueezeExcitationPlan.TYPE)
 class SqueezeExcitation(Layer):
     """``x * expand(reduce(global mean of x))``: :attr:`reduce` and :attr:`expand` are the two
     1x1 convolutions (with their activations), computed as products of (N, C) rows."""
 
-    fusion = SqueezeExcitationFusion
-    compiled_kernels = True
+    plan_class = SqueezeExcitationPlan
 
     def __init__(self, layer_name: str, reduce: PointwiseProduct, expand: PointwiseProduct, compiled: bool = False):
         super().__init__(layer_name)
@@ -113,13 +148,13 @@ class SqueezeExcitation(Layer):
 
     @classmethod
     def create(cls, op: RuntimeOperator) -> SqueezeExcitation:
-        record = fusion_record(op, SqueezeExcitationFusion)
-        reduce = pointwise_product(op, record.reduce, "reducing", record.compiled)
-        expand = pointwise_product(op, record.expand, "expanding", record.compiled)
+        plan = plan_of(op, SqueezeExcitationPlan)
+        reduce = pointwise_product(op, plan.reduce, "reducing", compiled(op))
+        expand = pointwise_product(op, plan.expand, "expanding", compiled(op))
         if (expand.in_channels, expand.out_channels) != (reduce.out_channels, reduce.in_channels):
             raise op.error(f"the expanding convolution maps {expand.in_channels} to {expand.out_channels} "
                            f"channels, expected {reduce.out_channels} to {reduce.in_channels}", Status.kAttrWrongSize)
-        layer = cls(op.name, reduce, expand, record.compiled)
+        layer = cls(op.name, reduce, expand, compiled(op))
         layer.batch_independent = batched(op, 2)
         return layer
 

@@ -24,8 +24,7 @@ from kuiperinfer.kernels.compiled.activation import ActivationCode
 from kuiperinfer.kernels.compiled.epilogue import finish_rows, finish_transposed
 from kuiperinfer.kernels.elementwise import InplaceActivation
 from kuiperinfer.kernels.parallel import run_parts, threads_for
-from kuiperinfer.layers.base import Layer, ParamLayer, compiled, declared_rank, functional
-from kuiperinfer.layers.fusion import ActivationFusion
+from kuiperinfer.layers.base import ActivationPlan, Layer, ParamLayer, compiled, declared_rank, functional
 from kuiperinfer.runtime.operator import RuntimeOperator
 from kuiperinfer.runtime.registry import register_layer
 
@@ -66,8 +65,7 @@ def column_parts(columns: int, parts: int) -> list[tuple[int, int]]:
 class Linear(ParamLayer):
     """y = x W^T + b over the last dimension; W^T is packed once, contiguous."""
 
-    fusion = ActivationFusion
-    compiled_kernels = True
+    plan_class = ActivationPlan
 
     def __init__(self, layer_name: str, weight: np.ndarray, bias: np.ndarray | None = None,
                  activation: InplaceActivation | None = None, compiled: bool = False):
@@ -85,7 +83,7 @@ class Linear(ParamLayer):
         weight = op.weight("weight", (out_features, in_features), copy=False)
         use_bias = op.param_bool("bias", Status.kParameterMissingUseBias, default=op.has_weight("bias"))
         bias = op.weight("bias", (out_features,), Status.kAttrMissingBias) if use_bias else None
-        layer = cls(op.name, weight, bias, op.fusion.activation if op.fusion is not None else None, compiled(op))
+        layer = cls(op.name, weight, bias, op.plan.activation if op.plan is not None else None, compiled(op))
         layer.batch_independent = declared_rank(op) >= 2
         return layer
 

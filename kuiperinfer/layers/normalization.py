@@ -24,8 +24,7 @@ import numpy as np
 from kuiperinfer.errors import InferError, InferStatus, WeightError
 from kuiperinfer.errors import ParseParameterAttrStatus as Status
 from kuiperinfer.kernels.compiled.normalization import layer_norm_rows
-from kuiperinfer.layers.base import Layer, NonParamLayer, ParamLayer, batched, declared_rank
-from kuiperinfer.layers.fusion import LayerNormFusion
+from kuiperinfer.layers.base import Layer, NonParamLayer, ParamLayer, batched, compiled, declared_rank
 from kuiperinfer.layers.reduction import Norm
 from kuiperinfer.runtime.operator import RuntimeOperator
 from kuiperinfer.runtime.registry import register_layer
@@ -243,19 +242,31 @@ class LastDimsNorm(Layer):
         return [affine(self.normalize(x), self.weight.get(inputs), self.bias.get(inputs))]
 
 
+@dataclass(frozen=True)
+class LayerNormPlan:
+    """The optimiser's plan for an nn.LayerNorm: what it computes beyond pnnx's parameters."""
+
+    residual: bool = False
+    """Whether it reads the two addends of an ``add(@0,@1)`` (absorbed) and normalises their sum."""
+    sum_output: bool = False
+    """Whether it also hands on the sum, as its second output, to the others that read it
+    (a pre-norm transformer's running value)."""
+
+
 @register_layer("nn.LayerNorm", "F.layer_norm")
 class LayerNorm(LastDimsNorm):
-    """(x - mean) / sqrt(var + eps) over the last dimensions; with a :class:`LayerNormFusion`
+    """(x - mean) / sqrt(var + eps) over the last dimensions; with a :class:`LayerNormPlan`
     record, of the sum of its two inputs (also handed on when the record says so)."""
 
-    fusion = LayerNormFusion
-    compiled_kernels = True
-    record = LayerNormFusion()
+    plan_class = LayerNormPlan
+    record = LayerNormPlan()
+    compiled = False
 
     @classmethod
     def create(cls, op: RuntimeOperator) -> LayerNorm:
         layer = super().create(op)
-        layer.record = op.fusion or LayerNormFusion()
+        layer.record = op.plan or LayerNormPlan()
+        layer.compiled = compiled(op)
         size = math.prod(layer.normalized_shape)
         weight, bias = layer.weight.value, layer.bias.value
         if layer.weight.input_index is None and layer.bias.input_index is None:
@@ -273,13 +284,13 @@ class LayerNorm(LastDimsNorm):
         record = self.record
         if record.residual:
             a, b = inputs[0], inputs[1]
-            if not record.compiled or a.shape != b.shape or a.dtype != np.float32 or b.dtype != np.float32 \
+            if not self.compiled or a.shape != b.shape or a.dtype != np.float32 or b.dtype != np.float32 \
                     or a.shape[a.ndim - len(self.axes):] != self.normalized_shape:
                 total = np.asarray(a + b)
                 out = super().forward([total])
                 return out + [total] if record.sum_output else out
         x = inputs[0]
-        if not record.compiled or self.weight.input_index is not None or self.bias.input_index is not None \
+        if not self.compiled or self.weight.input_index is not None or self.bias.input_index is not None \
                 or x.dtype != np.float32 or x.shape[x.ndim - len(self.axes):] != self.normalized_shape:
             return super().forward(inputs)
         size = self._weight.size

@@ -69,7 +69,6 @@ class Softmax(DimSoftmaxLayer):
     """Over the last dimension of a float32 array, compiled
     (:func:`~kuiperinfer.kernels.compiled.softmax.softmax_rows`) when the optimiser chose it."""
 
-    compiled_kernels = True
     compiled = False
 
     @classmethod

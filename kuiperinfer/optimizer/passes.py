@@ -28,51 +28,54 @@
   (:mod:`kuiperinfer.kernels.winograd`) where it pays.
 * :func:`select_channels_last`: convolutions (and learned 2x upsampling) hand on their
   output in channels-last memory (:mod:`kuiperinfer.kernels.layout`), as they compute it.
-* :func:`select_compiled_kernels`: every layer that has compiled kernels runs them, where
-  Numba imported (:mod:`kuiperinfer.kernels.jit`).
 
 A pass takes the graph and returns how many rewrites it made. It learns what an operator
-is from the :class:`LayerRegisterer`'s classes, without building layers; it edits the
-graph through :mod:`kuiperinfer.optimizer.rewrite` and records what it fused in typed
-records (:mod:`kuiperinfer.layers.fusion`) that the layers read.
+is from the :class:`LayerRegisterer`'s classes (:func:`is_a`), without building layers,
+and what a ``pnnx.Expression`` computes from its parsed formula (:func:`formula`), never
+from type names or text; it edits the graph through :mod:`kuiperinfer.optimizer.rewrite`
+and writes what it fused and chose in each operator's plan (``op.plan``), a frozen
+dataclass defined beside the layer that reads it. Whether layers run compiled kernels is
+not the optimiser's business: it is the graph's ``kernels`` option.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
-from dataclasses import MISSING, fields, replace
+from dataclasses import replace
 
 import numpy as np
 
-from kuiperinfer.errors import GraphError, KuiperError
-from kuiperinfer.kernels import jit
+from kuiperinfer.errors import ExpressionError, GraphError, KuiperError
+from kuiperinfer.expression import Call, Constant, InputRef, Node, compile_expression
 from kuiperinfer.kernels.winograd import MIN_CHANNELS
 from kuiperinfer.layers.activation import GELU, InplaceActivationLayer
-from kuiperinfer.layers.convolution import ConvGeometry, Convolution, TransposedConvolution, spatial_rank
-from kuiperinfer.layers.expression import ExpressionLayer
-from kuiperinfer.layers.fusion import (
-    AttentionFusion,
-    ConvolutionFusion,
-    KernelChoice,
-    LayerNormFusion,
-    Pointwise,
-    PointwiseDepthwiseFusion,
-    SqueezeExcitationFusion,
+from kuiperinfer.layers.attention import AttentionPlan
+from kuiperinfer.layers.convolution import (
+    ConvGeometry,
+    Convolution,
+    ConvolutionPlan,
+    TransposedConvolution,
+    spatial_rank,
 )
+from kuiperinfer.layers.expression import ExpressionLayer
+from kuiperinfer.layers.fused import Pointwise, PointwiseDepthwisePlan, SqueezeExcitationPlan
+from kuiperinfer.layers.linalg import MatMul
 from kuiperinfer.layers.linear import Linear
-from kuiperinfer.layers.normalization import BatchNorm, LayerNorm
+from kuiperinfer.layers.normalization import BatchNorm, LayerNorm, LayerNormPlan
 from kuiperinfer.layers.normalization import fold_batch_norm as batch_norm_scale_shift
 from kuiperinfer.layers.padding import Pad
 from kuiperinfer.layers.pooling import AdaptiveAvgPooling
+from kuiperinfer.layers.shape import Permute, Reshape, Transpose
+from kuiperinfer.layers.softmax import Softmax
+from kuiperinfer.layers.tensor_ops import Unbind
 from kuiperinfer.optimizer.rewrite import (
     absorb_consumer,
     absorb_producer,
     add_input,
-    fuse,
     merge_producer,
     remove_unread,
     replace_inputs,
+    set_plan,
     set_weight,
     sole_consumer,
 )
@@ -90,15 +93,31 @@ def is_a(op: RuntimeOperator | None, layer_class: type) -> bool:
     return registered is not None and issubclass(registered, layer_class)
 
 
-def convolution_fusion(conv: RuntimeOperator) -> ConvolutionFusion:
-    """The record of a convolution, empty while no pass has written one."""
-    return conv.fusion or ConvolutionFusion()
+def formula(op: RuntimeOperator | None) -> Node | None:
+    """The parsed formula of a ``pnnx.Expression`` operator (None for any other operator,
+    or one whose formula does not parse: building its layer reports that)."""
+    if not is_a(op, ExpressionLayer) or "expr" not in op.params:
+        return None
+    try:
+        return compile_expression(op.param_text("expr")).tree
+    except (ExpressionError, KuiperError):
+        return None
+
+
+SUM_OF_INPUTS = (Call("add", (InputRef(0), InputRef(1))), Call("add", (InputRef(1), InputRef(0))))
+"""``add(@0,@1)`` and ``add(@1,@0)``."""
+PRODUCT_OF_INPUTS = (Call("mul", (InputRef(0), InputRef(1))), Call("mul", (InputRef(1), InputRef(0))))
+
+
+def convolution_plan(conv: RuntimeOperator) -> ConvolutionPlan:
+    """The plan of a convolution, empty while no pass has written one."""
+    return conv.plan or ConvolutionPlan()
 
 
 def geometry(conv: RuntimeOperator) -> ConvGeometry:
     """How a convolution sweeps its input, with any padding a pass folded in."""
     swept = ConvGeometry.from_operator(conv, conv.param_ints("kernel_size", spatial_rank(conv)))
-    padding = convolution_fusion(conv).padding
+    padding = convolution_plan(conv).padding
     return swept if padding is None else replace(swept, padding=padding)
 
 
@@ -141,7 +160,7 @@ def fold_zero_padding(graph: RuntimeGraph) -> int:
             continue
         (top, bottom), (left, right) = geometry(conv).padding
         padding = ((top + amounts[0][0], bottom + amounts[0][1]), (left + amounts[1][0], right + amounts[1][1]))
-        fuse(conv, replace(convolution_fusion(conv), padding=padding))
+        set_plan(conv, replace(convolution_plan(conv), padding=padding))
         absorb_producer(graph, conv, pad)
         folded += 1
     return folded
@@ -165,7 +184,7 @@ def fuse_activation(graph: RuntimeGraph) -> int:
     for op in list(graph.operators):
         layer_class = LayerRegisterer.layer_class(op.type)
         if layer_class is None or not layer_class.takes_activation(op) or \
-                (op.fusion is not None and op.fusion.activation is not None):
+                (op.plan is not None and op.plan.activation is not None):
             continue
         act, last = _activation_reading(op)
         if not (is_a(act, InplaceActivationLayer) or (is_a(act, GELU) and is_a(op, Linear))):
@@ -174,7 +193,7 @@ def fuse_activation(graph: RuntimeGraph) -> int:
             activation = LayerRegisterer.layer_class(act.type).activation_of(act)
         except KuiperError:
             continue  # ill-formed parameters: building the activation's own layer reports them
-        fuse(op, replace(op.fusion or layer_class.fusion(), activation=activation))
+        set_plan(op, replace(op.plan or layer_class.plan_class(), activation=activation))
         absorb_consumer(graph, last, act)
         fused += 1
     return fused
@@ -183,8 +202,7 @@ def fuse_activation(graph: RuntimeGraph) -> int:
 def _residual_conv(add: RuntimeOperator) -> RuntimeOperator | None:
     """The nn.Conv2d whose output ``add``, a float32 ``add(@0,@1)`` of two different operands
     of the same recorded shape, alone reads (the first such of its two inputs)."""
-    if (not is_a(add, ExpressionLayer) or add.param_text("expr") not in ("add(@0,@1)", "add(@1,@0)")
-            or len(add.input_operands_seq) != 2 or len(add.output_operands) != 1):
+    if formula(add) not in SUM_OF_INPUTS or len(add.input_operands_seq) != 2 or len(add.output_operands) != 1:
         return None
     operands = add.input_operands_seq + add.output_operands
     shapes = {tuple(operand.shapes) for operand in operands}
@@ -193,7 +211,7 @@ def _residual_conv(add: RuntimeOperator) -> RuntimeOperator | None:
         return None
     for operand in add.input_operands_seq:
         conv = operand.producer
-        if is_conv2d(conv) and not convolution_fusion(conv).residual and operand.consumers == [add]:
+        if is_conv2d(conv) and not convolution_plan(conv).residual and operand.consumers == [add]:
             return conv
     return None
 
@@ -209,8 +227,8 @@ def fuse_residual_add(graph: RuntimeGraph) -> int:
             continue
         (residual,) = [operand for operand in add.input_operands_seq if operand is not conv.output_operands[0]]
         add_input(conv, residual)
-        activation = add.fusion.activation if add.fusion is not None else None
-        fuse(conv, replace(convolution_fusion(conv), residual=True, residual_activation=activation))
+        activation = add.plan.activation if add.plan is not None else None
+        set_plan(conv, replace(convolution_plan(conv), residual=True, residual_activation=activation))
         absorb_consumer(graph, conv, add)
         fused += 1
     return fused
@@ -237,10 +255,10 @@ def _is_depthwise_of(conv: RuntimeOperator | None, channels: int) -> bool:
 
 
 def _pointwise(conv: RuntimeOperator) -> Pointwise:
-    """The 1x1 ``conv``'s weight, bias and fused activation, for a fused operator's record."""
+    """The 1x1 ``conv``'s weight, bias and fused activation, for a fused operator's plan."""
     has_bias = conv.param_bool("bias", default=conv.has_weight("bias"))
     return Pointwise(conv.weight("weight", copy=False), conv.weight("bias", copy=False) if has_bias else None,
-                     convolution_fusion(conv).activation)
+                     convolution_plan(conv).activation)
 
 
 def fuse_pointwise_depthwise(graph: RuntimeGraph) -> int:
@@ -253,8 +271,8 @@ def fuse_pointwise_depthwise(graph: RuntimeGraph) -> int:
         depthwise = sole_consumer(pointwise)
         if not _is_depthwise_of(depthwise, pointwise.param_int("out_channels")):
             continue
-        record = PointwiseDepthwiseFusion(_pointwise(pointwise), convolution_fusion(depthwise))
-        fuse(depthwise, record, record.TYPE)
+        plan = PointwiseDepthwisePlan(_pointwise(pointwise), convolution_plan(depthwise))
+        set_plan(depthwise, plan, plan.TYPE)
         absorb_producer(graph, depthwise, pointwise)
         fused += 1
     return fused
@@ -267,7 +285,7 @@ def _gated_input(gate: RuntimeOperator, x) -> RuntimeOperator | None:
     if len(output.consumers) != 1:
         return None
     mul = output.consumers[0]
-    if (not is_a(mul, ExpressionLayer) or mul.param_text("expr") != "mul(@0,@1)" or len(mul.output_operands) != 1
+    if (formula(mul) not in PRODUCT_OF_INPUTS or len(mul.output_operands) != 1
             or sorted(map(id, mul.input_operands_seq)) != sorted(map(id, (x, output)))):
         return None
     return mul
@@ -289,16 +307,12 @@ def fuse_squeeze_excitation(graph: RuntimeGraph) -> int:
         mul = _gated_input(expand, pool.input_operands_seq[0])
         if mul is None:
             continue
-        record = SqueezeExcitationFusion(_pointwise(reduce), _pointwise(expand))
+        plan = SqueezeExcitationPlan(_pointwise(reduce), _pointwise(expand))
         for consumer in (reduce, expand, mul):
             absorb_consumer(graph, pool, consumer)
-        fuse(pool, record, record.TYPE)
+        set_plan(pool, plan, plan.TYPE)
         fused += 1
     return fused
-
-
-SOFTMAX_TYPES = ("nn.Softmax", "F.softmax", "torch.softmax", "Tensor.softmax")
-_NUMBER = r"(-?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)"
 
 
 def _only_reader(operand) -> RuntimeOperator | None:
@@ -312,32 +326,43 @@ def _recorded(operand) -> tuple[int, ...]:
 
 def _scores_step(op: RuntimeOperator, scores) -> tuple[float, object] | None:
     """What an expression does to the attention scores it reads: (scale, mask operand or
-    None) for ``scores * c``, ``scores / c``, ``scores + mask`` and ``scores * c + mask``."""
-    if not is_a(op, ExpressionLayer) or len(op.output_operands) != 1 or len(op.input_operands_seq) > 2 \
+    None) for ``scores * c``, ``c * scores``, ``scores / c``, ``scores + mask``, ``mask +
+    scores`` and ``scores * c + mask`` (either way round), matched on its parsed formula."""
+    tree = formula(op)
+    if tree is None or len(op.output_operands) != 1 or len(op.input_operands_seq) > 2 \
             or op.input_operands_seq.count(scores) != 1:
         return None
-    at = op.input_operands_seq.index(scores)
+    s = InputRef(op.input_operands_seq.index(scores))
     others = [operand for operand in op.input_operands_seq if operand is not scores]
-    s, m = f"@{at}", f"@{1 - at}"
-    text = op.param_text("expr")
-    forms = [(rf"mul\({s},{_NUMBER}\)", False, 1), (rf"mul\({_NUMBER},{s}\)", False, 1),
-             (rf"div\({s},{_NUMBER}\)", False, -1), (rf"add\(mul\({s},{_NUMBER}\),{m}\)", True, 1),
-             (rf"add\({m},mul\({s},{_NUMBER}\)\)", True, 1), (rf"add\({s},{m}\)", True, 0),
-             (rf"add\({m},{s}\)", True, 0)]
-    for pattern, masked, power in forms:
-        match = re.fullmatch(pattern, text)
-        if match is None or masked != bool(others):
-            continue
-        scale = float(match.group(1)) ** power if power else 1.0
-        if masked and numpy_dtype(others[0].type) != np.float32:
-            return None
-        return scale, (others[0] if masked else None)
+    mask = InputRef(1 - s.index) if others else None
+    if mask is not None and numpy_dtype(others[0].type) != np.float32:
+        return None
+    scaled = _scaled(tree, s)
+    if scaled is not None and mask is None:
+        return scaled, None
+    if mask is not None and isinstance(tree, Call) and tree.name == "add" and mask in tree.args:
+        (term,) = [arg for arg in tree.args if arg != mask] or [None]
+        scale = 1.0 if term == s else _scaled(term, s)
+        if scale is not None and term is not None:
+            return scale, others[0]
     return None
+
+
+def _scaled(tree: Node | None, s: InputRef) -> float | None:
+    """``c`` for ``s * c`` or ``c * s``, ``1 / c`` for ``s / c``, with ``c`` a number literal."""
+    if not isinstance(tree, Call) or len(tree.args) != 2 or tree.name not in ("mul", "div"):
+        return None
+    a, b = tree.args
+    number = b if a == s else a if tree.name == "mul" and b == s else None
+    if not isinstance(number, Constant) or isinstance(number.value, (bool, complex)) \
+            or not isinstance(number.value, (int, float)) or number.value == 0:
+        return None
+    return float(number.value) if tree.name == "mul" else 1.0 / float(number.value)
 
 
 def _is_key_transpose(op: RuntimeOperator | None) -> bool:
     """torch.transpose of the last two dimensions of a 4-d operand."""
-    if op is None or op.type not in ("torch.transpose", "Tensor.transpose") or len(op.input_operands_seq) != 1:
+    if not is_a(op, Transpose) or not op.has_param("dim0") or len(op.input_operands_seq) != 1:
         return False
     dims = {op.param_int("dim0", default=0) % 4, op.param_int("dim1", default=0) % 4}
     return dims == {2, 3} and len(_recorded(op.input_operands_seq[0])) == 4
@@ -346,7 +371,7 @@ def _is_key_transpose(op: RuntimeOperator | None) -> bool:
 def _attention_chain(first: RuntimeOperator):
     """The operators of the attention starting at the torch.matmul ``first`` (q @ k^T), if it
     is one: (transpose, scoring expressions, softmax, second matmul, scale, mask)."""
-    if first.type != "torch.matmul" or len(first.input_operands_seq) != 2 or len(first.output_operands) != 1:
+    if not is_a(first, MatMul) or len(first.input_operands_seq) != 2 or len(first.output_operands) != 1:
         return None
     q, key_t = first.input_operands_seq
     transpose = key_t.producer
@@ -366,13 +391,13 @@ def _attention_chain(first: RuntimeOperator):
         steps.append(reader)
         operand = reader.output_operands[0]
         reader = _only_reader(operand)
-    if reader is None or reader.type not in SOFTMAX_TYPES or reader.input_operands_seq != [operand]:
+    if not is_a(reader, Softmax) or reader.input_operands_seq != [operand]:
         return None
     if reader.param_int("dim", default=0) % 4 != 3:
         return None
     softmax = reader
     second = _only_reader(softmax.output_operands[0])
-    if second is None or second.type != "torch.matmul" or len(second.input_operands_seq) != 2 \
+    if not is_a(second, MatMul) or len(second.input_operands_seq) != 2 \
             or second.input_operands_seq[0] is not softmax.output_operands[0] \
             or second.input_operands_seq[1] is softmax.output_operands[0]:
         return None
@@ -386,15 +411,15 @@ def _packed_source(q, k, v):
     three outputs of timm's ``x.reshape(N, L, 3, heads, head_dim).permute(2, 0, 3, 1, 4).unbind(0)``
     and nothing else reads them or the steps before."""
     unbind = q.producer
-    if unbind.type not in ("torch.unbind", "Tensor.unbind") or unbind.output_operands != [q, k, v] \
+    if not is_a(unbind, Unbind) or unbind.output_operands != [q, k, v] \
             or unbind.param_int("dim", default=0) != 0 or len(unbind.input_operands_seq) != 1:
         return None
     permute = unbind.input_operands_seq[0].producer
-    if permute.type not in ("Tensor.permute", "torch.permute") or unbind.input_operands_seq[0].consumers != [unbind] \
+    if not is_a(permute, Permute) or unbind.input_operands_seq[0].consumers != [unbind] \
             or tuple(permute.param_ints("dims", default=())) != (2, 0, 3, 1, 4):
         return None
     reshape = permute.input_operands_seq[0].producer
-    if reshape.type not in ("Tensor.reshape", "Tensor.view") or permute.input_operands_seq[0].consumers != [permute] \
+    if not is_a(reshape, Reshape) or permute.input_operands_seq[0].consumers != [permute] \
             or len(reshape.input_operands_seq) != 1 or not reshape.has_param("shape"):
         return None
     shape = tuple(reshape.param_ints("shape"))
@@ -412,11 +437,11 @@ def _merged_heads(op: RuntimeOperator) -> list[RuntimeOperator] | None:
     (output,) = op.output_operands
     transpose = _only_reader(output)
     shape = _recorded(output)
-    if transpose is None or transpose.type not in ("torch.transpose", "Tensor.transpose") or len(shape) != 4 \
+    if not is_a(transpose, Transpose) or not transpose.has_param("dim0") or len(shape) != 4 \
             or {transpose.param_int("dim0", default=0) % 4, transpose.param_int("dim1", default=0) % 4} != {1, 2}:
         return None
     reshape = _only_reader(transpose.output_operands[0])
-    if reshape is None or reshape.type not in ("Tensor.reshape", "Tensor.view") or not reshape.has_param("shape") \
+    if not is_a(reshape, Reshape) or not reshape.has_param("shape") \
             or len(reshape.input_operands_seq) != 1:
         return None
     target = tuple(reshape.param_ints("shape"))
@@ -460,8 +485,8 @@ def fuse_attention(graph: RuntimeGraph) -> int:
             remove_unread(graph, cut)
         for consumer in merged or ():
             absorb_consumer(graph, first, consumer)
-        record = AttentionFusion(scale, mask is not None, heads if packed is not None else None, merged is not None)
-        fuse(first, record, record.TYPE)
+        plan = AttentionPlan(scale, mask is not None, heads if packed is not None else None, merged is not None)
+        set_plan(first, plan, plan.TYPE)
         fused += 1
     return fused
 
@@ -471,12 +496,12 @@ def fuse_add_layer_norm(graph: RuntimeGraph) -> int:
     addends; where others read the sum too, the normalisation hands it on as its second output."""
     fused = 0
     for norm in list(graph.operators):
-        if norm.type != "nn.LayerNorm" or not is_a(norm, LayerNorm) or len(norm.input_operands_seq) != 1 \
-                or norm.fusion is not None or len(norm.output_operands) != 1:
+        if not is_a(norm, LayerNorm) or len(norm.input_operands_seq) != 1 \
+                or norm.plan is not None or len(norm.output_operands) != 1:
             continue
         add = norm.input_operands_seq[0].producer
-        if (not is_a(add, ExpressionLayer) or add.param_text("expr") not in ("add(@0,@1)", "add(@1,@0)")
-                or len(add.input_operands_seq) != 2 or len(add.output_operands) != 1 or add.fusion is not None):
+        if (formula(add) not in SUM_OF_INPUTS or len(add.input_operands_seq) != 2 or len(add.output_operands) != 1
+                or add.plan is not None):
             continue
         operands = add.input_operands_seq + add.output_operands
         if operands[0] is operands[1] or len({tuple(o.shapes) for o in operands}) != 1 or not operands[0].shapes \
@@ -486,7 +511,7 @@ def fuse_add_layer_norm(graph: RuntimeGraph) -> int:
             continue
         sum_output = len(add.output_operands[0].consumers) > 1
         merge_producer(graph, norm, add)
-        fuse(norm, LayerNormFusion(residual=True, sum_output=sum_output))
+        set_plan(norm, LayerNormPlan(residual=True, sum_output=sum_output))
         fused += 1
     return fused
 
@@ -497,7 +522,7 @@ def select_winograd(graph: RuntimeGraph) -> int:
     selected = 0
     for op in graph.operators:
         if is_conv2d(op) and geometry(op).winograd_applies() and op.param_int("in_channels") >= MIN_CHANNELS:
-            fuse(op, replace(convolution_fusion(op), winograd=True))
+            set_plan(op, replace(convolution_plan(op), winograd=True))
             selected += 1
     return selected
 
@@ -510,43 +535,18 @@ def select_channels_last(graph: RuntimeGraph) -> int:
     selected = 0
     for op in graph.operators:
         if is_a(op, Convolution) or is_a(op, TransposedConvolution):
-            fuse(op, replace(convolution_fusion(op), channels_last=True))
-        elif isinstance(op.fusion, PointwiseDepthwiseFusion):
-            fuse(op, replace(op.fusion, depthwise=replace(op.fusion.depthwise, channels_last=True)))
+            set_plan(op, replace(convolution_plan(op), channels_last=True))
+        elif isinstance(op.plan, PointwiseDepthwisePlan):
+            set_plan(op, replace(op.plan, depthwise=replace(op.plan.depthwise, channels_last=True)))
         else:
             continue
         selected += 1
     return selected
 
 
-def select_compiled_kernels(graph: RuntimeGraph) -> int:
-    """Record on every operator whose layer has compiled kernels that it runs them (none
-    where Numba could not be imported: the layers then run their NumPy references)."""
-    if not jit.AVAILABLE:
-        return 0
-    selected = 0
-    for op in graph.operators:
-        layer_class = LayerRegisterer.layer_class(op.type)
-        if layer_class is None or not layer_class.compiled_kernels:
-            continue
-        record = op.fusion if op.fusion is not None else _empty_record(layer_class.fusion or KernelChoice)
-        if record is not None:   # a fused type without the record it needs: its layer says so
-            fuse(op, replace(record, compiled=True))
-            selected += 1
-    return selected
-
-
-def _empty_record(record_class: type) -> object | None:
-    """A record with nothing fused, for a layer the optimiser rewrote nothing of; None for
-    a record that cannot be empty (the operators fused under types of our own)."""
-    if any(field.default is MISSING and field.default_factory is MISSING for field in fields(record_class)):
-        return None
-    return record_class()
-
-
 PASSES: tuple[Pass, ...] = (fold_batch_norm, fold_zero_padding, fuse_activation, fuse_pointwise_depthwise,
                             fuse_squeeze_excitation, fuse_residual_add, fuse_attention, fuse_add_layer_norm,
-                            select_winograd, select_channels_last, select_compiled_kernels)
+                            select_winograd, select_channels_last)
 
 
 def optimize(graph: RuntimeGraph, passes: tuple[Pass, ...] = PASSES) -> dict[str, int]:

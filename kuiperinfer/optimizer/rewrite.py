@@ -63,10 +63,10 @@ def absorb_producer(graph: RuntimeGraph, op: RuntimeOperator, producer: RuntimeO
     graph.operators.remove(producer)
 
 
-def fuse(op: RuntimeOperator, record: Any, op_type: str | None = None) -> None:
-    """Attach the optimiser's ``record`` to ``op`` (and give it a type of our own, for an
-    operator that now computes what several did)."""
-    op.fusion = record
+def set_plan(op: RuntimeOperator, plan: Any, op_type: str | None = None) -> None:
+    """Give ``op`` the optimiser's ``plan`` (and a type of our own, for an operator that now
+    computes what several did)."""
+    op.plan = plan
     if op_type is not None:
         op.type = op_type
 

@@ -46,6 +46,7 @@ from typing import Any
 import numpy as np
 
 from kuiperinfer.errors import GraphError, InferError, InferStatus, InputError, KuiperError, OperatorError
+from kuiperinfer.kernels import jit
 from kuiperinfer.kernels.parallel import INTRA_OP_THREADS, ONE_BLAS_THREAD, share_parts
 from kuiperinfer.pnnx.ir import INPUT_TYPE, OUTPUT_TYPE, Graph, numpy_dtype, shape_text
 from kuiperinfer.runtime.attribute import RuntimeAttribute
@@ -56,6 +57,8 @@ from kuiperinfer.runtime.parameter import RuntimeParameter
 from kuiperinfer.runtime.registry import LayerRegisterer
 
 TUPLE_TYPES = ("prim::TupleConstruct", "prim::ListConstruct")
+KERNELS = ("compiled", "reference")
+"""The kernels a graph's layers may run: Numba's compiled ones, or the NumPy references."""
 
 
 class GraphState(IntEnum):
@@ -71,15 +74,20 @@ class RuntimeGraph:
 
     def __init__(self, param_path: str | os.PathLike | None = None,
                  bin_path: str | os.PathLike | None = None, *, workers: int = 1,
-                 max_tensor_bytes: int | None = None, seed: int = 0):
+                 kernels: str = "compiled", max_tensor_bytes: int | None = None, seed: int = 0):
         if workers < 1:
             raise GraphError(f"workers must be at least 1, got {workers}")
+        if kernels not in KERNELS:
+            raise GraphError(f"kernels must be one of {KERNELS}, got {kernels!r}")
         self.workers = workers
         """Threads a run uses, the caller's included (1: every run in the calling thread)."""
+        self.kernels = kernels if jit.AVAILABLE else "reference"
+        """Which kernels the layers run: ``compiled`` (Numba's; the NumPy references where
+        Numba cannot be imported) or ``reference``, the NumPy ones."""
         self.max_tensor_bytes = max_tensor_bytes
+        """Largest weight or operand the model may declare (None: the reader's default)."""
         self.seed = seed
         """Seed of the random operators' generators (torch.randn, ...; see layers/randomness.py)."""
-        """Largest weight or operand the model may declare (None: the reader's default)."""
         self.param_path = None if param_path is None else os.fspath(param_path)
         self.bin_path = None if bin_path is None else os.fspath(bin_path)
         self.graph_state = GraphState.NeedInit
@@ -107,7 +115,7 @@ class RuntimeGraph:
         self.operators, self.operands = [], {}
         for pnnx_op in graph.ops:
             op = RuntimeOperator(pnnx_op.name, pnnx_op.type, pnnx_op.line or None)
-            op.seed = self.seed
+            op.seed, op.kernels = self.seed, self.kernels
             self._init_operands(pnnx_op, op)
             op.params = {k: RuntimeParameter.from_pnnx(p) for k, p in pnnx_op.params.items()}
             op.attribute = {k: RuntimeAttribute(a) for k, a in pnnx_op.attrs.items()}

@@ -13,9 +13,9 @@ it. Two settings stop it, as an inference arena would:
 Either alone makes things worse (setting one switches off glibc's adaptive thresholds);
 together they remove the page faults at the same peak resident memory
 (``docs/performance.md`` has the measurements). The settings are process-wide (other code
-in the process keeps its freed memory too); :func:`kuiperinfer.load` applies them for
-optimised graphs, and ``optimize=False`` leaves the allocator alone. Without glibc this
-does nothing.
+in the process keeps its freed memory too), so they are the user's choice:
+``kuiperinfer.load(..., keep_freed_memory=True)`` applies them. Without glibc this does
+nothing.
 """
 
 from __future__ import annotations

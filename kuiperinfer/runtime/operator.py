@@ -56,9 +56,12 @@ class RuntimeOperator:
         self.attribute: dict[str, RuntimeAttribute] = {}
         self.seed = 0
         """The graph's seed, for the generators of random operators."""
-        self.fusion: Any = None
-        """The graph optimiser's typed record of what it fused into this operator or chose
-        for it (:mod:`kuiperinfer.layers.fusion`); None for an operator as pnnx wrote it."""
+        self.plan: Any = None
+        """The graph optimiser's plan for this operator: what it fused in and which forms it
+        chose (a frozen dataclass its layer defines); None for an operator as pnnx wrote it."""
+        self.kernels = "reference"
+        """Which kernels its layer runs: ``compiled`` or the NumPy ``reference`` (the graph's
+        ``kernels`` option)."""
 
     @property
     def output_operators(self) -> list[RuntimeOperator]:

@@ -2,8 +2,8 @@
 
 Each module here computes what a reference kernel of :mod:`kuiperinfer.kernels` computes,
 on C-contiguous float32 arrays, releasing the GIL; the tests compare every one with its
-reference on edge shapes. Layers take them when the optimiser's record says so
-(``compiled`` in :mod:`kuiperinfer.layers.fusion`), which it does wherever Numba imported.
+reference on edge shapes. Layers take them when the graph's ``kernels`` option is
+``"compiled"`` (the default, wherever Numba imported).
 :mod:`.spin` holds no twin but the waits of the engine's threads, compiled so that they
 spin without the GIL.
 """
