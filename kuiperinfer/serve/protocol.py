@@ -288,8 +288,3 @@ def encode_infer_response(model_name: str, request: InferRequest,
         return header, {"Content-Type": "application/json"}
     return b"".join([header, *binaries]), {"Content-Type": "application/octet-stream",
                                             HEADER_LENGTH: str(len(header))}
-
-
-def error_body(message: str) -> bytes:
-    """The protocol's error body, ``{"error": "..."}``."""
-    return json.dumps({"error": message}).encode()
