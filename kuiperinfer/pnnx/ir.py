@@ -615,12 +615,6 @@ class Operator:
     def has_param(self, key: str) -> bool:
         return key in self.params
 
-    def has_attr(self, key: str) -> bool:
-        return key in self.attrs
-
-    def has_input(self, key: str) -> bool:
-        return key in self.inputnames
-
     def named_input(self, key: str) -> Operand | None:
         """The input whose ``$name`` is ``key``, or None."""
         for name, operand in zip(self.inputnames, self.inputs):
