@@ -612,9 +612,6 @@ class Operator:
         self.attrs: dict[str, Attribute] = {}
         self.line = 0
 
-    def has_param(self, key: str) -> bool:
-        return key in self.params
-
     def named_input(self, key: str) -> Operand | None:
         """The input whose ``$name`` is ``key``, or None."""
         for name, operand in zip(self.inputnames, self.inputs):
