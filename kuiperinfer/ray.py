@@ -207,25 +207,14 @@ class ImageClassifier:
         if column is None:
             raise InputError(f"no image column ('bytes' for image files, 'image' for pixels); "
                              f"the batch has the columns {sorted(batch)}")
-        images = batch[column]
-        errors: list[str | None] = [None] * len(images)
-        arrays, decoded = [], []
-        for row, image in enumerate(images):
-            try:
-                arrays.append(self.classifier.preprocess(image))
-                decoded.append(row)
-            except ImageError as exc:
-                errors[row] = exc.reason
-        predictions: list[list | None] = [None] * len(images)
-        if arrays:
-            for row, probabilities in zip(decoded, self.classifier.probabilities(np.stack(arrays))):
-                predictions[row] = self.classifier.top(probabilities, self.top_k)
+        outcomes = self.classifier.predictions(batch[column], self.top_k)
+        predictions = [None if isinstance(p, ImageError) else p for p in outcomes]
         columns = {name: arrow_column(values) for name, values in batch.items() if name != column}
         found = [
             [None if p is None else [x.label for x in p] for p in predictions],
             [None if p is None else [x.index for x in p] for p in predictions],
             [None if p is None else [x.probability for x in p] for p in predictions],
-            errors,
+            [p.reason if isinstance(p, ImageError) else None for p in outcomes],
         ]
         for field, values in zip(CLASSIFICATION_SCHEMA, found):
             columns[field.name] = pa.array(values, field.type)

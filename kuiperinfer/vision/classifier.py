@@ -23,7 +23,7 @@ import kuiperinfer
 from kuiperinfer.errors import InferError, ModelFormatError
 from kuiperinfer.models import efficientnet_lite0_path
 from kuiperinfer.runtime.graph import RuntimeGraph
-from kuiperinfer.vision.image import ImageSource
+from kuiperinfer.vision.image import ImageError, ImageSource
 from kuiperinfer.vision.labels import imagenet_labels, load_labels
 from kuiperinfer.vision.preprocess import EFFICIENTNET_LITE, Preprocess
 
@@ -125,19 +125,38 @@ class Classifier:
                  progress: Progress | None = None) -> list[Classification]:
         """The ``top_k`` classes of every image, in the order given, one forward pass a batch.
 
-        ``progress(done, total)`` is called after each batch.
+        ``progress(done, total)`` is called after each batch. An image that cannot be read
+        raises its :class:`ImageError`.
         """
         if top_k < 1:
             raise ValueError(f"top_k must be at least 1, got {top_k}")
         results: list[Classification] = []
         for start in range(0, len(images), self.batch_size):
             chunk = images[start:start + self.batch_size]
-            probabilities = self.probabilities(self.preprocess.batch(chunk))
-            results.extend(Classification(_source_name(image), self.top(row, top_k))
-                           for image, row in zip(chunk, probabilities))
+            for image, found in zip(chunk, self.predictions(chunk, top_k)):
+                if isinstance(found, ImageError):
+                    raise found
+                results.append(Classification(_source_name(image), found))
             if progress is not None:
                 progress(len(results), len(images))
         return results
+
+    def predictions(self, images: Sequence[ImageSource], top_k: int) -> list[list[Prediction] | ImageError]:
+        """The ``top_k`` classes of each image, the images read in one forward pass; in
+        place of an image that cannot be read, its :class:`ImageError`."""
+        found: list[list[Prediction] | ImageError] = []
+        arrays, read = [], []
+        for image in images:
+            try:
+                arrays.append(self.preprocess(image))
+                read.append(len(found))
+                found.append([])
+            except ImageError as exc:
+                found.append(exc)
+        if arrays:
+            for index, probabilities in zip(read, self.probabilities(np.stack(arrays))):
+                found[index] = self.top(probabilities, top_k)
+        return found
 
     def top(self, probabilities: np.ndarray, k: int) -> list[Prediction]:
         """The ``k`` most probable classes of one probability row, best first (ties by index)."""
