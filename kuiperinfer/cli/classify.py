@@ -29,7 +29,7 @@ from kuiperinfer.cli import CommandError
 from kuiperinfer.cli._common import add_progress_argument, model_path, positive_int, progress_bar, table
 from kuiperinfer.cli._ray import add_ray_arguments, check_ray_arguments, classify_on_ray, image_paths
 from kuiperinfer.models import sample_images
-from kuiperinfer.vision import INTERPOLATIONS, Classification, Classifier, find_images
+from kuiperinfer.vision import INTERPOLATIONS, OUTPUT_KINDS, Classification, Classifier, find_images
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -59,7 +59,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--interpolation", choices=sorted(INTERPOLATIONS),
                         help="resampling filter of the resize (default: bicubic for the bundled "
                              "model, bilinear for another)")
-    parser.add_argument("--outputs", choices=("auto", "logits", "probabilities"), default="auto",
+    parser.add_argument("--outputs", choices=OUTPUT_KINDS, default="auto",
                         help="what the model returns; logits get a softmax (default: auto, "
                              "probabilities when every row sums to 1)")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
 
 import numpy as np
 
@@ -28,6 +28,8 @@ from kuiperinfer.vision.labels import imagenet_labels, load_labels
 from kuiperinfer.vision.preprocess import EFFICIENTNET_LITE, Preprocess
 
 OutputKind = Literal["auto", "logits", "probabilities"]
+OUTPUT_KINDS: tuple[OutputKind, ...] = get_args(OutputKind)
+"""What a model may return, for the ``outputs`` option; "auto" decides by the values."""
 Progress = Callable[[int, int], None]
 """Called after each batch with (images done, images in all)."""
 
@@ -68,8 +70,9 @@ class Classifier:
                  outputs: OutputKind = "auto"):
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
-        if outputs not in ("auto", "logits", "probabilities"):
-            raise ValueError(f"outputs must be 'auto', 'logits' or 'probabilities', got {outputs!r}")
+        if outputs not in OUTPUT_KINDS:
+            raise ValueError(f"outputs must be {', '.join(map(repr, OUTPUT_KINDS[:-1]))} or "
+                             f"{OUTPUT_KINDS[-1]!r}, got {outputs!r}")
         self.graph = model if isinstance(model, RuntimeGraph) else kuiperinfer.load(model)
         if len(self.graph.input_names) != 1:
             raise ModelFormatError(f"a classifier takes one image input; this model has "
