@@ -52,7 +52,7 @@ from threadpoolctl import threadpool_limits
 import kuiperinfer
 from kuiperinfer.errors import InferError, InputError
 from kuiperinfer.models import efficientnet_lite0_path
-from kuiperinfer.vision import EFFICIENTNET_LITE, Classifier, ImageError, Preprocess
+from kuiperinfer.vision import Classifier, ImageError, Preprocess
 from kuiperinfer.vision.classifier import OutputKind
 from kuiperinfer.vision.image import IMAGE_SUFFIXES
 
@@ -196,10 +196,9 @@ class ImageClassifier:
                  threads: int | None = None):
         if top_k < 1:
             raise ValueError(f"top_k must be at least 1, got {top_k}")
-        if model is None and preprocess is None:
-            preprocess = EFFICIENTNET_LITE
-        self.classifier = Classifier(load_model(model, threads), labels=labels,
-                                     preprocess=preprocess, outputs=outputs)
+        graph = load_model(model, threads)
+        options = {"labels": labels, "preprocess": preprocess, "outputs": outputs}
+        self.classifier = Classifier.bundled(graph, **options) if model is None else Classifier(graph, **options)
         self.top_k = top_k
 
     def __call__(self, batch: Mapping[str, np.ndarray]) -> pa.Table:

