@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -34,6 +36,10 @@ def add_timing_arguments(parser: argparse.ArgumentParser, runs: int, warmup: int
     parser.add_argument("--warmup", type=non_negative_int, default=warmup, metavar="W",
                         help=f"untimed runs before them (default: {warmup})")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default: 0)")
+
+
+def add_json_argument(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument("--json", action="store_true", help=f"print {what} as JSON")
 
 
 def model_path(value: str | None) -> Path:
@@ -77,6 +83,11 @@ def progress_bar(args: argparse.Namespace, label: str,
     """A ProgressBar when ``--progress`` asks for one (or stderr is a terminal), else None."""
     show = sys.stderr.isatty() if args.progress is None else args.progress
     return ProgressBar(label, unit) if show else contextlib.nullcontext()
+
+
+def print_result(args: argparse.Namespace, data: Any, text: str) -> None:
+    """``data`` as JSON with ``--json``, else ``text``."""
+    print(json.dumps(data, indent=2) if args.json else text)
 
 
 # -- inputs --------------------------------------------------------------------------

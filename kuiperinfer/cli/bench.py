@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,11 +30,13 @@ import kuiperinfer
 from kuiperinfer import RuntimeGraph
 from kuiperinfer.benchmark import BenchmarkResult, benchmark, blas_description, blas_threads, resident_bytes
 from kuiperinfer.cli._common import (
+    add_json_argument,
     add_model_argument,
     add_progress_argument,
     add_timing_arguments,
     model_path,
     positive_int,
+    print_result,
     progress_bar,
     random_inputs,
     size_text,
@@ -47,7 +48,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_timing_arguments(parser, runs=20, warmup=3)
     parser.add_argument("--threads", type=positive_int, metavar="T",
                         help="threads: batch workers and BLAS threads (default: one per CPU)")
-    parser.add_argument("--json", action="store_true", help="print the measurements as JSON")
+    add_json_argument(parser, "the measurements")
     add_progress_argument(parser)
 
 
@@ -60,11 +61,9 @@ def main(args: argparse.Namespace) -> int:
         with progress_bar(args, "benchmarking", "runs") as bar:
             blas = blas_description()
             result = benchmark(load.graph, inputs, args.runs, args.warmup, bar)
-    if args.json:
-        print(json.dumps({"model": str(path), "blas": blas, "load_ms": load.seconds * 1e3,
-                          "load_rss_growth_bytes": load.rss_growth, **result.to_dict()}, indent=2))
-    else:
-        print(report(path.name, result, blas, load))
+    print_result(args, {"model": str(path), "blas": blas, "load_ms": load.seconds * 1e3,
+                        "load_rss_growth_bytes": load.rss_growth, **result.to_dict()},
+                 report(path.name, result, blas, load))
     return 0
 
 

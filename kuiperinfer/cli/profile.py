@@ -18,15 +18,16 @@ Examples:
 from __future__ import annotations
 
 import argparse
-import json
 
 import kuiperinfer
 from kuiperinfer.cli._common import (
+    add_json_argument,
     add_model_argument,
     add_progress_argument,
     add_timing_arguments,
     model_path,
     non_negative_int,
+    print_result,
     progress_bar,
     random_inputs,
     table,
@@ -42,7 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="write the last run as a Chrome/Perfetto trace (Trace Event Format)")
     parser.add_argument("--top", type=non_negative_int, default=20, metavar="K",
                         help="operators to list, slowest first; 0 for all (default: 20)")
-    parser.add_argument("--json", action="store_true", help="print the times as JSON")
+    add_json_argument(parser, "the times")
     add_progress_argument(parser)
 
 
@@ -55,14 +56,12 @@ def main(args: argparse.Namespace) -> int:
     if args.trace:
         write_chrome_trace(graph.runs[-1], args.trace, process_name=path.name)
     batch = inputs[0].shape[0] if inputs and inputs[0].ndim else 1
-    if args.json:
-        print(json.dumps({"model": str(path), "batch": batch, "warmup": args.warmup,
-                          **result.to_dict()}, indent=2))
-    else:
-        print(f"{path.name}: batch {batch}, {result.runs} timed runs after {args.warmup} warm-up runs")
-        print(report(result, args.top))
-        if args.trace:
-            print(f"wrote one run as a trace to {args.trace} (open it at https://ui.perfetto.dev)")
+    lines = [f"{path.name}: batch {batch}, {result.runs} timed runs after {args.warmup} warm-up runs",
+             report(result, args.top)]
+    if args.trace:
+        lines.append(f"wrote one run as a trace to {args.trace} (open it at https://ui.perfetto.dev)")
+    print_result(args, {"model": str(path), "batch": batch, "warmup": args.warmup, **result.to_dict()},
+                 "\n".join(lines))
     return 0
 
 
