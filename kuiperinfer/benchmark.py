@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from threadpoolctl import threadpool_info, threadpool_limits
 
-from kuiperinfer.errors import KuiperError
 from kuiperinfer.runtime.graph import RuntimeGraph
 
 Progress = Callable[[int, int], None]
@@ -171,28 +171,15 @@ def benchmark(graph: RuntimeGraph, inputs: Sequence[Any], runs: int = 20, warmup
                            memory.growth, memory.method)
 
 
-class BlasThreadsError(KuiperError):
-    """The BLAS threads cannot be set (threadpoolctl is not installed)."""
-
-
 @contextlib.contextmanager
 def blas_threads(threads: int) -> Iterator[None]:
-    """Limit NumPy's BLAS to ``threads`` threads inside the ``with`` (needs threadpoolctl)."""
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:
-        raise BlasThreadsError("setting the BLAS threads needs threadpoolctl "
-                               "(pip install threadpoolctl)") from None
+    """Limit NumPy's BLAS to ``threads`` threads inside the ``with``."""
     with threadpool_limits(limits=threads, user_api="blas"):
         yield
 
 
 def blas_description() -> str:
     """NumPy's BLAS and its thread count, e.g. ``openblas 0.3.27, 2 threads``."""
-    try:
-        from threadpoolctl import threadpool_info
-    except ImportError:
-        return "unknown (threadpoolctl is not installed)"
     pools = [p for p in threadpool_info() if p.get("user_api") == "blas"]
     if not pools:
         return "none found"

@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from kuiperinfer.errors import ConversionError
-from kuiperinfer.pnnx.ir import INPUT_TYPE
+from kuiperinfer.pnnx.ir import DATA_TYPES, INPUT_TYPE
 from kuiperinfer.settings import cache_dir
 
 ONNX_SUFFIXES = (".onnx",)
@@ -55,13 +55,12 @@ PNNX_INSTALL = "pip install --no-deps pnnx"
 CACHE_FORMAT = 1
 """Part of every cache key: raising it makes earlier conversions stale."""
 
-PNNX_TYPES = ("f32", "f64", "f16", "bf16", "i64", "i32", "i16", "i8", "u8", "bool")
-"""The element types pnnx takes after an input shape (``[1,77]i64``)."""
-_TYPE_ALIASES = {"float32": "f32", "float64": "f64", "float16": "f16", "bfloat16": "bf16",
-                 "int64": "i64", "int32": "i32", "int16": "i16", "int8": "i8", "uint8": "u8"}
-_ONNX_ELEM_TYPES = {1: "f32", 2: "u8", 3: "i8", 5: "i16", 6: "i32", 7: "i64", 9: "bool",
-                    10: "f16", 11: "f64", 16: "bf16"}
-"""ONNX TensorProto.DataType numbers of the types pnnx takes."""
+INPUT_DATA_TYPES = tuple(t for t in DATA_TYPES if t.code and not t.torch.startswith("torch.complex"))
+"""The element types an input shape may name for pnnx (``[1,77]i64``): pnnx's, less the complex ones."""
+_TYPE_NAMES = {name: t.suffix for t in INPUT_DATA_TYPES for name in (t.suffix, t.name)}
+"""An input type by pnnx's suffix or its NumPy name (``i64``, ``int64``)."""
+_ONNX_ELEM_TYPES = {t.onnx: t.suffix for t in INPUT_DATA_TYPES}
+"""ONNX TensorProto.DataType numbers of the input types."""
 _ERROR_LINES = 12
 """How many lines of pnnx's output an error quotes."""
 _NOISE_PREFIXES = ("frame #", "Exception raised from", "#####", "┌", "├", "└", "│")
@@ -128,11 +127,10 @@ def parse_input_shape(text: str) -> tuple[Shape, str | None]:
 
 
 def _pnnx_type(name: str) -> str:
-    type_name = _TYPE_ALIASES.get(name.lower(), name.lower())
-    if type_name not in PNNX_TYPES:
-        raise ValueError(f"unknown element type {name!r}; pnnx takes {', '.join(PNNX_TYPES)} "
-                         f"(or float32, int64, ...)")
-    return type_name
+    if name.lower() not in _TYPE_NAMES:
+        raise ValueError(f"unknown element type {name!r}; pnnx takes "
+                         f"{', '.join(t.suffix for t in INPUT_DATA_TYPES)} (or float32, int64, ...)")
+    return _TYPE_NAMES[name.lower()]
 
 
 def _checked_shapes(shapes: Sequence[Sequence[int]] | None, what: str) -> list[Shape] | None:

@@ -52,7 +52,7 @@ from threadpoolctl import threadpool_limits
 import kuiperinfer
 from kuiperinfer.errors import InferError, InputError
 from kuiperinfer.models import efficientnet_lite0_path
-from kuiperinfer.vision import EFFICIENTNET_LITE, Classifier, ImageError, Preprocess
+from kuiperinfer.vision import Classifier, ImageError, Preprocess
 from kuiperinfer.vision.classifier import OutputKind
 from kuiperinfer.vision.image import IMAGE_SUFFIXES
 
@@ -196,10 +196,9 @@ class ImageClassifier:
                  threads: int | None = None):
         if top_k < 1:
             raise ValueError(f"top_k must be at least 1, got {top_k}")
-        if model is None and preprocess is None:
-            preprocess = EFFICIENTNET_LITE
-        self.classifier = Classifier(load_model(model, threads), labels=labels,
-                                     preprocess=preprocess, outputs=outputs)
+        graph = load_model(model, threads)
+        options = {"labels": labels, "preprocess": preprocess, "outputs": outputs}
+        self.classifier = Classifier.bundled(graph, **options) if model is None else Classifier(graph, **options)
         self.top_k = top_k
 
     def __call__(self, batch: Mapping[str, np.ndarray]) -> pa.Table:
@@ -207,25 +206,14 @@ class ImageClassifier:
         if column is None:
             raise InputError(f"no image column ('bytes' for image files, 'image' for pixels); "
                              f"the batch has the columns {sorted(batch)}")
-        images = batch[column]
-        errors: list[str | None] = [None] * len(images)
-        arrays, decoded = [], []
-        for row, image in enumerate(images):
-            try:
-                arrays.append(self.classifier.preprocess(image))
-                decoded.append(row)
-            except ImageError as exc:
-                errors[row] = exc.reason
-        predictions: list[list | None] = [None] * len(images)
-        if arrays:
-            for row, probabilities in zip(decoded, self.classifier.probabilities(np.stack(arrays))):
-                predictions[row] = self.classifier.top(probabilities, self.top_k)
+        outcomes = self.classifier.predictions(batch[column], self.top_k)
+        predictions = [None if isinstance(p, ImageError) else p for p in outcomes]
         columns = {name: arrow_column(values) for name, values in batch.items() if name != column}
         found = [
             [None if p is None else [x.label for x in p] for p in predictions],
             [None if p is None else [x.index for x in p] for p in predictions],
             [None if p is None else [x.probability for x in p] for p in predictions],
-            errors,
+            [p.reason if isinstance(p, ImageError) else None for p in outcomes],
         ]
         for field, values in zip(CLASSIFICATION_SCHEMA, found):
             columns[field.name] = pa.array(values, field.type)

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -26,7 +28,9 @@ def add_model_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def add_timing_arguments(parser: argparse.ArgumentParser, runs: int, warmup: int) -> None:
-    """The options of commands that time a model on random inputs: batch, runs, warm-up, seed."""
+    """The arguments of commands that time a model on random inputs: the model, batch, runs,
+    warm-up, seed."""
+    add_model_argument(parser)
     parser.add_argument("--batch", type=positive_int, metavar="N",
                         help="batch size of the random inputs (default: the one pnnx recorded)")
     parser.add_argument("--runs", type=positive_int, default=runs, metavar="R",
@@ -34,6 +38,10 @@ def add_timing_arguments(parser: argparse.ArgumentParser, runs: int, warmup: int
     parser.add_argument("--warmup", type=non_negative_int, default=warmup, metavar="W",
                         help=f"untimed runs before them (default: {warmup})")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default: 0)")
+
+
+def add_json_argument(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument("--json", action="store_true", help=f"print {what} as JSON")
 
 
 def model_path(value: str | None) -> Path:
@@ -79,6 +87,11 @@ def progress_bar(args: argparse.Namespace, label: str,
     return ProgressBar(label, unit) if show else contextlib.nullcontext()
 
 
+def print_result(args: argparse.Namespace, data: Any, text: str) -> None:
+    """``data`` as JSON with ``--json``, else ``text``."""
+    print(json.dumps(data, indent=2) if args.json else text)
+
+
 # -- inputs --------------------------------------------------------------------------
 
 def random_inputs(graph: RuntimeGraph, batch: int | None = None, seed: int = 0,
@@ -107,7 +120,17 @@ def random_inputs(graph: RuntimeGraph, batch: int | None = None, seed: int = 0,
     return arrays
 
 
+def timing_inputs(graph: RuntimeGraph, args: argparse.Namespace) -> list[np.ndarray]:
+    """The random inputs the commands that time a model run on (``--batch``, ``--seed``)."""
+    return list(random_inputs(graph, args.batch, args.seed).values())
+
+
 # -- text ----------------------------------------------------------------------------
+
+def timing_header(name: str, batch: int, runs: int, warmup: int) -> str:
+    """The first line of what a command that times a model prints."""
+    return f"{name}: batch {batch}, {runs} timed runs after {warmup} warm-up runs"
+
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence[int] = ()) -> str:
     """Columns two spaces apart; the columns listed in ``right`` aligned right."""

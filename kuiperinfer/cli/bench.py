@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,23 +30,24 @@ import kuiperinfer
 from kuiperinfer import RuntimeGraph
 from kuiperinfer.benchmark import BenchmarkResult, benchmark, blas_description, blas_threads, resident_bytes
 from kuiperinfer.cli._common import (
-    add_model_argument,
+    add_json_argument,
     add_progress_argument,
     add_timing_arguments,
     model_path,
     positive_int,
+    print_result,
     progress_bar,
-    random_inputs,
     size_text,
+    timing_header,
+    timing_inputs,
 )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_model_argument(parser)
     add_timing_arguments(parser, runs=20, warmup=3)
     parser.add_argument("--threads", type=positive_int, metavar="T",
                         help="threads: batch workers and BLAS threads (default: one per CPU)")
-    parser.add_argument("--json", action="store_true", help="print the measurements as JSON")
+    add_json_argument(parser, "the measurements")
     add_progress_argument(parser)
 
 
@@ -56,15 +56,13 @@ def main(args: argparse.Namespace) -> int:
     threads = blas_threads(args.threads) if args.threads else contextlib.nullcontext()
     with threads:
         load = measure_load(path, args.threads)
-        inputs = list(random_inputs(load.graph, args.batch, args.seed).values())
+        inputs = timing_inputs(load.graph, args)
         with progress_bar(args, "benchmarking", "runs") as bar:
             blas = blas_description()
             result = benchmark(load.graph, inputs, args.runs, args.warmup, bar)
-    if args.json:
-        print(json.dumps({"model": str(path), "blas": blas, "load_ms": load.seconds * 1e3,
-                          "load_rss_growth_bytes": load.rss_growth, **result.to_dict()}, indent=2))
-    else:
-        print(report(path.name, result, blas, load))
+    print_result(args, {"model": str(path), "blas": blas, "load_ms": load.seconds * 1e3,
+                        "load_rss_growth_bytes": load.rss_growth, **result.to_dict()},
+                 report(path.name, result, blas, load))
     return 0
 
 
@@ -92,8 +90,7 @@ def report(name: str, result: BenchmarkResult, blas: str, load: Load) -> str:
     """Six lines: the setting, loading, latency, throughput and peak memory."""
     grown = "?" if load.rss_growth is None else size_text(max(load.rss_growth, 0))
     return "\n".join([
-        f"{name}: batch {result.batch}, {len(result.latencies_s)} timed runs after "
-        f"{result.warmup} warm-up runs",
+        timing_header(name, result.batch, len(result.latencies_s), result.warmup),
         f"BLAS:        {blas}",
         f"load:        {load.seconds * 1e3:.1f} ms, +{grown} resident set (its warm-up run included)",
         f"latency:     min {result.min_s * 1e3:.3f} ms  median {result.median_s * 1e3:.3f} ms  "

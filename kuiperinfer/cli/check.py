@@ -17,20 +17,19 @@ Examples:
 from __future__ import annotations
 
 import argparse
-import json
 
-from kuiperinfer.cli._common import add_model_argument, model_path
+from kuiperinfer.cli._common import add_json_argument, add_model_argument, model_path, print_result
 from kuiperinfer.inspect import SupportReport, check_support
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_argument(parser)
-    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    add_json_argument(parser, "the report")
 
 
 def main(args: argparse.Namespace) -> int:
     report = check_support(model_path(args.model))
-    print(json.dumps(report.to_dict(), indent=2) if args.json else text(report))
+    print_result(args, report.to_dict(), text(report))
     return 0 if report.runnable else 1
 
 

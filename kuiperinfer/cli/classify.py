@@ -21,15 +21,23 @@ Examples:
 from __future__ import annotations
 
 import argparse
-import json
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from kuiperinfer.cli import CommandError
-from kuiperinfer.cli._common import add_progress_argument, model_path, positive_int, progress_bar, table
+from kuiperinfer.cli._common import (
+    add_json_argument,
+    add_progress_argument,
+    model_path,
+    positive_int,
+    print_result,
+    progress_bar,
+    table,
+)
 from kuiperinfer.cli._ray import add_ray_arguments, check_ray_arguments, classify_on_ray, image_paths
 from kuiperinfer.models import sample_images
-from kuiperinfer.vision import INTERPOLATIONS, Classification, Classifier, find_images
+from kuiperinfer.vision import INTERPOLATIONS, OUTPUT_KINDS, Classification, Classifier, find_images
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -59,10 +67,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--interpolation", choices=sorted(INTERPOLATIONS),
                         help="resampling filter of the resize (default: bicubic for the bundled "
                              "model, bilinear for another)")
-    parser.add_argument("--outputs", choices=("auto", "logits", "probabilities"), default="auto",
+    parser.add_argument("--outputs", choices=OUTPUT_KINDS, default="auto",
                         help="what the model returns; logits get a softmax (default: auto, "
                              "probabilities when every row sums to 1)")
-    parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    add_json_argument(parser, "the results")
     add_progress_argument(parser)
     add_ray_arguments(parser).add_argument(
         "--output", "-o", metavar="FILE",
@@ -86,7 +94,7 @@ def main(args: argparse.Namespace) -> int:
             results = classifier.classify(images, args.top_k, bar)
     if bundled_photos:
         results = [replace(r, source=Path(r.source).name) for r in results]
-    print(_json(results) if args.json else _table(results))
+    print_result(args, _data(results), _table(results))
     return 0
 
 
@@ -113,12 +121,11 @@ def _table(results: list[Classification]) -> str:
     return table(("image", "rank", "label", "probability"), rows, right=(1, 3))
 
 
-def _json(results: list[Classification]) -> str:
-    return json.dumps([{"image": r.source,
-                        "predictions": [{"rank": rank, "index": p.index, "label": p.label,
-                                         "probability": p.probability}
-                                        for rank, p in enumerate(r.predictions, 1)]}
-                       for r in results], indent=2)
+def _data(results: list[Classification]) -> list[dict[str, Any]]:
+    return [{"image": r.source,
+             "predictions": [{"rank": rank, "index": p.index, "label": p.label, "probability": p.probability}
+                             for rank, p in enumerate(r.predictions, 1)]}
+            for r in results]
 
 
 def _channels(text: str) -> tuple[float, float, float]:

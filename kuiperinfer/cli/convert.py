@@ -25,12 +25,12 @@ Examples:
 from __future__ import annotations
 
 import argparse
-import json
 import textwrap
 from pathlib import Path
 from typing import Any
 
 from kuiperinfer.cli import CommandError
+from kuiperinfer.cli._common import add_json_argument, print_result
 from kuiperinfer.cli.check import text as check_text
 from kuiperinfer.convert import (
     CONVERTIBLE_SUFFIXES,
@@ -59,7 +59,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "--input-shape stay dynamic")
     parser.add_argument("-o", "--output-dir", type=Path, metavar="DIR",
                         help="where to write the .pnnx.param/.pnnx.bin (default: beside the model)")
-    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    add_json_argument(parser, "the report")
 
 
 def _shape(text: str) -> tuple[tuple[int, ...], str | None]:
@@ -80,10 +80,7 @@ def main(args: argparse.Namespace) -> int:
                          input_types=types if types and any(types) else None)
     summary = summarize(conversion.param_path)
     support = check_support(conversion.param_path)
-    if args.json:
-        print(json.dumps(report_data(conversion, summary, support), indent=2))
-    else:
-        print(text(conversion, summary, support))
+    print_result(args, report_data(conversion, summary, support), text(conversion, summary, support))
     return 0 if support.runnable else 1
 
 

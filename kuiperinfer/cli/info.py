@@ -16,22 +16,29 @@ Examples:
 from __future__ import annotations
 
 import argparse
-import json
 import textwrap
 
-from kuiperinfer.cli._common import add_model_argument, model_path, si, size_text, table
+from kuiperinfer.cli._common import (
+    add_json_argument,
+    add_model_argument,
+    model_path,
+    print_result,
+    si,
+    size_text,
+    table,
+)
 from kuiperinfer.inspect import ModelSummary, shape_text, summarize
 from kuiperinfer.pnnx.ir import INPUT_TYPE
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_argument(parser)
-    parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+    add_json_argument(parser, "the summary")
 
 
 def main(args: argparse.Namespace) -> int:
     summary = summarize(model_path(args.model))
-    print(json.dumps(summary.to_dict(), indent=2) if args.json else report(summary))
+    print_result(args, summary.to_dict(), report(summary))
     return 0
 
 

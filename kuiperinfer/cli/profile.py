@@ -18,51 +18,48 @@ Examples:
 from __future__ import annotations
 
 import argparse
-import json
 
 import kuiperinfer
 from kuiperinfer.cli._common import (
-    add_model_argument,
+    add_json_argument,
     add_progress_argument,
     add_timing_arguments,
     model_path,
     non_negative_int,
+    print_result,
     progress_bar,
-    random_inputs,
     table,
+    timing_header,
+    timing_inputs,
 )
 from kuiperinfer.inspect import shape_text
 from kuiperinfer.profiler import ProfileReport, ProfilingGraph, profile, write_chrome_trace
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_model_argument(parser)
     add_timing_arguments(parser, runs=10, warmup=2)
     parser.add_argument("--trace", metavar="FILE.json",
                         help="write the last run as a Chrome/Perfetto trace (Trace Event Format)")
     parser.add_argument("--top", type=non_negative_int, default=20, metavar="K",
                         help="operators to list, slowest first; 0 for all (default: 20)")
-    parser.add_argument("--json", action="store_true", help="print the times as JSON")
+    add_json_argument(parser, "the times")
     add_progress_argument(parser)
 
 
 def main(args: argparse.Namespace) -> int:
     path = model_path(args.model)
     graph = kuiperinfer.load(path, graph_class=ProfilingGraph)
-    inputs = list(random_inputs(graph, args.batch, args.seed).values())
+    inputs = timing_inputs(graph, args)
     with progress_bar(args, "profiling", "runs") as bar:
         result = profile(graph, inputs, args.runs, args.warmup, bar)
     if args.trace:
         write_chrome_trace(graph.runs[-1], args.trace, process_name=path.name)
     batch = inputs[0].shape[0] if inputs and inputs[0].ndim else 1
-    if args.json:
-        print(json.dumps({"model": str(path), "batch": batch, "warmup": args.warmup,
-                          **result.to_dict()}, indent=2))
-    else:
-        print(f"{path.name}: batch {batch}, {result.runs} timed runs after {args.warmup} warm-up runs")
-        print(report(result, args.top))
-        if args.trace:
-            print(f"wrote one run as a trace to {args.trace} (open it at https://ui.perfetto.dev)")
+    lines = [timing_header(path.name, batch, result.runs, args.warmup), report(result, args.top)]
+    if args.trace:
+        lines.append(f"wrote one run as a trace to {args.trace} (open it at https://ui.perfetto.dev)")
+    print_result(args, {"model": str(path), "batch": batch, "warmup": args.warmup, **result.to_dict()},
+                 "\n".join(lines))
     return 0
 
 

@@ -62,11 +62,6 @@ class Window:
         return cls(kernel, stride, padding, dilation, op.param_bool("ceil_mode", default=False))
 
 
-def spatial_rank_of(op: RuntimeOperator) -> int:
-    """1, 2 or 3, from the type's ``1d``/``2d``/``3d`` ending."""
-    return int(op.type[-2])
-
-
 class IndicesOutput:
     """How a layer that can return indices hands them on: pnnx declares two outputs
     (values, int64 indices), or one output holding the pair, which a ``prim::TupleUnpack``

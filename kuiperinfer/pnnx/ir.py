@@ -50,7 +50,9 @@ class DataType:
     ``numpy`` is the numpy dtype of the *values* (``None`` where numpy has none:
     ``null``, ``c32`` and ``bf16``). ``storage`` is the numpy dtype that views the raw
     little-endian bytes without copying: for ``bf16`` that is ``uint16`` (the top half
-    of a float32), for ``c32`` a structured pair of float16 ``(real, imag)``.
+    of a float32), for ``c32`` a structured pair of float16 ``(real, imag)``. ``torch``
+    and ``name`` are pnnx's PyTorch and NumPy spellings; ``onnx`` is ONNX's
+    ``TensorProto.DataType`` number (None where ONNX has no such type).
     """
 
     code: int
@@ -59,25 +61,27 @@ class DataType:
     numpy: np.dtype | None
     storage: np.dtype | None
     torch: str
+    name: str
+    onnx: int | None
 
 
 _C32 = np.dtype([("real", "<f2"), ("imag", "<f2")])
 
 DATA_TYPES: tuple[DataType, ...] = (
-    DataType(0, "null", 0, None, None, "null"),
-    DataType(1, "f32", 4, np.dtype("<f4"), np.dtype("<f4"), "torch.float"),
-    DataType(2, "f64", 8, np.dtype("<f8"), np.dtype("<f8"), "torch.double"),
-    DataType(3, "f16", 2, np.dtype("<f2"), np.dtype("<f2"), "torch.half"),
-    DataType(4, "i32", 4, np.dtype("<i4"), np.dtype("<i4"), "torch.int"),
-    DataType(5, "i64", 8, np.dtype("<i8"), np.dtype("<i8"), "torch.long"),
-    DataType(6, "i16", 2, np.dtype("<i2"), np.dtype("<i2"), "torch.short"),
-    DataType(7, "i8", 1, np.dtype("i1"), np.dtype("i1"), "torch.int8"),
-    DataType(8, "u8", 1, np.dtype("u1"), np.dtype("u1"), "torch.uint8"),
-    DataType(9, "bool", 1, np.dtype("?"), np.dtype("?"), "torch.bool"),
-    DataType(10, "c64", 8, np.dtype("<c8"), np.dtype("<c8"), "torch.complex64"),
-    DataType(11, "c128", 16, np.dtype("<c16"), np.dtype("<c16"), "torch.complex128"),
-    DataType(12, "c32", 4, None, _C32, "torch.complex32"),
-    DataType(13, "bf16", 2, None, np.dtype("<u2"), "torch.bfloat16"),
+    DataType(0, "null", 0, None, None, "null", "null", None),
+    DataType(1, "f32", 4, np.dtype("<f4"), np.dtype("<f4"), "torch.float", "float32", 1),
+    DataType(2, "f64", 8, np.dtype("<f8"), np.dtype("<f8"), "torch.double", "float64", 11),
+    DataType(3, "f16", 2, np.dtype("<f2"), np.dtype("<f2"), "torch.half", "float16", 10),
+    DataType(4, "i32", 4, np.dtype("<i4"), np.dtype("<i4"), "torch.int", "int32", 6),
+    DataType(5, "i64", 8, np.dtype("<i8"), np.dtype("<i8"), "torch.long", "int64", 7),
+    DataType(6, "i16", 2, np.dtype("<i2"), np.dtype("<i2"), "torch.short", "int16", 5),
+    DataType(7, "i8", 1, np.dtype("i1"), np.dtype("i1"), "torch.int8", "int8", 3),
+    DataType(8, "u8", 1, np.dtype("u1"), np.dtype("u1"), "torch.uint8", "uint8", 2),
+    DataType(9, "bool", 1, np.dtype("?"), np.dtype("?"), "torch.bool", "bool", 9),
+    DataType(10, "c64", 8, np.dtype("<c8"), np.dtype("<c8"), "torch.complex64", "csingle", 14),
+    DataType(11, "c128", 16, np.dtype("<c16"), np.dtype("<c16"), "torch.complex128", "cdouble", 15),
+    DataType(12, "c32", 4, None, _C32, "torch.complex32", "chalf", None),
+    DataType(13, "bf16", 2, None, np.dtype("<u2"), "torch.bfloat16", "bfloat16", 16),
 )
 
 _BY_CODE = {t.code: t for t in DATA_TYPES}
@@ -611,15 +615,6 @@ class Operator:
         self.params: dict[str, Parameter] = {}
         self.attrs: dict[str, Attribute] = {}
         self.line = 0
-
-    def has_param(self, key: str) -> bool:
-        return key in self.params
-
-    def has_attr(self, key: str) -> bool:
-        return key in self.attrs
-
-    def has_input(self, key: str) -> bool:
-        return key in self.inputnames
 
     def named_input(self, key: str) -> Operand | None:
         """The input whose ``$name`` is ``key``, or None."""

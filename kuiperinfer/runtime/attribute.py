@@ -32,11 +32,6 @@ class RuntimeAttribute:
     def type(self) -> RuntimeDataType:
         return self.attribute.type
 
-    @property
-    def weight_data(self) -> memoryview:
-        """The raw bytes, as stored in the archive (no copy)."""
-        return memoryview(self.attribute.data)
-
     def get(self, dtype: np.dtype | type = np.float32, copy: bool = True) -> np.ndarray:
         """The weight decoded to a new, aligned, writable array of ``dtype``; with
         ``copy=False``, the stored values themselves when they are of ``dtype`` (a read-only

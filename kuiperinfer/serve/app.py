@@ -36,6 +36,7 @@ from kuiperinfer.errors import InputError, KuiperError
 from kuiperinfer.serve.batcher import Batcher
 from kuiperinfer.serve.model import ServedModel
 from kuiperinfer.serve.protocol import (
+    DATATYPES,
     HEADER_LENGTH,
     ProtocolError,
     encode_infer_response,
@@ -45,10 +46,8 @@ from kuiperinfer.serve.protocol import (
 
 log = logging.getLogger("kuiperinfer.serve")
 
-_TRITON_TYPES = {"BOOL": "TYPE_BOOL", "UINT8": "TYPE_UINT8", "UINT16": "TYPE_UINT16",
-                 "UINT32": "TYPE_UINT32", "UINT64": "TYPE_UINT64", "INT8": "TYPE_INT8",
-                 "INT16": "TYPE_INT16", "INT32": "TYPE_INT32", "INT64": "TYPE_INT64",
-                 "FP16": "TYPE_FP16", "FP32": "TYPE_FP32", "FP64": "TYPE_FP64"}
+_TRITON_TYPES = {datatype: f"TYPE_{datatype}" for datatype, dtype in DATATYPES.items() if dtype is not None}
+"""Triton's names of the numeric datatypes in a model configuration."""
 
 
 @dataclass(frozen=True)

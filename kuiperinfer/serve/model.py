@@ -12,7 +12,7 @@ import numpy as np
 
 import kuiperinfer
 from kuiperinfer import RuntimeGraph
-from kuiperinfer.convert import CONVERTIBLE_SUFFIXES, cached_conversion
+from kuiperinfer.convert import CONVERTIBLE_SUFFIXES
 from kuiperinfer.pnnx.ir import numpy_dtype
 from kuiperinfer.runtime.operand import RuntimeOperand
 from kuiperinfer.serve.protocol import TensorSpec, datatype_of
@@ -36,8 +36,7 @@ class ServedModel:
         ``load_options`` go to :func:`kuiperinfer.load`.
         """
         path = Path(path)
-        param_path = cached_conversion(path) if path.suffix.lower() in CONVERTIBLE_SUFFIXES else path
-        graph = kuiperinfer.load(param_path, **load_options)
+        graph = kuiperinfer.load(path, **load_options)
         inputs, outputs = describe(graph)
         return cls(name or model_name(path), graph, inputs, outputs, path)
 

@@ -20,17 +20,26 @@ from typing import Any
 
 import numpy as np
 
+from kuiperinfer.pnnx.ir import DATA_TYPES
+
 HEADER_LENGTH = "Inference-Header-Content-Length"
 """The binary tensor data extension's header: bytes of JSON before the binary tensors."""
 
+
+def _named(dtype: np.dtype) -> str:
+    """The protocol's name of a kind of number: BOOL, else UINT, INT or FP and the bits (``FP32``)."""
+    kind = {"b": "BOOL", "u": "UINT", "i": "INT", "f": "FP"}[dtype.kind]
+    return kind if dtype.kind == "b" else f"{kind}{8 * dtype.itemsize}"
+
+
+_NUMBERS = [t.numpy for t in DATA_TYPES if t.numpy is not None and t.numpy.kind in "buif"]
+_NUMBERS += [np.dtype("<u2"), np.dtype("<u4"), np.dtype("<u8")]   # the protocol has them, pnnx not
 DATATYPES: dict[str, np.dtype | None] = {
-    "BOOL": np.dtype(np.bool_), "UINT8": np.dtype("<u1"), "UINT16": np.dtype("<u2"),
-    "UINT32": np.dtype("<u4"), "UINT64": np.dtype("<u8"), "INT8": np.dtype("<i1"),
-    "INT16": np.dtype("<i2"), "INT32": np.dtype("<i4"), "INT64": np.dtype("<i8"),
-    "FP16": np.dtype("<f2"), "FP32": np.dtype("<f4"), "FP64": np.dtype("<f8"),
+    **{_named(d): d for d in sorted(_NUMBERS, key=lambda d: ("buif".index(d.kind), d.itemsize))},
     "BF16": None, "BYTES": None,
 }
-"""The protocol's tensor datatypes and their little-endian NumPy dtypes (None: no numeric array)."""
+"""The protocol's tensor datatypes and their little-endian NumPy dtypes (None: no numeric array):
+pnnx's numbers under the protocol's names, in the protocol's order, then its others."""
 
 _JSON_KINDS = {"b": "b", "u": "iu", "i": "iu", "f": "iuf"}
 """For each NumPy kind of a datatype, the kinds of JSON values its ``data`` may hold."""
@@ -288,8 +297,3 @@ def encode_infer_response(model_name: str, request: InferRequest,
         return header, {"Content-Type": "application/json"}
     return b"".join([header, *binaries]), {"Content-Type": "application/octet-stream",
                                             HEADER_LENGTH: str(len(header))}
-
-
-def error_body(message: str) -> bytes:
-    """The protocol's error body, ``{"error": "..."}``."""
-    return json.dumps({"error": message}).encode()

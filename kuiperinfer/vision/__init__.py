@@ -14,7 +14,7 @@
 Needs Pillow (a dependency of kuiperinfer).
 """
 
-from kuiperinfer.vision.classifier import Classification, Classifier, Prediction, softmax
+from kuiperinfer.vision.classifier import OUTPUT_KINDS, Classification, Classifier, Prediction, softmax
 from kuiperinfer.vision.image import ImageError, find_images, is_image_file, load_image
 from kuiperinfer.vision.labels import imagenet_labels, load_labels
 from kuiperinfer.vision.preprocess import (
@@ -29,7 +29,7 @@ from kuiperinfer.vision.preprocess import (
 )
 
 __all__ = [
-    "Classification", "Classifier", "Prediction", "softmax",
+    "OUTPUT_KINDS", "Classification", "Classifier", "Prediction", "softmax",
     "ImageError", "find_images", "is_image_file", "load_image",
     "imagenet_labels", "load_labels",
     "EFFICIENTNET_LITE", "IMAGENET_MEAN", "IMAGENET_STD", "INTERPOLATIONS", "Preprocess",

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
 
 import numpy as np
 
@@ -23,11 +23,13 @@ import kuiperinfer
 from kuiperinfer.errors import InferError, ModelFormatError
 from kuiperinfer.models import efficientnet_lite0_path
 from kuiperinfer.runtime.graph import RuntimeGraph
-from kuiperinfer.vision.image import ImageSource
+from kuiperinfer.vision.image import ImageError, ImageSource
 from kuiperinfer.vision.labels import imagenet_labels, load_labels
 from kuiperinfer.vision.preprocess import EFFICIENTNET_LITE, Preprocess
 
 OutputKind = Literal["auto", "logits", "probabilities"]
+OUTPUT_KINDS: tuple[OutputKind, ...] = get_args(OutputKind)
+"""What a model may return, for the ``outputs`` option; "auto" decides by the values."""
 Progress = Callable[[int, int], None]
 """Called after each batch with (images done, images in all)."""
 
@@ -68,8 +70,9 @@ class Classifier:
                  outputs: OutputKind = "auto"):
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
-        if outputs not in ("auto", "logits", "probabilities"):
-            raise ValueError(f"outputs must be 'auto', 'logits' or 'probabilities', got {outputs!r}")
+        if outputs not in OUTPUT_KINDS:
+            raise ValueError(f"outputs must be {', '.join(map(repr, OUTPUT_KINDS[:-1]))} or "
+                             f"{OUTPUT_KINDS[-1]!r}, got {outputs!r}")
         self.graph = model if isinstance(model, RuntimeGraph) else kuiperinfer.load(model)
         if len(self.graph.input_names) != 1:
             raise ModelFormatError(f"a classifier takes one image input; this model has "
@@ -89,11 +92,13 @@ class Classifier:
                                    labels_file or self.graph.param_path)
 
     @classmethod
-    def bundled(cls, **options) -> Classifier:
-        """The bundled EfficientNet-Lite0 with the ImageNet labels and its authors'
-        preprocessing; keyword ``options`` are passed on to the constructor."""
-        options.setdefault("preprocess", EFFICIENTNET_LITE)
-        return cls(efficientnet_lite0_path(), **options)
+    def bundled(cls, graph: RuntimeGraph | None = None, preprocess: Preprocess | None = None,
+                **options) -> Classifier:
+        """The bundled EfficientNet-Lite0 (``graph``: it, loaded already) with the ImageNet
+        labels and, unless ``preprocess`` is given, its authors' preprocessing; keyword
+        ``options`` are passed on to the constructor."""
+        return cls(efficientnet_lite0_path() if graph is None else graph,
+                   preprocess=preprocess or EFFICIENTNET_LITE, **options)
 
     def _declared_image_size(self) -> int | None:
         """The height of the exported input when it is a known square (N, C, S, S)."""
@@ -125,19 +130,38 @@ class Classifier:
                  progress: Progress | None = None) -> list[Classification]:
         """The ``top_k`` classes of every image, in the order given, one forward pass a batch.
 
-        ``progress(done, total)`` is called after each batch.
+        ``progress(done, total)`` is called after each batch. An image that cannot be read
+        raises its :class:`ImageError`.
         """
         if top_k < 1:
             raise ValueError(f"top_k must be at least 1, got {top_k}")
         results: list[Classification] = []
         for start in range(0, len(images), self.batch_size):
             chunk = images[start:start + self.batch_size]
-            probabilities = self.probabilities(self.preprocess.batch(chunk))
-            results.extend(Classification(_source_name(image), self.top(row, top_k))
-                           for image, row in zip(chunk, probabilities))
+            for image, found in zip(chunk, self.predictions(chunk, top_k)):
+                if isinstance(found, ImageError):
+                    raise found
+                results.append(Classification(_source_name(image), found))
             if progress is not None:
                 progress(len(results), len(images))
         return results
+
+    def predictions(self, images: Sequence[ImageSource], top_k: int) -> list[list[Prediction] | ImageError]:
+        """The ``top_k`` classes of each image, the images read in one forward pass; in
+        place of an image that cannot be read, its :class:`ImageError`."""
+        found: list[list[Prediction] | ImageError] = []
+        arrays, read = [], []
+        for image in images:
+            try:
+                arrays.append(self.preprocess(image))
+                read.append(len(found))
+                found.append([])
+            except ImageError as exc:
+                found.append(exc)
+        if arrays:
+            for index, probabilities in zip(read, self.probabilities(np.stack(arrays))):
+                found[index] = self.top(probabilities, top_k)
+        return found
 
     def top(self, probabilities: np.ndarray, k: int) -> list[Prediction]:
         """The ``k`` most probable classes of one probability row, best first (ties by index)."""

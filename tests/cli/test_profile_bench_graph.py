@@ -135,7 +135,6 @@ def test_bench_json(capsys):
 
 
 def test_bench_threads_limits_the_blas(capsys):
-    pytest.importorskip("threadpoolctl")
     code, out, _ = run(capsys, "bench", str(DEMO), "--runs", "1", "--threads", "1")
     assert code == 0 and re.search(r"^BLAS: .*, 1 thread$", out, re.M)
 
@@ -177,7 +176,6 @@ def test_peak_memory_sees_a_short_lived_allocation():
 
 
 def test_blas_description_names_the_library_and_threads():
-    pytest.importorskip("threadpoolctl")
     assert re.search(r", \d+ threads?$", blas_description())
 
 
