@@ -165,7 +165,7 @@ def engine_threads(threads: int | None) -> Iterator[None]:
     if threads is None:
         yield
         return
-    from kuiperinfer.benchmark import blas_threads
+    from kuiperinfer.kernels.parallel import blas_threads
 
     with blas_threads(threads):
         yield

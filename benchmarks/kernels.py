@@ -102,7 +102,7 @@ def best_seconds(call: Callable[[], Any], rounds: int = 5, round_seconds: float 
 
 def measure(case: KernelCase, rounds: int = 5) -> KernelResult:
     """Time ``case`` on one thread."""
-    from kuiperinfer.benchmark import blas_threads
+    from kuiperinfer.kernels.parallel import blas_threads
 
     with blas_threads(1):
         call = case.setup()

@@ -21,16 +21,17 @@ from kuiperinfer.errors import KuiperError
 from kuiperinfer.runtime.registry import LayerRegisterer
 
 if TYPE_CHECKING:
+    from kuiperinfer.kernels.parallel import ThreadPool
     from kuiperinfer.runtime.graph import GraphState, RuntimeGraph
     from kuiperinfer.tensor import Tensor
 
-__all__ = ["load", "RuntimeGraph", "GraphState", "Tensor", "KuiperError"]
+__all__ = ["load", "RuntimeGraph", "GraphState", "ThreadPool", "Tensor", "KuiperError"]
 __version__ = "0.1.0"
 
 LayerRegisterer.add_source("kuiperinfer.layers")   # every layer registers when the first is asked for
 
 _NAMES = {"RuntimeGraph": "kuiperinfer.runtime.graph", "GraphState": "kuiperinfer.runtime.graph",
-          "Tensor": "kuiperinfer.tensor"}
+          "ThreadPool": "kuiperinfer.kernels.parallel", "Tensor": "kuiperinfer.tensor"}
 
 
 def __getattr__(name: str) -> Any:
@@ -47,8 +48,9 @@ def __getattr__(name: str) -> Any:
 
 def load(param_path: str | os.PathLike, bin_path: str | os.PathLike | None = None, *,
          optimize: bool = True, kernels: str = "compiled", workers: int | None = None,
-         keep_freed_memory: bool = False, warmup: bool = True, seed: int = 0,
-         max_tensor_bytes: int | None = None, graph_class: type[RuntimeGraph] | None = None,
+         spin: str = "auto", pool: ThreadPool | None = None, keep_freed_memory: bool = False,
+         warmup: bool = True, seed: int = 0, max_tensor_bytes: int | None = None,
+         graph_class: type[RuntimeGraph] | None = None,
          input_shapes: Sequence[Sequence[int]] | None = None,
          dynamic_shapes: Sequence[Sequence[int]] | None = None) -> RuntimeGraph:
     """Load a pnnx export and build it, ready to run. Each option decides one thing:
@@ -59,7 +61,13 @@ def load(param_path: str | os.PathLike, bin_path: str | os.PathLike | None = Non
     - ``kernels``: ``"compiled"``, Numba's kernels (the NumPy references where Numba cannot
       be imported), or ``"reference"``, the NumPy kernels they are tested against.
     - ``workers``: the threads a run uses, the caller's included (default: one per CPU;
-      1 runs everything in the calling thread). See :class:`RuntimeGraph`.
+      1 runs everything in the calling thread): the graph's own
+      :class:`~kuiperinfer.kernels.parallel.ThreadPool`. See :class:`RuntimeGraph`.
+    - ``spin``: how the pool's threads wait between an operator's parts: ``"auto"`` spins
+      while the machine is quiet and blocks while other processes want the cores,
+      ``"always"`` spins, ``"never"`` blocks.
+    - ``pool``: a :class:`~kuiperinfer.kernels.parallel.ThreadPool` to share with other
+      graphs instead of one of the graph's own (then ``workers`` and ``spin`` are the pool's).
     - ``keep_freed_memory``: tune glibc's malloc to keep freed memory for the next run
       (:mod:`kuiperinfer.runtime.memory`). Off by default: it is a process-wide setting that
       other code in the process lives with too.
@@ -87,10 +95,12 @@ def load(param_path: str | os.PathLike, bin_path: str | os.PathLike | None = Non
     from kuiperinfer.runtime.memory import keep_freed_memory as tune_allocator
 
     param_path = resolve_model(param_path, bin_path, input_shapes, dynamic_shapes)
+    if pool is not None and workers not in (None, pool.threads):
+        raise KuiperError(f"workers={workers} with a pool of {pool.threads} threads: give one or the other")
     if workers is None:
         workers = os.cpu_count() or 1
-    graph = (graph_class or RuntimeGraph)(param_path, bin_path, workers=workers, kernels=kernels,
-                                          max_tensor_bytes=max_tensor_bytes, seed=seed)
+    graph = (graph_class or RuntimeGraph)(param_path, bin_path, workers=workers, spin=spin, pool=pool,
+                                          kernels=kernels, max_tensor_bytes=max_tensor_bytes, seed=seed)
     graph.init()
     if optimize:
         optimizer.optimize(graph)

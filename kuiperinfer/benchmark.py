@@ -1,27 +1,24 @@
 """Latency, throughput and peak memory of a model's forward pass.
 
 :func:`benchmark` times ``runs`` forward passes after ``warmup`` untimed ones, while
-:class:`PeakMemory` notes the peak of the resident set size. :func:`blas_threads` limits
-the threads of NumPy's BLAS (through ``threadpoolctl``) for the duration of a ``with``.
+:class:`PeakMemory` notes the peak of the resident set size.
 
-    with blas_threads(1):
-        result = benchmark(graph, [images], runs=50, warmup=5)
+    result = benchmark(graph, [images], runs=50, warmup=5)
     result.median_s, result.throughput, result.peak_rss_growth
 """
 
 from __future__ import annotations
 
-import contextlib
 import math
 import statistics
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from threadpoolctl import threadpool_info, threadpool_limits
+from threadpoolctl import threadpool_info
 
 from kuiperinfer.runtime.graph import RuntimeGraph
 
@@ -169,13 +166,6 @@ def benchmark(graph: RuntimeGraph, inputs: Sequence[Any], runs: int = 20, warmup
     shape = np.shape(inputs[0]) if inputs else ()
     return BenchmarkResult(int(shape[0]) if shape else 1, warmup, tuple(latencies),
                            memory.growth, memory.method)
-
-
-@contextlib.contextmanager
-def blas_threads(threads: int) -> Iterator[None]:
-    """Limit NumPy's BLAS to ``threads`` threads inside the ``with``."""
-    with threadpool_limits(limits=threads, user_api="blas"):
-        yield
 
 
 def blas_description() -> str:

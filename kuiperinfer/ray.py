@@ -47,10 +47,10 @@ import pyarrow.parquet as pq
 import ray
 import ray.data
 from ray.data.extensions import ArrowTensorArray
-from threadpoolctl import threadpool_limits
 
 import kuiperinfer
 from kuiperinfer.errors import InferError, InputError
+from kuiperinfer.kernels.parallel import blas_threads
 from kuiperinfer.models import efficientnet_lite0_path
 from kuiperinfer.vision import Classifier, ImageError, Preprocess
 from kuiperinfer.vision.classifier import OutputKind
@@ -126,16 +126,13 @@ def actor_cpus(actors: int) -> int:
 def load_model(model: ModelPath = None, threads: int | None = None) -> kuiperinfer.RuntimeGraph:
     """``model`` loaded to run on ``threads`` threads (default :func:`actor_threads`): its
     workers, each a slice of the batch. In a Ray actor, whose process is the model's alone,
-    BLAS and OpenMP run one thread each from now on, so that workers x BLAS threads stays
-    within the actor's CPUs.
-
-    Limiting here, in the actor's main thread, holds for the thread in which Ray Data calls
-    the batches; the limit the graph sets for each run, entered from that other thread, did
-    not (BLAS kept 2 threads, and a run took ten times the CPU time).
+    BLAS runs one thread from now on (:func:`~kuiperinfer.kernels.parallel.blas_threads`,
+    held for the actor's life), so that workers x BLAS threads stays within the actor's CPUs,
+    also in what the actor computes around the runs.
     """
     threads = threads or actor_threads()
     if _in_actor():
-        threadpool_limits(limits=1)
+        blas_threads(1).__enter__()   # held for the actor's life
     return kuiperinfer.load(efficientnet_lite0_path() if model is None else model, workers=threads)
 
 

@@ -8,6 +8,6 @@ from kuiperinfer.kernels import parallel
 @pytest.fixture(autouse=True)
 def quiet_machine(monkeypatch):
     """Whatever else runs beside the tests, a test that has operators shared must find them
-    shared: the load the threads adapt to is one that never turns busy (MachineLoad's own
-    tests give it a file of their own)."""
-    monkeypatch.setattr(parallel, "LOAD", parallel.MachineLoad("/nonexistent/loadavg"))
+    shared: the pools that graphs make adapt to a machine that never turns busy
+    (MachineLoad's own tests give it a file of their own)."""
+    monkeypatch.setattr(parallel.ThreadPool, "auto_load", parallel.QuietMachine)

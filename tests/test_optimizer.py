@@ -320,13 +320,9 @@ def test_pointwise_then_depthwise_in_stripes_and_shared_among_threads(tmp_path, 
     x = torch.randn(3, 8, 40, 37)
     expected = torch_outputs(model, (x,))
     assert_matches(graph.run(x.numpy()), expected)
-    monkeypatch.setattr(parallel, "MIN_PARALLEL_WORK", 1)   # single images split their rows
-    token = parallel.INTRA_OP_THREADS.set(2)
-    try:
-        assert_matches(graph.run(x[:1].numpy()), torch_outputs(model, (x[:1],)))
-        assert_matches(graph.run(x.numpy()), expected)
-    finally:
-        parallel.INTRA_OP_THREADS.reset(token)
+    graph.pool = parallel.ThreadPool(2, timing=parallel.Timing(min_work=1))   # single images split their rows
+    assert_matches(graph.run(x[:1].numpy()), torch_outputs(model, (x[:1],)))
+    assert_matches(graph.run(x.numpy()), expected)
 
 
 def test_pointwise_not_fused_where_its_output_is_read_elsewhere_or_the_filter_is_not_depthwise(tmp_path):

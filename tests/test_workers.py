@@ -190,9 +190,9 @@ def test_single_samples_share_their_large_operators_among_the_threads(tmp_path, 
     """A single sample runs whole; the 64-channel convolutions on 96x96 (57M multiply-adds
     each) share their parts among both threads, the small ones stay in the caller's."""
     shared = []
-    share_parts = parallel.share_parts
-    monkeypatch.setattr(parallel, "share_parts",
-                        lambda parts, run, threads: shared.append(threads) or share_parts(parts, run, threads))
+    share = parallel.ThreadPool.share
+    monkeypatch.setattr(parallel.ThreadPool, "share",
+                        lambda pool, parts, run, threads: shared.append(threads) or share(pool, parts, run, threads))
     large = nn.Sequential(nn.Conv2d(3, 64, 3, padding=1), nn.ReLU(), nn.Conv2d(64, 64, 3, padding=1))
     small = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 8, 3, padding=1))
     for model, size, shares in ((large, 96, True), (small, 16, False)):

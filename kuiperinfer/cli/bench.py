@@ -28,7 +28,7 @@ from pathlib import Path
 
 import kuiperinfer
 from kuiperinfer import RuntimeGraph
-from kuiperinfer.benchmark import BenchmarkResult, benchmark, blas_description, blas_threads, resident_bytes
+from kuiperinfer.benchmark import BenchmarkResult, benchmark, blas_description, resident_bytes
 from kuiperinfer.cli._common import (
     add_json_argument,
     add_progress_argument,
@@ -41,6 +41,7 @@ from kuiperinfer.cli._common import (
     timing_header,
     timing_inputs,
 )
+from kuiperinfer.kernels.parallel import blas_threads
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

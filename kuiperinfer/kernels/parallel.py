@@ -1,46 +1,76 @@
-"""The engine's own threads: a large operator's parts shared among them, taken as they come free.
+"""The engine's threads: a :class:`ThreadPool` a graph owns, whose threads take a large
+operator's parts, or a batch's chunks, as they come free.
 
-A run limits BLAS to one thread and sets :data:`INTRA_OP_THREADS` to the graph's thread
-count; kernels cut a large operator's work into independent parts (more of them than
-threads) and hand them to :func:`run_parts`. The caller and helper threads then take the
-parts one at a time, each the next one left, until none is left: a thread the operating
-system has descheduled takes fewer parts instead of holding the others up, and the
-caller waits only for parts already under way. Compiled kernels release the GIL, as do
-NumPy and BLAS inside their loops, so the parts run at once.
+Who waits on what (docs/design.md draws it):
 
-The threads wait for each other by spinning without the GIL (:mod:`.compiled.spin`): a
-helper between tasks, a caller for the parts its helpers took. A hand-off then takes
-microseconds, where waking a thread that sleeps on a lock takes tens, so operators from
-:data:`MIN_PARALLEL_WORK` multiply-adds up are shared. On a busy machine a spinning helper
-is kept off its core now and then, and spinning takes time the others want; so while other
-processes want the cores (:class:`MachineLoad`) helpers block instead of spinning and only
-operators of :data:`MIN_PARALLEL_WORK_BUSY` and more are shared.
+* A **caller** (any thread calling ``graph.run``) enters its graph's pool for the run
+  (:meth:`ThreadPool.running`): kernels then find the pool (:func:`run_parts`,
+  :func:`threads_for`), and BLAS runs on one thread (:func:`blas_threads`).
+* A kernel cuts a large operator into independent parts (more of them than threads) and
+  calls :func:`run_parts`. The pool hands a :class:`Task` to up to ``threads - 1``
+  **helpers**, and the caller and the helpers take the parts one at a time, each the next
+  one left: a thread the operating system has descheduled takes fewer parts instead of
+  holding the others up. Out of parts, the caller counts its own off the task and waits
+  for the count to reach zero: it waits only for parts already under way.
+* A helper waits for its next task by spinning without the GIL (:mod:`.compiled.spin`) for
+  ``Timing.helper_spin_us``, then blocks on its queue. Handed a task, it waits
+  ``Timing.settle_us`` for the caller to let go of the GIL, takes parts until none is
+  left, and counts them off the task *inside its next wait*, after letting go of the GIL,
+  so that the caller, spinning on that count, can take the GIL at once.
+
+Compiled kernels release the GIL, as do NumPy and BLAS inside their loops, so the parts run
+at once. A hand-off by spinning takes microseconds where waking a thread that sleeps on a
+lock takes tens, so operators from ``Timing.min_work`` multiply-adds up are shared. On a
+busy machine a spinning helper is kept off its core now and then, and spinning takes time
+the others want: ``spin="auto"`` watches the machine (:class:`MachineLoad`, sampled once per
+run), and while other processes want the cores helpers block instead of spinning and only
+operators of ``Timing.min_work_busy`` and more are shared.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import queue
 import threading
 import time
-from collections.abc import Callable, Sequence
+import weakref
+from collections.abc import Callable, Iterator, Sequence
 from contextvars import ContextVar
-from typing import Any, TypeVar
+from dataclasses import dataclass
+from functools import cache
+from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 
-from kuiperinfer.kernels.compiled import spin
+Part = TypeVar("Part")
+SPIN = ("auto", "always", "never")
+"""How a pool's helpers wait between tasks: ``auto`` spins while the machine is quiet and
+blocks while it is busy, ``always`` spins (as onnxruntime's threads do), ``never`` blocks, as
+on a busy machine (and shares only operators of ``Timing.min_work_busy`` and more)."""
 
-INTRA_OP_THREADS: ContextVar[int] = ContextVar("kuiper_intra_op_threads", default=1)
-"""Threads a kernel may share its parts among in the current context (1: one thread)."""
-MIN_PARALLEL_WORK = 4 << 20
-"""Fewest multiply-adds an operator shares among threads on a quiet machine. Below it a share
-costs more than it gives back: the hand-offs, and the next operator, run by one thread,
-reading an input half of which the other core wrote (measured in docs/performance.md)."""
-MIN_PARALLEL_WORK_BUSY = 24 << 20
-"""The fewest while other processes want the cores (:class:`MachineLoad`): a helper they keep
-off its core makes the caller wait for the parts it took."""
+
+@dataclass(frozen=True)
+class Timing:
+    """A pool's tuning, measured on 2-core virtual machines (docs/performance.md)."""
+
+    min_work: int = 4 << 20
+    """Fewest multiply-adds an operator shares on a quiet machine. Below it a share costs more
+    than it gives back: the hand-offs, and the next operator, run by one thread, reading an
+    input half of which the other core wrote."""
+    min_work_busy: int = 24 << 20
+    """The fewest while other processes want the cores: a helper they keep off its core makes
+    the caller wait for the parts it took."""
+    helper_spin_us: float = 200.0
+    """How long a helper spins for its next task before it blocks: long enough to span an
+    operator or two run whole between shared ones, short enough to leave the core to other
+    processes soon after a run."""
+    settle_us: float = 15.0
+    """How long a helper handed a task waits before it takes the GIL, for the caller to have
+    let go of it by starting its own part (else the helper sleeps until the caller does)."""
+    caller_spin_us: float = 200.0
+    """How long a caller spins for its helpers' parts before it lets other threads run once."""
 
 
 class MachineLoad:
@@ -48,7 +78,7 @@ class MachineLoad:
     moment, which Linux keeps in ``/proc/loadavg`` (its fourth field, running/existing),
     minus the engine's own, sampled at most every :attr:`SAMPLE_S` and averaged, since a
     kernel thread may run at any one moment. Where that file does not exist the machine
-    counts as quiet, and the helpers always spin between tasks, as onnxruntime's do."""
+    counts as quiet."""
 
     SAMPLE_S = 0.01
     WEIGHT = 0.25
@@ -73,89 +103,31 @@ class MachineLoad:
         except (OSError, ValueError, IndexError):
             return self.busy
         self._others += self.WEIGHT * (running - own_running - self._others)
-        self.busy = self._others + own_threads > _cores() + 0.5
+        self.busy = self._others + own_threads > cores() + 0.5
         return self.busy
 
 
-LOAD = MachineLoad()
-"""The load the engine's threads adapt to."""
+class QuietMachine(MachineLoad):
+    """A machine that is never busy: for ``spin="always"``, and tests."""
 
-Part = TypeVar("Part")
+    def update(self, own_running: int, own_threads: int) -> bool:
+        return False
 
 
-class BlasLimit:
-    """BLAS limited to one thread while any user needs it, in the whole process.
-
-    The BLAS thread count is process-global: the first user to enter limits it and the
-    last to leave restores it (counted under a lock, so overlapping users in several
-    threads cannot restore it too early or leave it limited). Other BLAS calls in the
-    process meanwhile also get one thread. threadpoolctl lets only the thread that last set
-    OpenBLAS's thread count set it again until that thread lets go, and the first and last
-    users may be different threads, so the limit lets go each time, under its lock.
-    """
+class BusyMachine(MachineLoad):
+    """A machine that is always busy: for ``spin="never"``, and tests."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._users = 0
-        self._controller: Any = None
-        self._limit: Any = None
+        super().__init__()
+        self.busy = True
 
-    def __enter__(self) -> None:
-        with self._lock:
-            if self._users == 0:
-                if self._controller is None:
-                    from threadpoolctl import ThreadpoolController
-                    self._controller = ThreadpoolController()
-                _let_go_of_openblas()
-                self._limit = self._controller.limit(limits=1, user_api="blas")
-                _let_go_of_openblas()
-            self._users += 1
-
-    def __exit__(self, *exc_info: Any) -> None:
-        with self._lock:
-            self._users -= 1
-            if self._users == 0:
-                self._limit.restore_original_limits()
-                _let_go_of_openblas()
-                self._limit = None
+    def update(self, own_running: int, own_threads: int) -> bool:
+        return True
 
 
-def _let_go_of_openblas() -> None:
-    """Let any thread set OpenBLAS's thread count next (threadpoolctl 3.8 and later)."""
-    from threadpoolctl import OpenBLASController
-
-    clear = getattr(OpenBLASController, "clear_controlling_thread", None)
-    if clear is not None:
-        clear(force=True)
-
-
-ONE_BLAS_THREAD = BlasLimit()
-
-
-def threads_for(work: int) -> int:
-    """How many threads an operator of ``work`` multiply-adds shares its parts among."""
-    threads = INTRA_OP_THREADS.get()
-    if threads < 2 or work < MIN_PARALLEL_WORK:
-        return 1
-    if work >= MIN_PARALLEL_WORK_BUSY:
-        return threads
-    awake = sum(helper.awake for helper in _helpers)
-    return 1 if LOAD.update(1 + awake, min(threads, _cores())) else threads
-
-
-def even_step(length: int, step: int, threads: int, images: int = 1) -> int:
-    """A block length of at most ``step`` that cuts ``length`` rows of each of ``images``
-    images into blocks ``threads`` threads can share evenly (their number a multiple of
-    ``threads`` where the rows allow), so that no thread is left with one block more."""
-    blocks = -(-length // max(1, step))
-    while (images * blocks) % threads and blocks < length:
-        blocks += 1
-    return -(-length // blocks)
-
-
-class _Task:
+class Task:
     """One :func:`run_parts` call: its parts, the next one to take, and how many are not yet
-    counted off as run (an int64 array the threads count off atomically, :mod:`spin`)."""
+    counted off as run (an int64 array the threads count off atomically, :mod:`.compiled.spin`)."""
 
     def __init__(self, parts: Sequence[Any], run: Callable[[Any], object]):
         self.parts, self.run = parts, run
@@ -177,117 +149,290 @@ class _Task:
         return taken
 
 
-class _Helper:
-    """A thread that works on the :class:`_Task` objects it is handed, in turn. Between tasks
-    it spins a while (:data:`HELPER_SPIN_US`) for the next one, then blocks on its queue;
-    while other processes want the cores (:data:`LOAD`) it blocks at once. Callers in several
-    threads may hand it tasks at once; of the tasks that wait for it, it takes the newest (the
-    callers of the others run their parts themselves, none waits for a part not taken)."""
+_STOP = Task((), lambda part: None)
+"""Handed to a helper, ends its thread."""
 
-    def __init__(self) -> None:
-        self._tasks: queue.SimpleQueue[_Task] = queue.SimpleQueue()
+
+class _Helper:
+    """A thread of a pool that works on the tasks it is handed, in turn (see the module's
+    docstring for how it waits). Callers in several threads may hand it tasks at once; of
+    the tasks that wait for it, it takes the newest (the callers of the others run their
+    parts themselves, none waits for a part not taken)."""
+
+    def __init__(self, pool: ThreadPool) -> None:
+        self._tasks: queue.SimpleQueue[Task] = queue.SimpleQueue()
         self._posted = np.zeros(1, np.int64)   # how many tasks it was handed, read while spinning
         self._posting = threading.Lock()        # callers in several threads count them one at a time
         self.awake = True                       # spinning or working, not blocked
+        self._pool = weakref.ref(pool)
         threading.Thread(target=self._serve, name="kuiper-intra-op", daemon=True).start()
 
-    def start(self, task: _Task) -> None:
+    def start(self, task: Task) -> None:
         self._tasks.put(task)
         with self._posting:
             self._posted[0] += 1
 
     def _serve(self) -> None:
+        from kuiperinfer.kernels.compiled import spin
+
         left, taken, handed = np.zeros(1, np.int64), 0, 0
         while True:
-            turns = 0 if LOAD.busy else _turns(HELPER_SPIN_US)
-            self.awake = spin.wait_for_task(self._posted, handed, left, taken, turns, _turns(SETTLE_US))
+            pool = self._pool()
+            if pool is None:
+                spin.wait_for_task(self._posted, handed, left, taken, 0, 0)
+                return
+            turns = _turns(pool.timing.helper_spin_us) if pool.spins() else 0
+            settle = _turns(pool.timing.settle_us)
+            del pool
+            # counts the last task's parts off, then waits for the next one
+            self.awake = spin.wait_for_task(self._posted, handed, left, taken, turns, settle)
             task = self._tasks.get()
             self.awake = True
             handed += 1
             while not self._tasks.empty():     # behind: the callers of the older tasks ran their parts
                 task = self._tasks.get()
                 handed += 1
+            if task is _STOP:
+                spin.wait_for_task(self._posted, handed, left, taken, 0, 0)
+                return
             taken, left = task.work(), task.left
+            del task   # its parts' closures may hold a graph
 
 
-HELPER_SPIN_US = 200.0
-"""How long a helper spins for its next task before it blocks: long enough to span an
-operator or two run whole between shared ones, short enough to leave the core to other
-processes soon after a run."""
-SETTLE_US = 15.0
-"""How long a helper handed a task waits before it takes the GIL, for the caller to have
-let go of it by starting its own part (else the helper sleeps until the caller does)."""
-CALLER_SPIN_US = 200.0
-"""How long a caller spins for its helpers' parts before it lets other threads run once."""
-_turns_per_us = 0.0
+class ThreadPool:
+    """The threads a graph's runs use: the caller's and up to ``threads - 1`` helpers, started
+    when a task first needs them (at most one fewer than the cores, since more threads than
+    cores only take turns and a spinning helper holds its core).
+
+    A graph owns one (``kuiperinfer.load(..., workers=N)``), or several graphs are given
+    the same one (``load(..., pool=pool)``), as onnxruntime's sessions have their own
+    intra-op pools unless told to share a global one. ``spin`` (:data:`SPIN`) says how the
+    helpers wait between tasks; ``load`` is the machine load that ``spin="auto"`` adapts to
+    (default :class:`MachineLoad`); ``timing`` the tuning (:class:`Timing`).
+    """
+
+    auto_load: ClassVar[type[MachineLoad]] = MachineLoad
+    """The machine load ``spin="auto"`` adapts to when no ``load`` is given (tests put
+    :class:`QuietMachine` here, so that their operators are shared whatever runs beside them)."""
+
+    def __init__(self, threads: int, spin: str = "auto", load: MachineLoad | None = None,
+                 timing: Timing | None = None):
+        if threads < 1:
+            raise ValueError(f"a pool needs at least 1 thread, got {threads}")
+        if spin not in SPIN:
+            raise ValueError(f"spin must be one of {SPIN}, got {spin!r}")
+        self.threads, self.spin, self.timing = threads, spin, timing or Timing()
+        self.load = load or {"auto": self.auto_load, "always": QuietMachine, "never": BusyMachine}[spin]()
+        self._helpers: list[_Helper] = []
+        self._helpers_lock = threading.Lock()
+        weakref.finalize(self, _stop, self._helpers)
+        _POOLS.add(self)
+
+    def spins(self) -> bool:
+        """Whether helpers spin between tasks now."""
+        return self.spin == "always" or (self.spin == "auto" and not self.load.busy)
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[None]:
+        """A run of a graph in this thread: kernels share their parts among the pool's threads,
+        BLAS runs on one thread, and the machine's load is sampled once, for the whole run."""
+        if self.spin == "auto" and self.threads > 1:
+            self.load.update(1 + sum(helper.awake for helper in self._helpers), min(self.threads, cores()))
+        token = _POOL.set(self)
+        try:
+            with blas_threads(1):
+                yield
+        finally:
+            _POOL.reset(token)
+
+    def threads_for(self, work: int) -> int:
+        """How many threads an operator of ``work`` multiply-adds shares its parts among."""
+        if self.threads < 2 or work < self.timing.min_work:
+            return 1
+        if work >= self.timing.min_work_busy or not self.load.busy:
+            return self.threads
+        return 1
+
+    def share(self, parts: Sequence[Part], run: Callable[[Part], object], threads: int) -> None:
+        """``run(part)`` for every part (the parts must write disjoint outputs), taken one at a
+        time by the caller and up to ``threads`` - 1 helpers as each comes free. Returns when
+        every part has run; raises what the first failing part raised."""
+        threads = min(threads, len(parts))
+        if threads < 2:
+            for part in parts:
+                run(part)
+            return
+        from kuiperinfer.kernels.compiled import spin
+
+        task = Task(parts, run)
+        for helper in self._take_helpers(threads - 1):
+            helper.start(task)
+        taken, turns = task.work(), _turns(self.timing.caller_spin_us)
+        while not spin.finish_and_wait(task.left, taken, turns):
+            taken = 0
+            time.sleep(0)
+        if task.error is not None:
+            raise task.error
+
+    def _take_helpers(self, count: int) -> list[_Helper]:
+        count = min(count, self.threads - 1, cores() - 1)
+        if len(self._helpers) < count:
+            _turns(0)              # the spinning waits loaded and timed here, not as a new helper starts
+            with self._helpers_lock:
+                self._helpers.extend(_Helper(self) for _ in range(count - len(self._helpers)))
+        return self._helpers[:count]
+
+    def close(self) -> None:
+        """Stop the helper threads (a later task starts new ones)."""
+        with self._helpers_lock:
+            _stop(self._helpers)
+
+    def __repr__(self) -> str:
+        return f"ThreadPool({self.threads}, spin={self.spin!r})"
 
 
-def _turns(microseconds: float) -> int:
-    """Turns of a spinning wait that take about ``microseconds``, at the fastest rate measured
-    in a few tries once per process (a try the machine slowed down or interrupted turns slower)."""
-    global _turns_per_us
-    if not _turns_per_us:
-        never = np.ones(1, np.int64)
-        spin.wait_for_task(never, 1, never, 0, 0, 0)     # both waits compiled or loaded first
-        spin.finish_and_wait(never, 0, 1000)
-        rates = []
-        for _ in range(5):
-            started = time.perf_counter()
-            spin.finish_and_wait(never, 0, 200_000)
-            rates.append(200_000 / max(1e-3, (time.perf_counter() - started) * 1e6))
-        _turns_per_us = max(rates)
-    return int(microseconds * _turns_per_us)
+def _stop(helpers: list[_Helper]) -> None:
+    for helper in helpers:
+        helper.start(_STOP)
+    helpers.clear()
 
 
-_helpers: list[_Helper] = []
-_helpers_lock = threading.Lock()
+_POOL: ContextVar[ThreadPool | None] = ContextVar("kuiper_pool", default=None)
+"""The pool of the run in the current context (None: everything in the calling thread)."""
+_POOLS: weakref.WeakSet[ThreadPool] = weakref.WeakSet()
 
 
-def _cores() -> int:
+@contextlib.contextmanager
+def one_thread() -> Iterator[None]:
+    """Kernels in this context run in the calling thread (a batch chunk's run, say)."""
+    token = _POOL.set(None)
+    try:
+        yield
+    finally:
+        _POOL.reset(token)
+
+
+def threads_for(work: int) -> int:
+    """How many threads an operator of ``work`` multiply-adds shares its parts among in the
+    current run (1 outside a pool's run)."""
+    pool = _POOL.get()
+    return 1 if pool is None else pool.threads_for(work)
+
+
+def run_parts(parts: Sequence[Part], work: int, run: Callable[[Part], object]) -> None:
+    """``run(part)`` for every part of an operator of ``work`` multiply-adds, shared among
+    :func:`threads_for` ``work`` threads of the current run's pool."""
+    threads = threads_for(work)
+    if threads < 2:
+        for part in parts:
+            run(part)
+    else:
+        _POOL.get().share(parts, run, threads)
+
+
+def even_step(length: int, step: int, threads: int, images: int = 1) -> int:
+    """A block length of at most ``step`` that cuts ``length`` rows of each of ``images``
+    images into blocks ``threads`` threads can share evenly (their number a multiple of
+    ``threads`` where the rows allow), so that no thread is left with one block more."""
+    blocks = -(-length // max(1, step))
+    while (images * blocks) % threads and blocks < length:
+        blocks += 1
+    return -(-length // blocks)
+
+
+def cores() -> int:
     """The cores this process may run on."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
-def _take_helpers(count: int) -> list[_Helper]:
-    """The first ``count`` helpers, started as needed; at most one fewer than the cores, since
-    more threads than cores only take turns (and a spinning helper holds its core)."""
-    count = min(count, _cores() - 1)
-    if len(_helpers) < count:
-        _turns(0)              # the spinning waits loaded and timed here, not as a new helper starts
-        with _helpers_lock:
-            _helpers.extend(_Helper() for _ in range(count - len(_helpers)))
-    return _helpers[:count]
+def _turns(microseconds: float) -> int:
+    """Turns of a spinning wait that take about ``microseconds`` (:func:`spin_rate`)."""
+    return int(microseconds * spin_rate())
+
+
+@cache
+def spin_rate() -> float:
+    """Turns per microsecond of the spinning waits, measured once per process: the fastest of
+    a few tries (a try the machine slowed down or interrupted turns slower)."""
+    from kuiperinfer.kernels.compiled import spin
+
+    never = np.ones(1, np.int64)
+    spin.wait_for_task(never, 1, never, 0, 0, 0)     # both waits compiled or loaded first
+    spin.finish_and_wait(never, 0, 1000)
+    rates = []
+    for _ in range(5):
+        started = time.perf_counter()
+        spin.finish_and_wait(never, 0, 200_000)
+        rates.append(200_000 / max(1e-3, (time.perf_counter() - started) * 1e6))
+    return max(rates)
 
 
 def _forget_helpers() -> None:
     """In a forked child: the helpers' threads did not survive the fork."""
-    _helpers.clear()
+    for pool in list(_POOLS):
+        pool._helpers.clear()
 
 
 os.register_at_fork(after_in_child=_forget_helpers)
 
 
-def run_parts(parts: Sequence[Part], work: int, run: Callable[[Part], object]) -> None:
-    """``run(part)`` for every part of an operator of ``work`` multiply-adds, shared among
-    :func:`threads_for` ``work`` threads (:func:`share_parts`)."""
-    share_parts(parts, run, threads_for(work))
+# -- BLAS ----------------------------------------------------------------------------------
+
+class _BlasLimit:
+    """NumPy's BLAS limited while any user needs it, in the whole process: to the fewest
+    threads any user asks for. The BLAS thread count is process-global: the first user to
+    enter limits it and the last to leave restores it (counted under a lock, so overlapping
+    users in several threads cannot restore it too early or leave it limited). threadpoolctl
+    lets only the thread that last set OpenBLAS's thread count set it again until that
+    thread lets go, and the first and last users may be different threads, so the limit
+    lets go each time, under its lock."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._users: list[int] = []
+        self._controller: Any = None
+        self._limit: Any = None
+        self._applied: int | None = None
+
+    @contextlib.contextmanager
+    def __call__(self, threads: int) -> Iterator[None]:
+        with self._lock:
+            self._users.append(threads)
+            self._apply()
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._users.remove(threads)
+                self._apply()
+
+    def _apply(self) -> None:
+        from threadpoolctl import ThreadpoolController
+
+        wanted = min(self._users, default=None)
+        if wanted == self._applied:
+            return
+        self._applied = wanted
+        if self._limit is not None:
+            self._limit.restore_original_limits()
+            self._limit = None
+        if self._users:
+            self._controller = self._controller or ThreadpoolController()
+            _let_go_of_openblas()
+            self._limit = self._controller.limit(limits=min(self._users), user_api="blas")
+        _let_go_of_openblas()
 
 
-def share_parts(parts: Sequence[Part], run: Callable[[Part], object], threads: int) -> None:
-    """``run(part)`` for every part (the parts must write disjoint outputs), taken one at a
-    time by the caller and up to ``threads`` - 1 helpers as each comes free. Returns when
-    every part has run; raises what the first failing part raised."""
-    threads = min(threads, len(parts))
-    if threads < 2:
-        for part in parts:
-            run(part)
-        return
-    task = _Task(parts, run)
-    for helper in _take_helpers(threads - 1):
-        helper.start(task)
-    taken, turns = task.work(), _turns(CALLER_SPIN_US)
-    while not spin.finish_and_wait(task.left, taken, turns):
-        taken = 0
-        time.sleep(0)
-    if task.error is not None:
-        raise task.error
+def _let_go_of_openblas() -> None:
+    """Let any thread set OpenBLAS's thread count next (threadpoolctl 3.8 and later)."""
+    from threadpoolctl import OpenBLASController
+
+    clear = getattr(OpenBLASController, "clear_controlling_thread", None)
+    if clear is not None:
+        clear(force=True)
+
+
+blas_threads = _BlasLimit()
+"""``with blas_threads(n):`` NumPy's BLAS runs on at most ``n`` threads meanwhile, in the
+whole process (the fewest any user in any thread asks for). Runs take 1, since the pool's
+threads are the parallelism; the benchmark and Ray actors use it too."""

@@ -24,8 +24,8 @@ dimension 0 and at which batch sizes it runs (:attr:`batching`,
 (an expanded class token) follows the batch of each call where its rows are equal, and
 fixes the batch where they are not.
 
-Threads: a run uses ``workers`` threads, the caller's and the engine's own helpers
-(:mod:`kuiperinfer.kernels.parallel`), with BLAS limited to one thread. A batch of several
+Threads: a run uses the threads of the graph's :class:`~kuiperinfer.kernels.parallel.ThreadPool`
+(``workers`` of them, the caller's and the pool's helpers), with BLAS limited to one thread. A batch of several
 samples is cut into chunks of contiguous samples, one per thread, that the threads take as
 they come free, each running a chunk through the whole graph; the outputs are joined along
 dimension 0. This happens only when the graph is batch-independent. Other graphs, and
@@ -39,7 +39,7 @@ import contextlib
 import contextvars
 import difflib
 import os
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from enum import IntEnum
 from typing import Any
 
@@ -47,7 +47,7 @@ import numpy as np
 
 from kuiperinfer.errors import GraphError, InferError, InferStatus, InputError, KuiperError, OperatorError
 from kuiperinfer.kernels import jit
-from kuiperinfer.kernels.parallel import INTRA_OP_THREADS, ONE_BLAS_THREAD, share_parts
+from kuiperinfer.kernels.parallel import ThreadPool, one_thread
 from kuiperinfer.pnnx.ir import INPUT_TYPE, OUTPUT_TYPE, Graph, numpy_dtype, shape_text
 from kuiperinfer.runtime.attribute import RuntimeAttribute
 from kuiperinfer.runtime.batching import Batching, Carrier, analyse
@@ -73,14 +73,18 @@ class RuntimeGraph:
     """A PNNX model ready to run. Usually made by :func:`kuiperinfer.load`."""
 
     def __init__(self, param_path: str | os.PathLike | None = None,
-                 bin_path: str | os.PathLike | None = None, *, workers: int = 1,
-                 kernels: str = "compiled", max_tensor_bytes: int | None = None, seed: int = 0):
+                 bin_path: str | os.PathLike | None = None, *, workers: int = 1, spin: str = "auto",
+                 pool: ThreadPool | None = None, kernels: str = "compiled", max_tensor_bytes: int | None = None,
+                 seed: int = 0):
         if workers < 1:
             raise GraphError(f"workers must be at least 1, got {workers}")
         if kernels not in KERNELS:
             raise GraphError(f"kernels must be one of {KERNELS}, got {kernels!r}")
-        self.workers = workers
-        """Threads a run uses, the caller's included (1: every run in the calling thread)."""
+        try:
+            self.pool = pool or ThreadPool(workers, spin)
+            """The threads the runs use: the graph's own, or one it shares with other graphs."""
+        except ValueError as error:
+            raise GraphError(str(error)) from None
         self.kernels = kernels if jit.AVAILABLE else "reference"
         """Which kernels the layers run: ``compiled`` (Numba's; the NumPy references where
         Numba cannot be imported) or ``reference``, the NumPy ones."""
@@ -435,15 +439,14 @@ class RuntimeGraph:
                 outputs = list(_flatten(self._run_pass(values, self.graph_output_operands(), _whole(values))))
         return [_row_major(output) for output in outputs]
 
-    @contextlib.contextmanager
-    def _threads(self) -> Iterator[None]:
-        """A run's threads: ``workers`` for the kernels to share, BLAS on one of them."""
-        token = INTRA_OP_THREADS.set(self.workers)
-        try:
-            with ONE_BLAS_THREAD:
-                yield
-        finally:
-            INTRA_OP_THREADS.reset(token)
+    @property
+    def workers(self) -> int:
+        """Threads a run uses, the caller's included (1: every run in the calling thread)."""
+        return self.pool.threads
+
+    def _threads(self) -> contextlib.AbstractContextManager[None]:
+        """A run's threads: the pool's, for the kernels to share, with BLAS on one thread."""
+        return self.pool.running()
 
     def _fetch(self, values: Sequence[np.ndarray], names: list[str]) -> dict[str, Any]:
         """The values of the operands and operators ``names``, from one whole run."""
@@ -504,11 +507,11 @@ class RuntimeGraph:
         pieces: list[list[Any]] = [[] for _ in chunks]
 
         def run_chunk(index: int) -> None:
-            INTRA_OP_THREADS.set(1)
             rows = chunks[index]
-            pieces[index] = list(_flatten(self._run_pass([v[rows] for v in values], outputs, rows)))
+            with one_thread():
+                pieces[index] = list(_flatten(self._run_pass([v[rows] for v in values], outputs, rows)))
 
-        share_parts(range(len(chunks)), lambda index: context.copy().run(run_chunk, index), self.workers)
+        self.pool.share(range(len(chunks)), lambda index: context.copy().run(run_chunk, index), self.workers)
         joined = []
         for name, parts in zip(self.output_names, zip(*pieces)):
             if any(np.ndim(o) == 0 for o in parts):

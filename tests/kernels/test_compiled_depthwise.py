@@ -5,8 +5,8 @@ import itertools
 
 import numpy as np
 import pytest
+from pools import intra_op
 
-from kuiperinfer.kernels import parallel
 from kuiperinfer.kernels.compiled import depthwise
 from kuiperinfer.kernels.compiled.epilogue import CompiledEpilogue
 from kuiperinfer.kernels.depthwise import DepthwiseWeight
@@ -77,7 +77,6 @@ def test_pointwise_depthwise_matches_the_reference(kernel, stride, pads, act, st
 def test_parts_shared_among_threads_and_strided_inputs(pointwise, batch, halo_share, monkeypatch):
     """Bands of one image's rows or blocks of its channels on several threads, a
     non-contiguous (NCHW) input, a read-only one: the same values."""
-    monkeypatch.setattr(parallel, "MIN_PARALLEL_WORK", 0)
     monkeypatch.setattr(depthwise, "HALO_SHARE", halo_share)
     monkeypatch.setattr(depthwise, "PART_WORK", 1)
     monkeypatch.setattr(depthwise, "STRIPE_BYTES", 3000)
@@ -94,8 +93,7 @@ def test_parts_shared_among_threads_and_strided_inputs(pointwise, batch, halo_sh
     readonly.flags.writeable = False
     expected = reference(np.ascontiguousarray(x), weight, bias, act, stride, pads, (12, 11),
                          *((expand, None, None) if pointwise else ()))
-    token = parallel.INTRA_OP_THREADS.set(3)
-    try:
+    with intra_op(3, min_work=0):
         for source in (x, readonly):
             if pointwise:
                 ours = depthwise.pointwise_depthwise(source, pack_weight(expand, 1)[0], CompiledEpilogue(None, channels, None),
@@ -103,8 +101,6 @@ def test_parts_shared_among_threads_and_strided_inputs(pointwise, batch, halo_sh
             else:
                 ours = dw(source, stride, pads)
             check(ours, expected)
-    finally:
-        parallel.INTRA_OP_THREADS.reset(token)
 
 
 def test_row_parts_cover_every_row_once():

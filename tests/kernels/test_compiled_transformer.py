@@ -4,8 +4,8 @@ the residual before it, and GELU as a fused activation."""
 
 import numpy as np
 import pytest
+from pools import intra_op
 
-from kuiperinfer.kernels import parallel
 from kuiperinfer.kernels.compiled import attention as compiled_attention
 from kuiperinfer.kernels.compiled import epilogue
 from kuiperinfer.kernels.compiled.normalization import layer_norm_rows
@@ -34,13 +34,9 @@ def test_attention_matches_the_reference(batch, heads, length, depth, mask_shape
     if mask_shape is not None:
         sizes = {-1: length, -2: batch, -3: length, -4: heads}
         mask = (RNG.random([sizes.get(d, d) for d in mask_shape]) > 0.3).astype(np.float32) * -10000
-    monkeypatch.setattr(parallel, "MIN_PARALLEL_WORK", 1)
-    token = parallel.INTRA_OP_THREADS.set(threads)
-    try:
+    with intra_op(threads, min_work=1):
         merged = np.empty((batch, length, heads, depth), np.float32)   # the heads side by side
         ours = fast_attention(q, k, v, mask, depth ** -0.5, safe=False, out=merged.transpose(0, 2, 1, 3))
-    finally:
-        parallel.INTRA_OP_THREADS.reset(token)
     expected, _ = attention(q, k, v, mask, depth ** -0.5, safe=False)
     np.testing.assert_allclose(ours, expected, atol=1e-5, rtol=1e-4)
     np.testing.assert_allclose(merged.transpose(0, 2, 1, 3), expected, atol=1e-5, rtol=1e-4)
@@ -128,12 +124,8 @@ def test_compiled_linear_matches_the_reference(rows, threads, activation, monkey
     bias = RNG.standard_normal(70, dtype=np.float32)
     act = None if activation is None else InplaceActivation(activation)
     x = RNG.standard_normal((rows, 2, 48), dtype=np.float32)[:, 1]      # rows one apart in memory
-    monkeypatch.setattr(parallel, "MIN_PARALLEL_WORK", 1)
-    token = parallel.INTRA_OP_THREADS.set(threads)
-    try:
+    with intra_op(threads, min_work=1):
         ours = Linear("fc", weight, bias, act, compiled=True).forward([x])[0]
-    finally:
-        parallel.INTRA_OP_THREADS.reset(token)
     expected = Linear("fc", weight, bias, act, compiled=False).forward([x])[0]
     assert ours.shape == expected.shape == (rows, 70)
     np.testing.assert_allclose(ours, expected, atol=1e-5, rtol=1e-5)

@@ -9,8 +9,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from oracle import check_op
+from pools import intra_op
 
-from kuiperinfer.kernels import layout, parallel
+from kuiperinfer.kernels import layout
 from kuiperinfer.kernels.layout import is_channels_last, nchw, nhwc, pad_nhwc
 
 RNG = np.random.default_rng(0)
@@ -29,7 +30,6 @@ def test_pad_nhwc_matches_pytorch_from_either_layout(mode, channels_last):
 
 
 def test_large_copies_go_in_bands_of_rows_shared_among_intra_op_threads(monkeypatch):
-    monkeypatch.setattr(parallel, "MIN_PARALLEL_WORK", 0)
     threads, copyto = set(), np.copyto
 
     def recording(*args, **kwargs):
@@ -40,12 +40,9 @@ def test_large_copies_go_in_bands_of_rows_shared_among_intra_op_threads(monkeypa
     monkeypatch.setattr(layout.np, "copyto", recording)
     parts = [RNG.standard_normal((2, c, 7, 5), dtype=np.float32) for c in (3, 1, 4)]
     sources = [nchw(np.ascontiguousarray(nhwc(p))) for p in parts]
-    token = parallel.INTRA_OP_THREADS.set(2)
-    try:
+    with intra_op(2, min_work=0):
         joined = layout.concatenate_channels(sources)
         padded = pad_nhwc(parts[0], ((2, 0), (1, 3)))
-    finally:
-        parallel.INTRA_OP_THREADS.reset(token)
     assert is_channels_last(joined) and len(threads) == 2
     np.testing.assert_array_equal(joined, np.concatenate(parts, axis=1))
     np.testing.assert_array_equal(nchw(padded), F.pad(torch.from_numpy(parts[0]), (1, 3, 2, 0)).numpy())

@@ -1,6 +1,7 @@
-"""run_parts: parts taken by the caller and helper threads as they come free, failures, a
-descheduled helper, many callers, fork; even_step: blocks that the threads share evenly; the
-convolution kernels' blocks shared among the intra-op threads."""
+"""ThreadPool: parts taken by the caller and helper threads as they come free, failures, a
+descheduled helper, many callers, fork, the machine's load, pools of their own; even_step:
+blocks that the threads share evenly; the convolution kernels' blocks shared among a pool's
+threads; the one BLAS limit."""
 
 import os
 import threading
@@ -10,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from pools import intra_op
 
 from kuiperinfer.kernels import parallel
 from kuiperinfer.kernels.depthwise import PIXELS_MIN_CHANNELS
@@ -20,11 +22,9 @@ RNG = np.random.default_rng(0)
 
 
 @pytest.fixture
-def two_threads(monkeypatch):
-    monkeypatch.setattr(parallel, "MIN_PARALLEL_WORK", 0)
-    token = parallel.INTRA_OP_THREADS.set(2)
-    yield
-    parallel.INTRA_OP_THREADS.reset(token)
+def two_threads():
+    with intra_op(2) as pool:
+        yield pool
 
 
 def run_recording(parts, threads=None):
@@ -72,19 +72,18 @@ def test_a_failing_part_raises_in_the_caller_once_every_part_has_finished(two_th
 
 def test_callers_in_many_threads_at_once_each_get_all_their_parts_done(two_threads):
     results, errors = {}, []
+    pool = two_threads
 
     def caller(index):
-        token = parallel.INTRA_OP_THREADS.set(2)
         try:
-            for _ in range(30):
-                squares = [None] * 6
-                parallel.run_parts(range(6), 1, lambda p, squares=squares: squares.__setitem__(p, p * p + index))
-                assert squares == [p * p + index for p in range(6)]
+            with pool.running():
+                for _ in range(30):
+                    squares = [None] * 6
+                    parallel.run_parts(range(6), 1, lambda p, squares=squares: squares.__setitem__(p, p * p + index))
+                    assert squares == [p * p + index for p in range(6)]
             results[index] = True
         except BaseException as error:
             errors.append(error)
-        finally:
-            parallel.INTRA_OP_THREADS.reset(token)
 
     threads = [threading.Thread(target=caller, args=(i,)) for i in range(8)]
     for thread in threads:
@@ -92,13 +91,14 @@ def test_callers_in_many_threads_at_once_each_get_all_their_parts_done(two_threa
     for thread in threads:
         thread.join()
     assert not errors and len(results) == 8
-    assert len(parallel._helpers) <= max(0, parallel._cores() - 1)
+    assert len(pool._helpers) <= max(0, parallel.cores() - 1)
 
 
 def test_with_the_helper_busy_the_caller_runs_all_parts_itself(two_threads):
     """Another caller's long part holds the helper: this caller does not wait for it."""
-    if parallel._cores() < 2:
+    if parallel.cores() < 2:
         pytest.skip("one core: no helper to be busy")
+    pool = two_threads
     helper_busy, release = threading.Event(), threading.Event()
     others = []
 
@@ -110,7 +110,7 @@ def test_with_the_helper_busy_the_caller_runs_all_parts_itself(two_threads):
             helper_busy.wait(5)
         others.append(part)
 
-    other = threading.Thread(target=lambda: parallel.share_parts(range(2), long_part, 2))
+    other = threading.Thread(target=lambda: pool.share(range(2), long_part, 2))
     other.start()
     assert helper_busy.wait(5)
     began = time.perf_counter()
@@ -123,7 +123,7 @@ def test_with_the_helper_busy_the_caller_runs_all_parts_itself(two_threads):
 
 
 def test_the_machine_is_busy_while_other_threads_want_the_cores(tmp_path, monkeypatch):
-    monkeypatch.setattr(parallel, "_cores", lambda: 2)
+    monkeypatch.setattr(parallel, "cores", lambda: 2)
     loadavg = tmp_path / "loadavg"
     loadavg.write_text("1.02 0.80 0.51 3/118 4242\n")     # ours two, and one more thread running
     load = parallel.MachineLoad(str(loadavg))
@@ -135,18 +135,45 @@ def test_the_machine_is_busy_while_other_threads_want_the_cores(tmp_path, monkey
     assert parallel.MachineLoad(str(tmp_path / "missing")).update(2, 2) is False
 
 
-def test_while_the_machine_is_busy_only_large_operators_are_shared(two_threads, monkeypatch):
-    class Busy:
-        busy = True
+def test_while_the_machine_is_busy_only_large_operators_are_shared():
+    with intra_op(2, min_work_busy=1000) as pool:
+        assert parallel.threads_for(100) == 2 and pool.spins()
+        pool.load = parallel.BusyMachine()
+        assert parallel.threads_for(100) == 1 and parallel.threads_for(1000) == 2 and not pool.spins()
+        ran = run_recording(list(range(3)))             # helpers block instead of spinning, and still help
+        assert sorted(ran) == [0, 1, 2]
 
-        def update(self, own_running, own_threads):
-            return True
-    monkeypatch.setattr(parallel, "MIN_PARALLEL_WORK_BUSY", 1000)
-    assert parallel.threads_for(100) == 2
-    monkeypatch.setattr(parallel, "LOAD", Busy())
-    assert parallel.threads_for(100) == 1 and parallel.threads_for(1000) == 2
-    ran = run_recording([0, 1, 2])                      # helpers block instead of spinning, and still help
-    assert sorted(ran) == [0, 1, 2]
+
+@pytest.mark.parametrize("spin, spins, shared_small", [("auto", True, True), ("always", True, True),
+                                                       ("never", False, False)])
+def test_spin_says_how_helpers_wait(spin, spins, shared_small):
+    pool = parallel.ThreadPool(2, spin=spin, load=None if spin != "auto" else parallel.QuietMachine())
+    assert pool.spins() is spins
+    assert (pool.threads_for(pool.timing.min_work) == 2) is shared_small
+    assert pool.threads_for(pool.timing.min_work_busy) == 2
+    with pytest.raises(ValueError, match="spin must be one of"):
+        parallel.ThreadPool(2, spin="sometimes")
+
+
+def test_each_pool_has_helpers_of_its_own_and_stops_them():
+    if parallel.cores() < 2:
+        pytest.skip("one core: no helpers")
+    with intra_op(2) as first:
+        run_recording(list(range(4)))
+    with intra_op(2) as second:
+        run_recording(list(range(4)))
+    assert len(first._helpers) == 0 and len(second._helpers) == 0   # closed
+    names = [t.name for t in threading.enumerate()]
+    deadline = time.monotonic() + 5
+    while names.count("kuiper-intra-op") > 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+        names = [t.name for t in threading.enumerate()]
+    assert names.count("kuiper-intra-op") == 0
+
+
+def test_outside_a_run_kernels_stay_in_the_calling_thread():
+    ran = run_recording(list(range(4)))
+    assert set(ran.values()) == {threading.get_ident()} and parallel.threads_for(10**12) == 1
 
 
 def spin_compiled():
@@ -214,8 +241,7 @@ class ThreadRecorder:
 @pytest.mark.parametrize("kind", ["im2col", "pointwise", "winograd", "winograd few tiles", "depthwise",
                                   "depthwise strided", "depthwise dilated rows", "depthwise dilated pixels",
                                   "few pixels"])
-def test_kernels_share_their_blocks_among_intra_op_threads(kind, monkeypatch):
-    monkeypatch.setattr(parallel, "MIN_PARALLEL_WORK", 0)
+def test_kernels_share_their_blocks_among_intra_op_threads(kind):
     c, stride = (PIXELS_MIN_CHANNELS, 2) if kind in ("depthwise strided", "depthwise dilated pixels") else (16, 1)
     c = 64 if kind == "winograd few tiles" else c   # 16 tiles, 64 output channels
     dilation = 2 if "dilated" in kind else 1    # dilated: depthwise_conv2d, else stripes
@@ -228,11 +254,8 @@ def test_kernels_share_their_blocks_among_intra_op_threads(kind, monkeypatch):
     geometry = ConvGeometry(kernel, (stride, stride), (dilation, dilation), ((padding, padding), (padding, padding)),
                             "zeros", groups)
     recorder = ThreadRecorder()
-    token = parallel.INTRA_OP_THREADS.set(2)
-    try:
+    with intra_op(2):
         ours = conv2d(x, PackedWeight(weight, groups, winograd=kind.startswith("winograd")), geometry, recorder)
-    finally:
-        parallel.INTRA_OP_THREADS.reset(token)
     expected = F.conv2d(torch.from_numpy(x), torch.from_numpy(weight), stride=stride, padding=padding,
                         dilation=dilation, groups=groups).numpy()
     np.testing.assert_allclose(nchw(ours), expected, atol=1e-5, rtol=1e-4)
@@ -243,28 +266,39 @@ def test_kernels_share_their_blocks_among_intra_op_threads(kind, monkeypatch):
 
 def test_small_kernels_stay_in_the_calling_thread():
     recorder = ThreadRecorder()
-    token = parallel.INTRA_OP_THREADS.set(2)
-    try:
+    with intra_op(2, min_work=parallel.Timing().min_work):
         x = RNG.standard_normal((1, 8, 10, 10), dtype=np.float32)
         weight = RNG.standard_normal((8, 8, 3, 3), dtype=np.float32)
         conv2d(x, PackedWeight(weight, 1), ConvGeometry((3, 3), (1, 1), (1, 1), ((1, 1), (1, 1)), "zeros", 1),
                recorder)
-    finally:
-        parallel.INTRA_OP_THREADS.reset(token)
     assert recorder.threads == {threading.get_ident()}
+
+
+def blas_threads_now() -> list[int]:
+    from threadpoolctl import threadpool_info
+
+    return [pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas"]
 
 
 def test_the_blas_limit_holds_in_whichever_thread_enters_it():
     """threadpoolctl lets only one thread at a time set OpenBLAS's thread count."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from threadpoolctl import threadpool_info
-
     def blas_threads_inside() -> list[int]:
-        with parallel.ONE_BLAS_THREAD:
-            return [pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas"]
+        with parallel.blas_threads(1):
+            return blas_threads_now()
 
     assert blas_threads_inside() == [1]
     with ThreadPoolExecutor(1) as pool:
         assert pool.submit(blas_threads_inside).result() == [1]
     assert blas_threads_inside() == [1]
+
+
+def test_the_blas_limit_is_the_fewest_threads_any_user_asks_for_and_restored_after():
+    before = blas_threads_now()
+    with parallel.blas_threads(2):
+        assert blas_threads_now() == [min(2, n) for n in before]
+        with parallel.blas_threads(1):
+            assert blas_threads_now() == [1] * len(before)
+        assert blas_threads_now() == [min(2, n) for n in before]
+    assert blas_threads_now() == before

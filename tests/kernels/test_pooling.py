@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from pools import intra_op
 
-from kuiperinfer.kernels import parallel, pooling
+from kuiperinfer.kernels import pooling
 from kuiperinfer.kernels.layout import is_channels_last, nchw, nhwc
 from kuiperinfer.kernels.pooling import BLOCK_BYTES, avg_pool2d, global_avg_pool2d, max_pool2d
 
@@ -54,7 +55,6 @@ def test_global_average_pooling_in_either_layout_matches_pytorch(channels_last):
     ("max", 3, 2, 1, False), ("max", 3, 2, 1, True), ("max", 5, 1, 2, False), ("avg", 3, 2, 1, True)])
 def test_pooling_of_one_channels_last_image_shares_bands_of_rows_among_intra_op_threads(
         kind, kernel, stride, padding, ceil_mode, monkeypatch):
-    monkeypatch.setattr(parallel, "MIN_PARALLEL_WORK", 0)
     threads, reduce_axis = set(), pooling._reduce_axis
 
     def recording(*args):
@@ -64,14 +64,11 @@ def test_pooling_of_one_channels_last_image_shares_bands_of_rows_among_intra_op_
 
     monkeypatch.setattr(pooling, "_reduce_axis", recording)
     x = nchw(RNG.standard_normal((1, 14, 11, 8), dtype=np.float32))
-    token = parallel.INTRA_OP_THREADS.set(2)
-    try:
+    with intra_op(2, min_work=0):
         if kind == "max":
             ours = max_pool2d(x, (kernel,) * 2, (stride,) * 2, (padding,) * 2, (1, 1), ceil_mode)
         else:
             ours = avg_pool2d(x, (kernel,) * 2, (stride,) * 2, (padding,) * 2, ceil_mode, False, None)
-    finally:
-        parallel.INTRA_OP_THREADS.reset(token)
     pool = F.max_pool2d if kind == "max" else partial(F.avg_pool2d, count_include_pad=False)
     expected = pool(torch.from_numpy(np.ascontiguousarray(x)), kernel, stride, padding, ceil_mode=ceil_mode)
     np.testing.assert_allclose(ours, expected.numpy(), atol=1e-6, rtol=1e-5)
