@@ -1,7 +1,7 @@
 """Export each end-to-end network with pnnx, run it with kuiperinfer, and print a Markdown
 table of the worst errors against PyTorch for every output.
 
-    .venv/bin/python tools/network_errors.py [--only NAME ...] [--verbose]
+    .venv/bin/python -m tools.network_errors [--only NAME ...] [--verbose]
 
 The networks are the ones the tests use (tests/networks.py, and the vision transformer of
 tests/e2e/test_vit.py when that file exists), with the same random weights. Errors are measured
