@@ -3,7 +3,7 @@ table of the worst errors against PyTorch for every output.
 
     .venv/bin/python -m tools.network_errors [--only NAME ...] [--verbose]
 
-The networks are the ones the tests use (tests/networks.py, and the vision transformer of
+The networks are the ones the tests use (benchmarks/networks.py, and the vision transformer of
 tests/e2e/test_vit.py when that file exists), with the same random weights. Errors are measured
 in float64: the max absolute error over all elements, and the max relative error
 |ours - torch| / |torch| over the elements where the tests' relative tolerance is the looser
@@ -32,10 +32,10 @@ import torch
 TESTS = Path(__file__).resolve().parent.parent / "tests"
 sys.path.insert(0, str(TESTS))
 
-from networks import mobilenet_v3_small, resnet18, unet, yolov5s  # noqa: E402
 from oracle import ATOL, RTOL, torch_outputs  # noqa: E402
 
 import kuiperinfer  # noqa: E402
+from benchmarks.networks import mobilenet_v3_small, resnet18, unet, yolov5s  # noqa: E402
 
 
 @dataclass

@@ -1,4 +1,5 @@
-"""Networks written by hand in PyTorch for the end-to-end tests (no torchvision here).
+"""Networks written by hand in PyTorch (no torchvision here), for the benchmarks, the tests
+and tools/network_errors.py.
 
 Weights are random; BatchNorm running statistics and affine parameters are
 randomised so that no normalisation is the identity.
