@@ -6,7 +6,8 @@
     python -m benchmarks.kernels [-k TEXT] [--rounds N]
     python -m benchmarks.onnxruntime_profile MODEL [--batch N] [--threads N]
 
-The models are written in PyTorch (:mod:`benchmarks.models`) and exported in the run
+The models are written in PyTorch (:mod:`benchmarks.models`; the hand-written networks,
+which the tests and tools share, in :mod:`benchmarks.networks`) and exported in the run
 (pnnx for kuiperinfer, ``torch.onnx.export`` for onnxruntime) into a cache that is
 reused. See :mod:`benchmarks.__main__` for how the engines are timed and measured, and
 :mod:`benchmarks.kernels` for the kernel rates printed before the models.

@@ -1,6 +1,6 @@
 """The benchmark's models: PyTorch definitions, named inputs and the batches they run at.
 
-The hand-written networks come from the test suite (``tests/networks.py``);
+The hand-written networks are :mod:`benchmarks.networks`, which the tests share;
 EfficientNet-Lite0 is the pretrained model kuiperinfer bundles, built from its packages.
 Nothing here imports torch until a model is built, so that the processes timing
 kuiperinfer and onnxruntime never load it.
@@ -8,7 +8,6 @@ kuiperinfer and onnxruntime never load it.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,17 +18,14 @@ import numpy as np
 if TYPE_CHECKING:
     import torch
 
-TESTS_DIR = Path(__file__).resolve().parent.parent / "tests"
-
 Inputs = dict[str, np.ndarray]
 """A model's inputs by name, in the order its forward takes them."""
 
 
 def _networks():
-    """The test suite's ``networks`` module (tests/ is not a package)."""
-    if str(TESTS_DIR) not in sys.path:
-        sys.path.insert(0, str(TESTS_DIR))
-    import networks
+    """:mod:`benchmarks.networks`, imported when a model is built (it imports torch)."""
+    from benchmarks import networks
+
     return networks
 
 

@@ -1,7 +1,8 @@
 """PyTorch as the oracle: export a model with pnnx inside the test run and compare.
 
-Every operator and network test goes through here, so tolerance and export
-settings live in one place: 1e-4 absolute, or 1e-3 relative on large values.
+Every operator and network test goes through here, so the export settings live in one
+place. The tolerance, 1e-4 absolute or 1e-3 relative on large values (``ATOL``, ``RTOL``),
+and ``torch_outputs`` come from benchmarks/networks.py, which tools/network_errors.py shares.
 """
 
 from __future__ import annotations
@@ -14,9 +15,7 @@ import pnnx
 import torch
 
 import kuiperinfer
-
-ATOL = 1e-4
-RTOL = 1e-3
+from benchmarks.networks import ATOL, RTOL, torch_outputs
 
 
 def export(model: torch.nn.Module, inputs: Sequence[torch.Tensor], directory: Path,
@@ -39,23 +38,6 @@ def export(model: torch.nn.Module, inputs: Sequence[torch.Tensor], directory: Pa
             if not (directory / f"{name}.pnnx.param").exists():
                 raise
     return directory / f"{name}.pnnx.param"
-
-
-def torch_outputs(model: torch.nn.Module, inputs: Sequence[torch.Tensor]) -> list[np.ndarray]:
-    """The model's outputs as arrays, tuples and lists flattened in order."""
-    with torch.no_grad():
-        result = model(*inputs)
-    flat: list[np.ndarray] = []
-
-    def walk(value):
-        if isinstance(value, (tuple, list)):
-            for item in value:
-                walk(item)
-        else:
-            flat.append(value.detach().resolve_conj().numpy())  # ihfft returns a lazy conjugate
-
-    walk(result)
-    return flat
 
 
 def assert_matches(ours: Sequence[np.ndarray], expected: Sequence[np.ndarray],

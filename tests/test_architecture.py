@@ -1,11 +1,6 @@
 """The package's import arrows run one way: kernels at the bottom, the CLI at the top."""
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
-
-from import_graph import import_graph, layering  # noqa: E402
+from tools.import_graph import import_graph, layering
 
 
 def test_the_package_has_no_import_cycle():

@@ -16,9 +16,9 @@ import pytest
 import torch
 import torch.nn as nn
 from batches import assert_joined_requests_match, assert_same_at_every_batch, random_inputs
-from networks import SentenceEncoder, VisionTransformer, mobilenet_v3_small, resnet18, unet, yolov5s
 from oracle import export, torch_outputs
 
+from benchmarks.networks import SentenceEncoder, VisionTransformer, mobilenet_v3_small, resnet18, unet, yolov5s
 from kuiperinfer.errors import InputError
 from kuiperinfer.models import efficientnet_lite0_path
 

@@ -4,11 +4,11 @@ import numpy as np
 import onnx
 import onnxruntime
 import torch
-from networks import SentenceEncoder
 
 import kuiperinfer
 from benchmarks.engines import onnx_file, pnnx_file
 from benchmarks.models import MODELS, BenchModel, InputSpec
+from benchmarks.networks import SentenceEncoder
 
 
 def test_images_are_float32_batches():

@@ -3,7 +3,7 @@
 tests/test_hostile_models.py mutates one small hand-picked export; the optimiser's passes
 only meet their patterns (conv and BatchNorm, padding, activations, pointwise and depthwise
 pairs, squeeze-and-excitation, residual additions, attention) in real networks. Here each
-network of tests/networks.py, and the bundled EfficientNet-Lite0, is exported once by pnnx
+network of benchmarks/networks.py, and the bundled EfficientNet-Lite0, is exported once by pnnx
 and mutated: a parameter's value, a token, a weight's declared shape, a line deleted or
 duplicated. Every case ends in a working graph or a KuiperError that says where.
 """
@@ -17,10 +17,10 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from networks import SentenceEncoder, VisionTransformer, mobilenet_v3_small, resnet18, unet, yolov5s
 from oracle import export
 from test_hostile_models import GARBAGE, VALUES, load_and_run
 
+from benchmarks.networks import SentenceEncoder, VisionTransformer, mobilenet_v3_small, resnet18, unet, yolov5s
 from kuiperinfer.models import efficientnet_lite0_path
 
 NETWORKS = {

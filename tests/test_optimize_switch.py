@@ -12,7 +12,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from networks import (
+from oracle import export
+
+import kuiperinfer
+from benchmarks.networks import (
     SentenceEncoder,
     VisionTransformer,
     mobilenet_v3_small,
@@ -21,9 +24,6 @@ from networks import (
     unet,
     yolov5s,
 )
-from oracle import export
-
-import kuiperinfer
 from kuiperinfer.errors import GraphError
 from kuiperinfer.models import efficientnet_lite0_path
 from kuiperinfer.optimizer import PASSES

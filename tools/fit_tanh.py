@@ -8,7 +8,7 @@ to the minimax fit), rounded to float32. Running this prints the coefficients th
 ``kuiperinfer/kernels/compiled/activation.py`` holds and the approximation's worst error
 in float32 arithmetic over [-12, 12].
 
-    python tools/fit_tanh.py
+    python -m tools.fit_tanh
 """
 
 import numpy as np

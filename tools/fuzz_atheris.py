@@ -4,9 +4,9 @@ Optional (``pip install atheris``); not part of the test suite. Each target feed
 libFuzzer's mutated bytes to one parser and fails on anything but success or our own
 error (a :class:`~kuiperinfer.errors.KuiperError`), and on a case slower than a second::
 
-    .venv/bin/python tools/fuzz_atheris.py param /tmp/corpus-param -max_total_time=180
-    .venv/bin/python tools/fuzz_atheris.py expression /tmp/corpus-expr -max_total_time=180
-    .venv/bin/python tools/fuzz_atheris.py load /tmp/corpus-load -max_total_time=180
+    .venv/bin/python -m tools.fuzz_atheris param /tmp/corpus-param -max_total_time=180
+    .venv/bin/python -m tools.fuzz_atheris expression /tmp/corpus-expr -max_total_time=180
+    .venv/bin/python -m tools.fuzz_atheris load /tmp/corpus-load -max_total_time=180
 
 The corpus directory is seeded with valid inputs when empty (a small pnnx export, real
 expressions); arguments after it go to libFuzzer (``-runs=N``, ``-max_len=N``). ``load``

@@ -4,7 +4,7 @@ The parts are the subpackages (``runtime``, ``layers``, ...) and the top-level m
 (``tensor``, ``errors``, ...); ``kuiperinfer`` is the package's own ``__init__``. Every
 import counts, also those inside functions and under ``TYPE_CHECKING``.
 
-    python tools/import_graph.py            # the graph, parts in layering order
+    python -m tools.import_graph            # the graph, parts in layering order
 """
 
 from __future__ import annotations

@@ -1,21 +1,20 @@
 """Export each end-to-end network with pnnx, run it with kuiperinfer, and print a Markdown
 table of the worst errors against PyTorch for every output.
 
-    .venv/bin/python tools/network_errors.py [--only NAME ...] [--verbose]
+    .venv/bin/python -m tools.network_errors [--only NAME ...] [--verbose]
 
-The networks are the ones the tests use (tests/networks.py, and the vision transformer of
-tests/e2e/test_vit.py when that file exists), with the same random weights. Errors are measured
-in float64: the max absolute error over all elements, and the max relative error
-|ours - torch| / |torch| over the elements where the tests' relative tolerance is the looser
-one (|torch| > ATOL / RTOL; smaller references are judged by the absolute error). The
-"within" column applies the tests' criterion, np.allclose(atol=ATOL, rtol=RTOL). Progress goes to stderr, the table to stdout; pnnx's pass log is silenced unless
+The networks are the ones the tests use (benchmarks/networks.py), with the same random
+weights. Errors are measured in float64: the max absolute error over all elements, and the
+max relative error |ours - torch| / |torch| over the elements where the tests' relative
+tolerance is the looser one (|torch| > ATOL / RTOL; smaller references are judged by the
+absolute error). The "within" column applies the tests' criterion, np.allclose(atol=ATOL,
+rtol=RTOL). Progress goes to stderr, the table to stdout; pnnx's pass log is silenced unless
 --verbose.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import sys
 import tempfile
@@ -23,19 +22,25 @@ import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 import pnnx
 import torch
 
-TESTS = Path(__file__).resolve().parent.parent / "tests"
-sys.path.insert(0, str(TESTS))
-
-from networks import mobilenet_v3_small, resnet18, unet, yolov5s  # noqa: E402
-from oracle import ATOL, RTOL, torch_outputs  # noqa: E402
-
-import kuiperinfer  # noqa: E402
+import kuiperinfer
+from benchmarks.networks import (
+    ATOL,
+    RTOL,
+    SmallViT,
+    mobilenet_v3_small,
+    resnet18,
+    small_vit,
+    torch_outputs,
+    unet,
+    yolov5s,
+)
 
 
 @dataclass
@@ -51,22 +56,9 @@ class Network:
 
 
 def vision_transformers() -> list[Network]:
-    """The three attention variants of tests/e2e/test_vit.py, if it exists (exported as it does)."""
-    path = TESTS / "e2e" / "test_vit.py"
-    if not path.exists():
-        return []
-    spec = importlib.util.spec_from_file_location("test_vit", path)
-    vit = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(vit)
-
-    def make(attention: str) -> Callable[[], torch.nn.Module]:
-        def build() -> torch.nn.Module:
-            torch.manual_seed(0)
-            return vit.VisionTransformer(attention).eval()
-        return build
-
-    image = (vit.CHANNELS, vit.IMAGE, vit.IMAGE)
-    return [Network(f"ViT ({attention})", make(attention), image, (1, 3), (1, 3))
+    """The small ViT with each of its three attentions, exported as tests/e2e/test_vit.py does."""
+    image = (SmallViT.CHANNELS, SmallViT.IMAGE, SmallViT.IMAGE)
+    return [Network(f"ViT ({attention})", partial(small_vit, attention), image, (1, 3), (1, 3))
             for attention in ("mha", "hand", "sdpa")]
 
 

@@ -1,6 +1,6 @@
 """Compare tools/pnnx_operator_types.txt with the pnnx exporter installed here.
 
-    python tools/pnnx_operator_types.py [--binary PATH]
+    python -m tools.pnnx_operator_types [--binary PATH]
 
 The list of types was extracted once from pnnx's sources (see the header of
 tools/pnnx_operator_types.txt). After a pnnx upgrade, this tool reads the string constants
@@ -23,8 +23,7 @@ import re
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from operator_table import read_types  # noqa: E402
+from tools.operator_table import read_types
 
 TYPE_LIKE = re.compile(rb"(?:nn|F|torch|Tensor|torchvision|torchaudio|pnnx)\.[A-Za-z_][A-Za-z0-9_.]*")
 

@@ -1,4 +1,4 @@
-"""End to end: MobileNetV3-Small, YOLOv5s and UNet, written by hand in tests/networks.py,
+"""End to end: MobileNetV3-Small, YOLOv5s and UNet, written by hand in benchmarks/networks.py,
 exported by pnnx once per module and run by kuiperinfer against PyTorch.
 
 Every output must be within the oracle's tolerances (1e-4 absolute or 1e-3 relative).
@@ -12,10 +12,10 @@ from typing import NamedTuple
 
 import pytest
 import torch
-from networks import mobilenet_v3_small, unet, yolov5s
 from oracle import assert_matches, check_model, export, torch_outputs
 
 import kuiperinfer
+from benchmarks.networks import mobilenet_v3_small, unet, yolov5s
 from kuiperinfer.pnnx import Operator, read_param
 
 

@@ -2,10 +2,10 @@
 
 import pytest
 import torch
-from networks import resnet18
 from oracle import assert_matches, export, torch_outputs
 
 import kuiperinfer
+from benchmarks.networks import resnet18
 
 
 @pytest.fixture(scope="module")

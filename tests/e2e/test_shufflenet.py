@@ -5,10 +5,10 @@ optimised and as pnnx wrote it, at several batch sizes."""
 import pytest
 import torch
 import torch.nn as nn
-from networks import randomize_batchnorm
 from oracle import assert_matches, export, torch_outputs
 
 import kuiperinfer
+from benchmarks.networks import randomize_batchnorm
 from kuiperinfer.pnnx import read_param
 
 

@@ -1,4 +1,4 @@
-"""ViT-Tiny- and MiniLM-shaped networks (tests/networks.py, small sizes) against PyTorch.
+"""ViT-Tiny- and MiniLM-shaped networks (benchmarks/networks.py, small sizes) against PyTorch.
 
 Both are exported for any batch size (pnnx traced at batch 1 and 3) and run at both; the
 optimiser fuses their attention into ``kuiper.Attention``, GELU into the first feed-forward
@@ -6,8 +6,9 @@ linear layer and the residual additions into the layer normalisations after them
 """
 
 import torch
-from networks import SentenceEncoder, VisionTransformer, randomize_transformer
 from oracle import check_model
+
+from benchmarks.networks import SentenceEncoder, VisionTransformer, randomize_transformer
 
 
 def sentences(batch: int, length: int, vocab: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -12,10 +12,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from handmade import one_operator_model
-from networks import randomize_batchnorm
 from oracle import check_branches, check_op
 
 import kuiperinfer
+from benchmarks.networks import randomize_batchnorm
 from kuiperinfer.errors import LayerCreateError
 
 

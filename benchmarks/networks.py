@@ -1,4 +1,6 @@
-"""Networks written by hand in PyTorch for the end-to-end tests (no torchvision here).
+"""Networks written by hand in PyTorch (no torchvision here), for the benchmarks, the tests
+and tools/network_errors.py, and how an engine's outputs are held to PyTorch's
+(``torch_outputs``, ``ATOL`` and ``RTOL``).
 
 Weights are random; BatchNorm running statistics and affine parameters are
 randomised so that no normalisation is the identity.
@@ -7,10 +9,33 @@ randomised so that no normalisation is the identity.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
+import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+ATOL = 1e-4
+RTOL = 1e-3
+"""An engine's outputs match PyTorch's within ATOL absolute, or RTOL relative on large values."""
+
+
+def torch_outputs(model: nn.Module, inputs: Sequence[torch.Tensor]) -> list[np.ndarray]:
+    """The model's outputs as arrays, tuples and lists flattened in order."""
+    with torch.no_grad():
+        result = model(*inputs)
+    flat: list[np.ndarray] = []
+
+    def walk(value):
+        if isinstance(value, (tuple, list)):
+            for item in value:
+                walk(item)
+        else:
+            flat.append(value.detach().resolve_conj().numpy())  # ihfft returns a lazy conjugate
+
+    walk(result)
+    return flat
 
 
 def randomize_batchnorm(model: nn.Module, seed: int = 0) -> nn.Module:
@@ -23,6 +48,9 @@ def randomize_batchnorm(model: nn.Module, seed: int = 0) -> nn.Module:
                 m.weight.copy_(torch.rand(m.num_features, generator=generator) + 0.5)
                 m.bias.copy_(torch.rand(m.num_features, generator=generator) - 0.5)
     return model.eval()
+
+
+# --------------------------------------------------------------------------- ResNet-18
 
 
 class BasicBlock(nn.Module):
@@ -529,3 +557,92 @@ def minilm(seed: int = 0) -> SentenceEncoder:
     """MiniLM-L6's size: 6 layers, hidden 384, 12 heads, intermediate 1536, vocabulary 30522, 32 tokens."""
     torch.manual_seed(seed)
     return randomize_transformer(SentenceEncoder(), seed)
+
+
+# --------------------------------------------------------------------------- a small ViT, three attentions
+
+
+class HandAttention(nn.Module):
+    """Multi-head self-attention from a Linear qkv projection (timm's layout)."""
+
+    def __init__(self, embed: int, heads: int, fused: bool):
+        super().__init__()
+        self.heads, self.fused = heads, fused
+        self.scale = (embed // heads) ** -0.5
+        self.qkv = nn.Linear(embed, 3 * embed)
+        self.proj = nn.Linear(embed, embed)
+
+    def forward(self, x):
+        b, n, c = x.shape
+        qkv = self.qkv(x).reshape(b, n, 3, self.heads, c // self.heads).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv[0], qkv[1], qkv[2]
+        if self.fused:
+            x = F.scaled_dot_product_attention(q, k, v)
+        else:
+            attn = (q @ k.transpose(-2, -1)) * self.scale
+            x = attn.softmax(dim=-1) @ v
+        return self.proj(x.transpose(1, 2).reshape(b, n, c))
+
+
+class TorchAttention(nn.Module):
+    """nn.MultiheadAttention used for self-attention."""
+
+    def __init__(self, embed: int, heads: int):
+        super().__init__()
+        self.mha = nn.MultiheadAttention(embed, heads, batch_first=True)
+
+    def forward(self, x):
+        return self.mha(x, x, x, need_weights=False)[0]
+
+
+class SmallViTBlock(nn.Module):
+    def __init__(self, attention: str, embed: int, heads: int):
+        super().__init__()
+        self.norm1 = nn.LayerNorm(embed, eps=1e-6)
+        self.attn = (TorchAttention(embed, heads) if attention == "mha"
+                     else HandAttention(embed, heads, fused=attention == "sdpa"))
+        self.norm2 = nn.LayerNorm(embed, eps=1e-6)
+        self.mlp = nn.Sequential(nn.Linear(embed, 2 * embed), nn.GELU(), nn.Linear(2 * embed, embed))
+
+    def forward(self, x):
+        x = x + self.attn(self.norm1(x))
+        return x + self.mlp(self.norm2(x))
+
+
+class SmallViT(nn.Module):
+    """A small vision transformer: patch embedding (a Conv2d with stride = patch size), tokens by
+    flatten + transpose, a class token expanded to the batch and concatenated, a position
+    embedding, pre-norm blocks (LayerNorm -> attention -> residual, LayerNorm -> Linear/GELU/Linear
+    -> residual), a final LayerNorm and a linear head on the class token. The attention is
+    nn.MultiheadAttention (``mha``), or written by hand (``hand``: Linear qkv, reshape/permute,
+    matmul, softmax), or F.scaled_dot_product_attention (``sdpa``)."""
+
+    IMAGE, PATCH, CHANNELS, EMBED, HEADS, DEPTH, CLASSES = 32, 8, 3, 32, 4, 2, 10
+
+    def __init__(self, attention: str):
+        super().__init__()
+        tokens = (self.IMAGE // self.PATCH) ** 2 + 1
+        self.patch_embed = nn.Conv2d(self.CHANNELS, self.EMBED, self.PATCH, stride=self.PATCH)
+        self.cls_token = nn.Parameter(torch.randn(1, 1, self.EMBED) * 0.02)
+        self.pos_embed = nn.Parameter(torch.randn(1, tokens, self.EMBED) * 0.02)
+        self.blocks = nn.Sequential(*[SmallViTBlock(attention, self.EMBED, self.HEADS) for _ in range(self.DEPTH)])
+        self.norm = nn.LayerNorm(self.EMBED, eps=1e-6)
+        self.head = nn.Linear(self.EMBED, self.CLASSES)
+        with torch.no_grad():  # non-trivial LayerNorm affine and attention biases
+            for name, p in self.named_parameters():
+                if name.endswith(("norm1.weight", "norm2.weight", "norm.weight")):
+                    p.uniform_(0.5, 1.5)
+                elif name.endswith("bias"):
+                    p.normal_(0, 0.1)
+
+    def forward(self, images):
+        x = self.patch_embed(images).flatten(2).transpose(1, 2)
+        cls = self.cls_token.expand(x.shape[0], -1, -1)
+        x = torch.cat((cls, x), dim=1) + self.pos_embed
+        x = self.norm(self.blocks(x))
+        return self.head(x[:, 0])
+
+
+def small_vit(attention: str, seed: int = 0) -> SmallViT:
+    torch.manual_seed(seed)
+    return SmallViT(attention).eval()
