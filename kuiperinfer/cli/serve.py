@@ -25,6 +25,7 @@ Examples:
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import socket
 from pathlib import Path
@@ -53,7 +54,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-body-mb", type=_positive_float, default=64.0, metavar="MB",
                         help="largest request body accepted, in MiB (default: 64)")
     parser.add_argument("--workers", type=positive_int, metavar="N",
-                        help="threads a batch is split over (default: one per CPU)")
+                        help="threads the models' runs share (default: one per CPU)")
     parser.add_argument("--drain-timeout", type=_non_negative_float, default=30.0, metavar="S",
                         help="seconds to wait for requests in flight when stopping (default: 30)")
     parser.add_argument("--access-log", action="store_true", help="log every request")
@@ -101,8 +102,10 @@ def main(args: argparse.Namespace) -> int:
     settings = ServeSettings(max_batch_size=args.max_batch_size,
                              batch_window=args.batch_window_ms / 1000, max_queue=args.max_queue,
                              max_body_bytes=int(args.max_body_mb * 1024 * 1024))
-    models = [ServedModel.load(path, name, workers=args.workers)
-              for name, path in model_arguments(args.models)]
+    from kuiperinfer.kernels.parallel import ThreadPool
+
+    pool = ThreadPool(args.workers or os.cpu_count() or 1)   # one for all the models: they share the cores
+    models = [ServedModel.load(path, name, pool=pool) for name, path in model_arguments(args.models)]
     app = create_app(models, settings)
     listener = _listen(args.host, args.port)
     host, port = listener.getsockname()[:2]

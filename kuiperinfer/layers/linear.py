@@ -97,19 +97,26 @@ class Linear(ParamLayer):
         out_features = self._weight.shape[0]
         self._bias_row = np.zeros(out_features, np.float32) if self._bias is None else np.array(self._bias, np.float32)
         self._code = ActivationCode.of(self.activation)
+        self._compute = self._compiled_product if self.compiled else self._reference_product
+        """The kernel, chosen once: compiled epilogues or the NumPy reference."""
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
-        x = inputs[0]
-        if not self.compiled:
-            y = linear(x, self._weight_t, self._bias)
-            return [y if self.activation is None else self.activation(y)]
+        return [self._compute(inputs[0])]
+
+    def _reference_product(self, x: np.ndarray) -> np.ndarray:
+        y = linear(x, self._weight_t, self._bias)
+        return y if self.activation is None else self.activation(y)
+
+    def _compiled_product(self, x: np.ndarray) -> np.ndarray:
+        """Rows in blocks shared among the threads, the bias and activation fused in; a few
+        rows as ``W x^T`` (:meth:`_few_rows`)."""
         in_features, out_features = self._weight_t.shape
         check_features(x, in_features)
         rows = x.reshape(-1, in_features)
         y = np.empty((rows.shape[0], out_features), np.float32)
         if 1 < len(rows) <= FEW_ROWS:
             self._few_rows(rows, y)
-            return [y.reshape(*x.shape[:-1], out_features)]
+            return y.reshape(*x.shape[:-1], out_features)
         work = rows.size * out_features
         threads = threads_for(work)
         step = -(-len(rows) // (threads * PARTS_PER_THREAD)) if threads > 1 else max(1, len(rows))
@@ -118,7 +125,7 @@ class Linear(ParamLayer):
             np.matmul(rows[start:start + step], self._weight_t, out=y[start:start + step])
             finish_rows(y[start:start + step], self._bias_row, *self._code)
         run_parts(range(0, len(rows), step), work, block)
-        return [y.reshape(*x.shape[:-1], out_features)]
+        return y.reshape(*x.shape[:-1], out_features)
 
     def _few_rows(self, rows: np.ndarray, y: np.ndarray) -> None:
         """``y = activation(rows W^T + b)`` computed as ``W rows^T``, blocks of output features

@@ -20,7 +20,6 @@ model gave ``output_size``: without it, tracing the unpooling fails in PyTorch 2
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -30,32 +29,10 @@ from kuiperinfer.errors import ParseParameterAttrStatus as Status
 from kuiperinfer.kernels.pooling import adaptive_avg_pool2d, adaptive_max_pool2d, avg_pool2d, max_pool2d
 from kuiperinfer.kernels.windows import as_batched, avg_pool, max_pool
 from kuiperinfer.layers.base import NonParamLayer, batched
-from kuiperinfer.layers.convolution import as_2d, from_2d, spatial_ints, spatial_rank
-from kuiperinfer.layers.pooling3d import IndicesOutput, check_window
+from kuiperinfer.layers.convolution import as_2d, from_2d, spatial_rank
+from kuiperinfer.layers.pooling3d import IndicesOutput, Window, read_output_size
 from kuiperinfer.runtime.operator import RuntimeOperator
 from kuiperinfer.runtime.registry import register_layer
-
-
-@dataclass(frozen=True)
-class PoolWindow:
-    """Kernel, stride, padding and dilation of a pooling window, as (height, width)."""
-
-    kernel: tuple[int, int]
-    stride: tuple[int, int]
-    padding: tuple[int, int]
-    dilation: tuple[int, int]
-    ceil_mode: bool
-
-    @classmethod
-    def from_operator(cls, op: RuntimeOperator) -> PoolWindow:
-        """Read the window; ``stride=None`` (F.max_pool2d(x, 3)) means the kernel size."""
-        rank = spatial_rank(op)
-        kernel = spatial_ints(op, "kernel_size", rank, 1, Status.kParameterMissingKernel)
-        stride = spatial_ints(op, "stride", rank, 1, Status.kParameterMissingStride, kernel[2 - rank:])
-        padding = spatial_ints(op, "padding", rank, 0, Status.kParameterMissingPadding, (0,) * rank)
-        dilation = spatial_ints(op, "dilation", rank, 1, Status.kParameterMissingUnknown, (1,) * rank)
-        check_window(op, kernel, stride, padding, dilation)
-        return cls(kernel, stride, padding, dilation, op.param_bool("ceil_mode", default=False))
 
 
 @register_layer("nn.MaxPool1d", "nn.MaxPool2d", "F.max_pool1d", "F.max_pool2d")
@@ -63,7 +40,7 @@ class MaxPooling(NonParamLayer):
     """Max pooling (kernel, stride, padding, dilation, ceil_mode), with int64 indices if asked."""
 
 
-    def __init__(self, layer_name: str, window: PoolWindow, rank: int, return_indices: bool = False,
+    def __init__(self, layer_name: str, window: Window, rank: int, return_indices: bool = False,
                  as_tuple: bool = False):
         super().__init__(layer_name)
         self.window, self.rank = window, rank
@@ -71,8 +48,9 @@ class MaxPooling(NonParamLayer):
 
     @classmethod
     def create(cls, op: RuntimeOperator) -> MaxPooling:
-        layer = cls(op.name, PoolWindow.from_operator(op), spatial_rank(op), *IndicesOutput.read(op))
-        layer.batch_independent = batched(op, spatial_rank(op))
+        rank = spatial_rank(op)
+        layer = cls(op.name, Window.from_operator(op, rank).in_2d(), rank, *IndicesOutput.read(op))
+        layer.batch_independent = batched(op, rank)
         return layer
 
     def forward(self, inputs: Sequence[Any]) -> list[Any]:
@@ -95,7 +73,7 @@ class AvgPooling(NonParamLayer):
     """Average pooling (kernel, stride, padding, ceil_mode, count_include_pad, divisor_override)."""
 
 
-    def __init__(self, layer_name: str, window: PoolWindow, count_include_pad: bool,
+    def __init__(self, layer_name: str, window: Window, count_include_pad: bool,
                  divisor_override: int | None, rank: int):
         super().__init__(layer_name)
         self.window, self.rank = window, rank
@@ -106,9 +84,10 @@ class AvgPooling(NonParamLayer):
         divisor = op.param_int("divisor_override", Status.kParameterInvalidValue, default=None)
         if divisor is not None and divisor == 0:
             raise op.error("divisor_override must not be zero", Status.kParameterInvalidValue)
-        layer = cls(op.name, PoolWindow.from_operator(op), op.param_bool("count_include_pad", default=True),
-                    divisor, spatial_rank(op))
-        layer.batch_independent = batched(op, spatial_rank(op))
+        rank = spatial_rank(op)
+        layer = cls(op.name, Window.from_operator(op, rank).in_2d(), op.param_bool("count_include_pad", default=True),
+                    divisor, rank)
+        layer.batch_independent = batched(op, rank)
         return layer
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
@@ -133,14 +112,7 @@ class AdaptivePooling(NonParamLayer):
     def read_output_size(cls, op: RuntimeOperator) -> tuple[int | None, int | None]:
         """output_size as (height, width), None where the input's size is kept."""
         rank = spatial_rank(op)
-        size = op.param_ints("output_size", status=Status.kParameterMissingOutHW, default=None)
-        if size is None:
-            raise op.error("missing parameter 'output_size'", Status.kParameterMissingOutHW)
-        if len(size) == 1:
-            size = size * rank
-        if len(size) != rank or any(s < 0 for s in size):
-            raise op.error(f"output_size {size} must be {rank} sizes", Status.kParameterMissingOutHW)
-        return (1,) * (2 - rank) + tuple(s or None for s in size)
+        return (1,) * (2 - rank) + read_output_size(op, rank)
 
     def output_hw(self, x: np.ndarray) -> tuple[int, int]:
         """The output (height, width) for NCHW ``x``."""

@@ -61,6 +61,12 @@ class Window:
         check_window(op, kernel, stride, padding, dilation)
         return cls(kernel, stride, padding, dilation, op.param_bool("ceil_mode", default=False))
 
+    def in_2d(self) -> Window:
+        """A 1-D window as the 2-D window of unit height (:func:`~kuiperinfer.layers.convolution.as_2d`)."""
+        lift = 2 - len(self.kernel)
+        return Window((1,) * lift + self.kernel, (1,) * lift + self.stride, (0,) * lift + self.padding,
+                      (1,) * lift + self.dilation, self.ceil_mode)
+
 
 class IndicesOutput:
     """How a layer that can return indices hands them on: pnnx declares two outputs
