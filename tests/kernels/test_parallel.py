@@ -27,19 +27,28 @@ def two_threads():
         yield pool
 
 
-def run_recording(parts, threads=None):
-    """run_parts over ``parts``; the thread each part ran in."""
+def run_recording(parts, together=False):
+    """run_parts over ``parts``; the thread each part ran in. ``together``: the first two parts
+    wait (up to 5 s) for each other, so that a helper slow to wake on a loaded machine still
+    takes one (the caller alone would wait out the 5 s, and take both)."""
     ran = {}
+    both = threading.Barrier(2, timeout=5)
 
     def run(part):
-        time.sleep(0.001)               # long enough for the helper to take its share
+        if together and part < 2:
+            try:
+                both.wait()
+            except threading.BrokenBarrierError:
+                pass
+        else:
+            time.sleep(0.001)               # long enough for the helper to take its share
         ran[part] = threading.get_ident()
     parallel.run_parts(parts, 1, run)
     return ran
 
 
 def test_every_part_runs_once_shared_between_the_caller_and_a_helper(two_threads):
-    ran = run_recording(list(range(7)))
+    ran = run_recording(list(range(7)), together=True)
     assert sorted(ran) == list(range(7))
     assert threading.get_ident() in ran.values() and len(set(ran.values())) == 2
 
@@ -196,7 +205,7 @@ def test_a_forked_child_starts_helpers_of_its_own(two_threads):
     pid = os.fork()
     if pid == 0:                                       # the child: its copy of that helper has no thread
         try:
-            ran = run_recording([0, 1])
+            ran = run_recording([0, 1], together=True)
             os._exit(0 if sorted(ran) == [0, 1] and len(set(ran.values())) == 2 else 1)
         finally:
             os._exit(2)
