@@ -21,7 +21,7 @@ import numpy as np
 from kuiperinfer.errors import InferError, InferStatus
 from kuiperinfer.errors import ParseParameterAttrStatus as Status
 from kuiperinfer.kernels.compiled import attention as compiled_attention
-from kuiperinfer.layers.base import Layer, NonParamLayer, compiled
+from kuiperinfer.layers.base import Layer, NonParamLayer, compiled, declared_rank
 from kuiperinfer.layers.linear import linear
 from kuiperinfer.layers.softmax import softmax
 from kuiperinfer.pnnx.ir import numpy_dtype
@@ -113,8 +113,10 @@ class ScaledDotProductAttention(NonParamLayer):
         scale = op.param_float("scale", default=None)
         if scale is not None and scale <= 0:
             raise op.error(f"scale must be positive, got {scale}", Status.kParameterMissingScale)
-        return cls(op.name, op.param_bool("is_causal", default=False), scale,
-                   op.param_bool("enable_gqa", default=False), compiled(op))
+        layer = cls(op.name, op.param_bool("is_causal", default=False), scale,
+                    op.param_bool("enable_gqa", default=False), compiled(op))
+        layer.batch_independent = declared_rank(op) >= 3   # (N, ..., L, E): the batch is not a sequence
+        return layer
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         q, k, v = inputs[:3]
@@ -225,6 +227,9 @@ class MultiheadAttention(Layer):
         layer = cls(op.name, heads, batch_first, projections, out_weight_t, out_bias, bias_kv,
                     op.param_bool("add_zero_attn", default=False), mask_at, key_padding, need_weights, average)
         layer.compiled = compiled(op)
+        # batch-first (N, L, E) sequences with no mask or a key padding mask (N, S): each sample
+        # alone; an attention mask of (N * heads, L, S) would mix the batch with the heads
+        layer.batch_independent = batch_first and len(query_shape) == 3 and (mask_at is None or key_padding)
         return layer
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
