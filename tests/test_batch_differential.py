@@ -107,10 +107,7 @@ def torch_at(model: nn.Module):
 def test_every_batch_and_worker_count_gives_the_one_worker_results(exported, name):
     model, param = exported[name]
     graph = assert_same_at_every_batch(param, expected=torch_at(model))
-    # the analysis is conservative: timm's permute(2, 0, 3, 1, 4) of the packed q, k, v moves the
-    # batch to dimension 1 before a select brings it back, which it does not follow (the optimiser
-    # fuses that pattern into kuiper.Attention where the products are written out, as in "vit-")
-    mixes = name in ("mixes-samples", "vit-scaled-dot-product")
+    mixes = name == "mixes-samples"
     assert graph.batching.independent != mixes and graph.batching.batch is None
     requests = [random_inputs(graph, batch, seed) for seed, batch in enumerate((1, 2, 1, 3))]
     executions = assert_joined_requests_match(graph, requests)

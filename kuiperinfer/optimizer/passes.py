@@ -17,10 +17,10 @@
 * :func:`fuse_residual_add`: the addition of a residual to a convolution's output (with
   any activation fused into it) is done by the convolution, in place on its fresh output.
 * :func:`fuse_attention`: torch.matmul of a query and a transposed key, a scaling, an
-  optional additive mask, a softmax over the keys and torch.matmul with the values
-  become one ``kuiper.Attention`` operator; so do the reshape, permute and unbind that
-  cut a linear layer's packed q, k and v before it, and the transpose and reshape that
-  put the heads side by side after it.
+  optional additive mask, a softmax over the keys and torch.matmul with the values (or an
+  F.scaled_dot_product_attention without a mask) become one ``kuiper.Attention`` operator;
+  so do the reshape, permute and unbind that cut a linear layer's packed q, k and v before
+  it, and the transpose and reshape that put the heads side by side after it.
 * :func:`fuse_add_layer_norm`: the addition of two float32 values of one shape right
   before an nn.LayerNorm is done by the normalisation, which also hands on the sum where
   others read it.
@@ -49,7 +49,7 @@ from kuiperinfer.errors import ExpressionError, GraphError, KuiperError
 from kuiperinfer.expression import Call, Constant, InputRef, Node, compile_expression
 from kuiperinfer.kernels.winograd import MIN_CHANNELS
 from kuiperinfer.layers.activation import GELU, InplaceActivationLayer
-from kuiperinfer.layers.attention import AttentionPlan
+from kuiperinfer.layers.attention import AttentionPlan, ScaledDotProductAttention
 from kuiperinfer.layers.convolution import (
     ConvGeometry,
     Convolution,
@@ -452,28 +452,33 @@ def _merged_heads(op: RuntimeOperator) -> list[RuntimeOperator] | None:
 
 
 def fuse_attention(graph: RuntimeGraph) -> int:
-    """q @ k^T -> scale (and mask) -> softmax -> @ v becomes one ``kuiper.Attention`` operator:
-    the first torch.matmul, reading q, k, v (and the mask), or the packed projection they
-    were cut from; its output may put the heads side by side."""
+    """q @ k^T -> scale (and mask) -> softmax -> @ v, or F.scaled_dot_product_attention without
+    a mask, becomes one ``kuiper.Attention`` operator: the first torch.matmul (or the SDPA
+    operator), reading q, k, v (and the mask), or the packed projection they were cut from;
+    its output may put the heads side by side."""
     fused = 0
     for first in list(graph.operators):
         if first not in graph.operators:
             continue
         try:
             chain = _attention_chain(first)
+            scale = _plain_sdpa_scale(first) if chain is None else None
         except KuiperError:
             continue  # ill-formed parameters: building the operators' own layers reports them
-        if chain is None:
+        if chain is not None:
+            transpose, steps, softmax, second, scale, mask = chain
+            q = first.input_operands_seq[0]
+            k, v = transpose.input_operands_seq[0], second.input_operands_seq[1]
+            absorb_producer(graph, first, transpose)
+            add_input(first, v)
+            if mask is not None:
+                add_input(first, mask)
+            for consumer in (*steps, softmax, second):
+                absorb_consumer(graph, first, consumer)
+        elif scale is not None:
+            (q, k, v), mask = first.input_operands_seq, None
+        else:
             continue
-        transpose, steps, softmax, second, scale, mask = chain
-        q = first.input_operands_seq[0]
-        k, v = transpose.input_operands_seq[0], second.input_operands_seq[1]
-        absorb_producer(graph, first, transpose)
-        add_input(first, v)
-        if mask is not None:
-            add_input(first, mask)
-        for consumer in (*steps, softmax, second):
-            absorb_consumer(graph, first, consumer)
         try:
             packed = _packed_source(q, k, v)
             merged = _merged_heads(first)
@@ -489,6 +494,20 @@ def fuse_attention(graph: RuntimeGraph) -> int:
         set_plan(first, plan, plan.TYPE)
         fused += 1
     return fused
+
+
+def _plain_sdpa_scale(op: RuntimeOperator) -> float | None:
+    """The scale of an F.scaled_dot_product_attention of three float32 4-d operands without a
+    mask, causality or grouped heads (what kuiper.Attention computes), else None."""
+    if not is_a(op, ScaledDotProductAttention) or len(op.input_operands_seq) != 3 or len(op.output_operands) != 1 \
+            or op.param_bool("is_causal", default=False) or op.param_bool("enable_gqa", default=False):
+        return None
+    q, k, v = op.input_operands_seq
+    if any(len(_recorded(o)) != 4 or numpy_dtype(o.type) != np.float32 for o in (q, k, v)) \
+            or _recorded(q)[3] < 1 or _recorded(q)[3] != _recorded(k)[3]:
+        return None
+    scale = op.param_float("scale", default=None)
+    return 1.0 / float(np.sqrt(_recorded(q)[3])) if scale is None else scale
 
 
 def fuse_add_layer_norm(graph: RuntimeGraph) -> int:

@@ -26,10 +26,10 @@ def test_vision_transformer(attention, tmp_path):
     for batch in images:
         assert_matches(graph.run(batch.numpy()), torch_outputs(model, [batch]))
     types = {op.type for op in graph.operators}
-    # the optimiser fuses hand-written attention, and GELU into the linear layer before it
-    expected = {"mha": "nn.MultiheadAttention", "hand": "kuiper.Attention", "sdpa": "F.scaled_dot_product_attention"}
-    assert expected[attention] in types
+    # the optimiser fuses hand-written attention and SDPA, and GELU into the linear layer before it
+    fused = {"mha": "nn.MultiheadAttention", "hand": "kuiper.Attention", "sdpa": "kuiper.Attention"}
+    assert fused[attention] in types
     assert {"nn.Conv2d", "nn.LayerNorm", "Tensor.expand", "torch.cat"} <= types and "nn.GELU" not in types
     plain = kuiperinfer.load(tmp_path / "vit.pnnx.param", optimize=False)
-    assert {"nn.GELU", {"hand": "torch.matmul"}.get(attention, expected[attention])} <= \
-        {op.type for op in plain.operators}
+    written = {"mha": "nn.MultiheadAttention", "hand": "torch.matmul", "sdpa": "F.scaled_dot_product_attention"}
+    assert {"nn.GELU", written[attention]} <= {op.type for op in plain.operators}
