@@ -132,7 +132,7 @@ def load_model(model: ModelPath = None, threads: int | None = None) -> kuiperinf
     """
     threads = threads or actor_threads()
     if _in_actor():
-        blas_threads(1).__enter__()   # held for the actor's life
+        blas_threads.hold(1)
     return kuiperinfer.load(efficientnet_lite0_path() if model is None else model, workers=threads)
 
 

@@ -406,6 +406,13 @@ class _BlasLimit:
                 self._users.remove(threads)
                 self._apply()
 
+    def hold(self, threads: int) -> None:
+        """Limit BLAS to ``threads`` for the rest of the process (a Ray actor's: the process is
+        the model's alone), as a user that never leaves."""
+        with self._lock:
+            self._users.append(threads)
+            self._apply()
+
     def _apply(self) -> None:
         from threadpoolctl import ThreadpoolController
 
