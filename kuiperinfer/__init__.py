@@ -47,7 +47,7 @@ def __getattr__(name: str) -> Any:
 
 
 def load(param_path: str | os.PathLike, bin_path: str | os.PathLike | None = None, *,
-         optimize: bool = True, kernels: str = "compiled", workers: int | None = None,
+         optimize: bool = True, kernels: str = "compiled", precision: str = "fp32", workers: int | None = None,
          spin: str = "auto", pool: ThreadPool | None = None, keep_freed_memory: bool = False,
          warmup: bool = True, seed: int = 0, max_tensor_bytes: int | None = None,
          graph_class: type[RuntimeGraph] | None = None,
@@ -60,6 +60,10 @@ def load(param_path: str | os.PathLike, bin_path: str | os.PathLike | None = Non
       them, so that every value pnnx named can be fetched.
     - ``kernels``: ``"compiled"``, Numba's kernels (the NumPy references where Numba cannot
       be imported), or ``"reference"``, the NumPy kernels they are tested against.
+    - ``precision``: what the products of convolutions, linear layers and matrix
+      multiplications compute: ``"fp32"``, or ``"bf16"``, their inputs rounded to bfloat16
+      (:mod:`kuiperinfer.kernels.matrix.precision`; ``graph.precision`` says how this
+      machine computes it).
     - ``workers``: the threads a run uses, the caller's included (default: one per CPU;
       1 runs everything in the calling thread): the graph's own
       :class:`~kuiperinfer.kernels.parallel.ThreadPool`. See :class:`RuntimeGraph`.
@@ -100,7 +104,8 @@ def load(param_path: str | os.PathLike, bin_path: str | os.PathLike | None = Non
     if workers is None:
         workers = os.cpu_count() or 1
     graph = (graph_class or RuntimeGraph)(param_path, bin_path, workers=workers, spin=spin, pool=pool,
-                                          kernels=kernels, max_tensor_bytes=max_tensor_bytes, seed=seed)
+                                          kernels=kernels, precision=precision, max_tensor_bytes=max_tensor_bytes,
+                                          seed=seed)
     graph.init()
     if optimize:
         optimizer.optimize(graph)

@@ -12,9 +12,11 @@ from typing import Any
 
 import numpy as np
 
+import kuiperinfer
 from kuiperinfer.cli import CommandError
 from kuiperinfer.cli._progress import ProgressBar
 from kuiperinfer.inspect import shape_text
+from kuiperinfer.kernels.matrix.precision import PRECISIONS
 from kuiperinfer.models import default_model_path
 from kuiperinfer.pnnx.ir import numpy_dtype
 from kuiperinfer.runtime.graph import RuntimeGraph
@@ -27,10 +29,31 @@ def add_model_argument(parser: argparse.ArgumentParser) -> None:
                              "(default: the bundled model)")
 
 
+def add_precision_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--precision", choices=PRECISIONS, default="fp32",
+                        help="what the products of convolutions and linear layers compute: fp32 (the "
+                             "default) or bf16, their inputs rounded to bfloat16; int8 is not available yet")
+
+
+def load_model(path: Path, args: argparse.Namespace, **options: Any) -> RuntimeGraph:
+    """``kuiperinfer.load`` in the command's ``--precision``, saying on stderr how this
+    machine computes a reduced one."""
+    graph = kuiperinfer.load(path, precision=args.precision, **options)
+    tell_precision(graph)
+    return graph
+
+
+def tell_precision(graph: RuntimeGraph) -> None:
+    """A line on stderr saying how this machine computes a reduced precision."""
+    if graph.precision.name != "fp32":
+        print(f"precision {graph.precision.name}: {graph.precision.products}", file=sys.stderr)
+
+
 def add_timing_arguments(parser: argparse.ArgumentParser, runs: int, warmup: int) -> None:
-    """The arguments of commands that time a model on random inputs: the model, batch, runs,
-    warm-up, seed."""
+    """The arguments of commands that time a model on random inputs: the model, precision,
+    batch, runs, warm-up, seed."""
     add_model_argument(parser)
+    add_precision_argument(parser)
     parser.add_argument("--batch", type=positive_int, metavar="N",
                         help="batch size of the random inputs (default: the one pnnx recorded)")
     parser.add_argument("--runs", type=positive_int, default=runs, metavar="R",

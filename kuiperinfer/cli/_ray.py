@@ -148,7 +148,7 @@ def classify_on_ray(args: argparse.Namespace, classifier: Classifier,
         model = str(model_path(args.model).resolve()) if args.model else None
         rows = kray.classify(dataset, actors=actors, batch_size=args.batch_size, model=model,
                              labels=classifier.labels, preprocess=classifier.preprocess,
-                             top_k=args.top_k, outputs=args.outputs)
+                             top_k=args.top_k, outputs=args.outputs, precision=args.precision)
         batches = rows.iter_batches(batch_format="pyarrow", batch_size=None)
         if args.output:
             failed = 0
@@ -201,7 +201,8 @@ def run_on_ray(args: argparse.Namespace) -> int:
         else:
             dataset = kray.read_parquet_rows(paths, concurrency=readers)
         model_file = str(model.resolve()) if args.model else None
-        outputs = kray.predict(dataset, model_file, actors=actors, batch_size=args.batch or 8)
+        outputs = kray.predict(dataset, model_file, actors=actors, batch_size=args.batch or 8,
+                               precision=args.precision)
         with kray.ResultsFile(args.output) as out:
             for batch in outputs.iter_batches(batch_format="pyarrow", batch_size=None):
                 out.write(batch)

@@ -38,6 +38,7 @@ from kuiperinfer.cli._common import (
     print_result,
     progress_bar,
     size_text,
+    tell_precision,
     timing_header,
     timing_inputs,
 )
@@ -56,7 +57,7 @@ def main(args: argparse.Namespace) -> int:
     path = model_path(args.model)
     threads = blas_threads(args.threads) if args.threads else contextlib.nullcontext()
     with threads:
-        load = measure_load(path, args.threads)
+        load = measure_load(path, args.threads, args.precision)
         inputs = timing_inputs(load.graph, args)
         with progress_bar(args, "benchmarking", "runs") as bar:
             blas = blas_description()
@@ -77,11 +78,12 @@ class Load:
     """Bytes; None where the system does not say."""
 
 
-def measure_load(path: Path, workers: int | None) -> Load:
+def measure_load(path: Path, workers: int | None, precision: str = "fp32") -> Load:
     """Load the model as ``kuiperinfer.load`` does (its warm-up run included), timed."""
     before = resident_bytes()
     start = time.perf_counter()
-    graph = kuiperinfer.load(path, workers=workers)
+    graph = kuiperinfer.load(path, workers=workers, precision=precision)
+    tell_precision(graph)
     seconds = time.perf_counter() - start
     after = resident_bytes()
     return Load(graph, seconds, None if before is None or after is None else after - before)

@@ -28,7 +28,9 @@ from typing import Any
 from kuiperinfer.cli import CommandError
 from kuiperinfer.cli._common import (
     add_json_argument,
+    add_precision_argument,
     add_progress_argument,
+    load_model,
     model_path,
     positive_int,
     print_result,
@@ -70,6 +72,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--outputs", choices=OUTPUT_KINDS, default="auto",
                         help="what the model returns; logits get a softmax (default: auto, "
                              "probabilities when every row sums to 1)")
+    add_precision_argument(parser)
     add_json_argument(parser, "the results")
     add_progress_argument(parser)
     add_ray_arguments(parser).add_argument(
@@ -101,8 +104,8 @@ def main(args: argparse.Namespace) -> int:
 def _classifier(args: argparse.Namespace) -> Classifier:
     """The bundled classifier or ``--model``, with the preprocessing options applied."""
     options = dict(labels=args.labels, batch_size=args.batch_size, outputs=args.outputs)
-    classifier = Classifier(model_path(args.model), **options) if args.model else \
-        Classifier.bundled(**options)
+    graph = load_model(model_path(args.model), args)
+    classifier = Classifier(graph, **options) if args.model else Classifier.bundled(graph, **options)
     changes = {name: value for name in ("size", "resize", "mean", "std", "interpolation")
                if (value := getattr(args, name)) is not None}
     if "size" in changes:

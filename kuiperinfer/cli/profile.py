@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import argparse
 
-import kuiperinfer
 from kuiperinfer.cli._common import (
     add_json_argument,
     add_progress_argument,
     add_timing_arguments,
+    load_model,
     model_path,
     non_negative_int,
     print_result,
@@ -48,7 +48,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     path = model_path(args.model)
-    graph = kuiperinfer.load(path, graph_class=ProfilingGraph)
+    graph = load_model(path, args, graph_class=ProfilingGraph)
     inputs = timing_inputs(graph, args)
     with progress_bar(args, "profiling", "runs") as bar:
         result = profile(graph, inputs, args.runs, args.warmup, bar)

@@ -31,7 +31,14 @@ import numpy as np
 
 import kuiperinfer
 from kuiperinfer.cli import CommandError
-from kuiperinfer.cli._common import add_model_argument, model_path, positive_int, random_inputs
+from kuiperinfer.cli._common import (
+    add_model_argument,
+    add_precision_argument,
+    load_model,
+    model_path,
+    positive_int,
+    random_inputs,
+)
 from kuiperinfer.cli._ray import add_ray_arguments, check_ray_arguments, run_on_ray
 
 
@@ -50,6 +57,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output", "-o", metavar="FILE.npz",
                         help="write the outputs to this .npz file instead of printing them "
                              "(with --ray: FILE.parquet or FILE.jsonl)")
+    add_precision_argument(parser)
     add_ray_arguments(parser)
 
 
@@ -57,7 +65,7 @@ def main(args: argparse.Namespace) -> int:
     check_ray_arguments(args)
     if args.ray:
         return run_on_ray(args)
-    graph = kuiperinfer.load(model_path(args.model))
+    graph = load_model(model_path(args.model), args)
     inputs = read_inputs(graph, args.input)
     missing = [name for name in graph.input_names if name not in inputs]
     fill_randomly = bool(missing) and (args.random or not inputs)

@@ -31,7 +31,7 @@ import socket
 from pathlib import Path
 
 from kuiperinfer.cli import CommandError
-from kuiperinfer.cli._common import non_negative_int, positive_int
+from kuiperinfer.cli._common import add_precision_argument, non_negative_int, positive_int, tell_precision
 from kuiperinfer.models import default_model_path
 
 SERVE_INSTALL = "pip install starlette uvicorn"
@@ -58,6 +58,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--drain-timeout", type=_non_negative_float, default=30.0, metavar="S",
                         help="seconds to wait for requests in flight when stopping (default: 30)")
     parser.add_argument("--access-log", action="store_true", help="log every request")
+    add_precision_argument(parser)
 
 
 def _non_negative_float(text: str) -> float:
@@ -105,7 +106,8 @@ def main(args: argparse.Namespace) -> int:
     from kuiperinfer.kernels.parallel import ThreadPool
 
     pool = ThreadPool(args.workers or os.cpu_count() or 1)   # one for all the models: they share the cores
-    models = [ServedModel.load(path, name, pool=pool) for name, path in model_arguments(args.models)]
+    models = [ServedModel.load(path, name, pool=pool, precision=args.precision)
+              for name, path in model_arguments(args.models)]
     app = create_app(models, settings)
     listener = _listen(args.host, args.port)
     host, port = listener.getsockname()[:2]
@@ -113,6 +115,7 @@ def main(args: argparse.Namespace) -> int:
         inputs = ", ".join(f"{s.name} {s.datatype} {list(s.shape)}" for s in model.inputs)
         outputs = ", ".join(f"{s.name} {s.datatype} {list(s.shape)}" for s in model.outputs)
         print(f"model {model.name} ({model.path}): {inputs} -> {outputs}")
+        tell_precision(model.graph)
         if not model.joins_requests:
             print(f"  requests run one at a time: {model.graph.batching.describe()}")
     joining = (f"requests joined up to {settings.max_batch_size} samples within "

@@ -21,6 +21,7 @@ import numpy as np
 from kuiperinfer.errors import InferError, InferStatus
 from kuiperinfer.errors import ParseParameterAttrStatus as Status
 from kuiperinfer.kernels.compiled import attention as compiled_attention
+from kuiperinfer.kernels.matrix.precision import FP32
 from kuiperinfer.layers.base import Layer, NonParamLayer, compiled, declared_rank
 from kuiperinfer.layers.linear import linear
 from kuiperinfer.layers.softmax import softmax
@@ -173,6 +174,8 @@ class MultiheadAttention(Layer):
 
     compiled = False
     """Whether attention without its weights goes through the compiled kernel."""
+    precision = FP32
+    """What the projections compute (the attention between them stays fp32)."""
 
     def __init__(self, layer_name: str, num_heads: int, batch_first: bool,
                  projections: tuple[Projection, ...], out_weight_t: np.ndarray, out_bias: np.ndarray | None,
@@ -195,9 +198,9 @@ class MultiheadAttention(Layer):
         use_bias = op.param_bool("bias", Status.kParameterMissingUseBias, default=op.has_weight("in_proj_bias"))
 
         if op.has_weight("in_proj_weight"):
-            wq, wk, wv = np.split(op.weight("in_proj_weight", (3 * embed, embed)), 3)
+            wq, wk, wv = np.split(op.precision.weight(op.weight("in_proj_weight", (3 * embed, embed))), 3)
         else:
-            wq, wk, wv = (op.weight(f"{role}_proj_weight", (embed, dim))
+            wq, wk, wv = (op.precision.weight(op.weight(f"{role}_proj_weight", (embed, dim)))
                           for role, dim in (("q", embed), ("k", kdim), ("v", vdim)))
         biases = (np.split(op.weight("in_proj_bias", (3 * embed,), Status.kAttrMissingBias), 3)
                   if use_bias else [None, None, None])
@@ -205,7 +208,7 @@ class MultiheadAttention(Layer):
         weights = {"q": (wq * scaling, None if biases[0] is None else biases[0] * scaling),
                    "k": (wk, biases[1]), "v": (wv, biases[2])}
 
-        out_weight_t = np.ascontiguousarray(op.weight("out_proj.weight", (embed, embed)).T)
+        out_weight_t = np.ascontiguousarray(op.precision.weight(op.weight("out_proj.weight", (embed, embed))).T)
         out_bias = op.weight("out_proj.bias", (embed,), Status.kAttrMissingBias) if use_bias else None
         bias_kv = None
         if op.param_bool("add_bias_kv", default=op.has_weight("bias_k")):
@@ -226,7 +229,7 @@ class MultiheadAttention(Layer):
         average = not (need_weights and len(op.output_operands[1].shapes) == len(query_shape) + 1)
         layer = cls(op.name, heads, batch_first, projections, out_weight_t, out_bias, bias_kv,
                     op.param_bool("add_zero_attn", default=False), mask_at, key_padding, need_weights, average)
-        layer.compiled = compiled(op)
+        layer.compiled, layer.precision = compiled(op), op.precision
         # batch-first (N, L, E) sequences with no mask or a key padding mask (N, S): each sample
         # alone; an attention mask of (N * heads, L, S) would mix the batch with the heads
         layer.batch_independent = batch_first and len(query_shape) == 3 and (mask_at is None or key_padding)
@@ -241,7 +244,7 @@ class MultiheadAttention(Layer):
         sources = [self._to_batch_first(x, batched) for x in sources]
         projected: dict[str, np.ndarray] = {}
         for p in self.projections:
-            y = linear(sources[p.source], p.weight_t, p.bias)
+            y = linear(self.precision.activations(sources[p.source]), p.weight_t, p.bias)
             projected.update(zip(p.roles, np.split(y, len(p.roles), axis=-1)))
         q, k, v = projected["q"], projected["k"], projected["v"]
         n, embed = q.shape[0], q.shape[-1]
@@ -259,7 +262,8 @@ class MultiheadAttention(Layer):
             out, weights = fast_attention(q, k, v, mask, 1.0, safe=True), None
         else:
             out, weights = attention(q, k, v, mask, 1.0, safe=not self.need_weights)
-        out = linear(out.transpose(0, 2, 1, 3).reshape(n, -1, embed), self.out_weight_t, self.out_bias)
+        out = self.precision.activations(out.transpose(0, 2, 1, 3).reshape(n, -1, embed))
+        out = linear(out, self.out_weight_t, self.out_bias)
         if not batched:
             out = out[0]
         elif not self.batch_first:

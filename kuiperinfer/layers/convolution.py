@@ -42,6 +42,7 @@ from kuiperinfer.kernels.im2col import (
     planar_conv2d,
 )
 from kuiperinfer.kernels.layout import is_channels_last, nchw, nhwc, pad_nhwc
+from kuiperinfer.kernels.matrix.precision import FP32, Precision
 from kuiperinfer.kernels.padding import PAD_MODES, pad_last_dims
 from kuiperinfer.kernels.parallel import threads_for
 from kuiperinfer.kernels.windows import as_batched
@@ -305,11 +306,11 @@ class PointwiseProduct:
     The fused operators compute their 1x1 convolutions through it."""
 
     def __init__(self, weight: np.ndarray, bias: np.ndarray | None, activation: InplaceActivation | None,
-                 compiled: bool = False):
+                 compiled: bool = False, precision: Precision = FP32):
         if weight.ndim != 4 or weight.shape[2:] != (1, 1):
             raise ValueError(f"a 1x1 convolution's weight has shape (out, in, 1, 1), not {weight.shape}")
         scale, self.epilogue = product_epilogue(bias, weight.shape[0], activation, compiled)
-        self.matrix = PackedWeight(weight, 1, scale=scale).matrix
+        self.matrix = PackedWeight(precision.weight(weight), 1, scale=scale).matrix
         self.in_channels, self.out_channels = self.matrix.shape
 
     def __call__(self, rows: np.ndarray) -> np.ndarray:
@@ -449,11 +450,13 @@ class Convolution(ParamLayer):
 
     def __init__(self, layer_name: str, weight: np.ndarray, bias: np.ndarray | None,
                  geometry: ConvGeometry, rank: int, plan: ConvolutionPlan = NO_PLAN,
-                 recorded: tuple[int, int, int] = (0, 0, 0), compiled: bool = False):
+                 recorded: tuple[int, int, int] = (0, 0, 0), compiled: bool = False, precision: Precision = FP32):
         super().__init__(layer_name, weight, bias)
         if plan.padding is not None:
             geometry = replace(geometry, padding=plan.padding)
         self.geometry, self.rank, self.plan, self.compiled = geometry, rank, plan, compiled
+        self.precision = FP32 if is_depthwise(weight, geometry.groups) else precision
+        """What the product computes; a depthwise convolution is no product and stays fp32."""
         self.recorded = recorded
         """The output's (batch, height, width) at export (0 where unknown), for which the
         weights are prepared (any other shape works too)."""
@@ -477,7 +480,8 @@ class Convolution(ParamLayer):
         if plan.residual and len(op.input_operands_seq) != 2:
             raise op.error(f"a convolution adding a residual takes 2 inputs, not {len(op.input_operands_seq)}",
                            Status.kParameterInvalidValue)
-        layer = cls(op.name, weight, _read_bias(op, c_out), geometry, rank, plan, _recorded_output(op), compiled(op))
+        layer = cls(op.name, weight, _read_bias(op, c_out), geometry, rank, plan, _recorded_output(op), compiled(op),
+                    op.precision)
         layer.batch_independent = batched(op, rank)
         return layer
 
@@ -486,7 +490,7 @@ class Convolution(ParamLayer):
         return True
 
     def pack(self) -> None:
-        weight_2d = self._weight.reshape(*self._weight.shape[:2], *self.geometry.kernel)
+        weight_2d = self.precision.weight(self._weight.reshape(*self._weight.shape[:2], *self.geometry.kernel))
         scale, epilogue = product_epilogue(self._bias, self._weight.shape[0], self.plan.activation, self.compiled)
         self.epilogue = epilogue
         """Bias and planned activation, applied in place on each block of output."""
@@ -498,7 +502,7 @@ class Convolution(ParamLayer):
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         x, unbatched = as_2d(inputs[0], self.rank, f"conv{self.rank}d")
-        out = from_2d(nchw(self.kernel(x)), self.rank, unbatched)
+        out = from_2d(nchw(self.kernel(self.precision.activations(x))), self.rank, unbatched)
         if self.plan.residual:
             out = add_residual(out, inputs[1], self.plan.residual_activation, self.compiled)
         if not self.plan.channels_last:
@@ -510,19 +514,21 @@ class Convolution(ParamLayer):
 class FunctionalConvolution(Layer):
     """F.conv1d / F.conv2d whose weight (and bias) arrive as inputs at run time."""
 
-    def __init__(self, layer_name: str, geometry: ConvGeometry, rank: int):
+    def __init__(self, layer_name: str, geometry: ConvGeometry, rank: int, precision: Precision = FP32):
         super().__init__(layer_name)
-        self.geometry, self.rank = geometry, rank
+        self.geometry, self.rank, self.precision = geometry, rank, precision
 
     @classmethod
     def create(cls, op: RuntimeOperator) -> FunctionalConvolution:
         rank = spatial_rank(op)
-        layer = cls(op.name, ConvGeometry.from_operator(op, _weight_operand_kernel(op)), rank)
+        layer = cls(op.name, ConvGeometry.from_operator(op, _weight_operand_kernel(op)), rank, op.precision)
         return functional(layer, op, batched(op, rank))
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         x, unbatched = as_2d(inputs[0], self.rank, f"conv{self.rank}d")
         weight = _check_weight(inputs[1], self.geometry, self.rank)
+        if not is_depthwise(weight, self.geometry.groups):
+            x, weight = self.precision.activations(x), self.precision.activations(weight)
         bias = inputs[2] if len(inputs) > 2 else None
         out = conv2d(x, PackedWeight(weight, self.geometry.groups), self.geometry, Epilogue(bias))
         return [from_2d(np.ascontiguousarray(nchw(out)), self.rank, unbatched)]
@@ -597,9 +603,10 @@ class TransposedConvolution(ParamLayer):
 
     def __init__(self, layer_name: str, weight: np.ndarray, bias: np.ndarray | None,
                  geometry: ConvGeometry, output_padding: tuple[int, int], rank: int,
-                 channels_last: bool = False):
+                 channels_last: bool = False, precision: Precision = FP32):
         super().__init__(layer_name, weight, bias)
         self.geometry, self.output_padding, self.rank = geometry, output_padding, rank
+        self.precision = FP32 if is_depthwise(weight, geometry.groups) else precision
         self.channels_last = channels_last
         """Whether an output computed in channels-last memory stays so (the optimiser
         selects it); otherwise it is copied to row-major NCHW."""
@@ -613,16 +620,18 @@ class TransposedConvolution(ParamLayer):
         c_in, c_out = _read_channels(op, geometry)
         weight = op.weight("weight", (c_in, c_out // geometry.groups, *kernel), copy=False)
         channels_last = op.plan is not None and op.plan.channels_last
-        layer = cls(op.name, weight, _read_bias(op, c_out), geometry, output_padding, rank, channels_last)
+        layer = cls(op.name, weight, _read_bias(op, c_out), geometry, output_padding, rank, channels_last,
+                    op.precision)
         layer.batch_independent = batched(op, rank)
         return layer
 
     def pack(self) -> None:
-        self._packed = pack_conv_transpose_weight(self._weight.reshape(*self._weight.shape[:2], *self.geometry.kernel),
-                                                  self.geometry, self.output_padding)
+        weight = self.precision.weight(self._weight.reshape(*self._weight.shape[:2], *self.geometry.kernel))
+        self._packed = pack_conv_transpose_weight(weight, self.geometry, self.output_padding)
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         x, unbatched = as_2d(inputs[0], self.rank, f"conv_transpose{self.rank}d")
+        x = self.precision.activations(x)
         out = conv_transpose2d(x, self._packed, self._bias, self.geometry,
                                self.output_padding)
         if not self.channels_last:
@@ -635,19 +644,22 @@ class FunctionalTransposedConvolution(Layer):
     """F.conv_transpose1d / F.conv_transpose2d whose weight (and bias) arrive as inputs."""
 
     def __init__(self, layer_name: str, geometry: ConvGeometry, output_padding: tuple[int, int],
-                 rank: int):
+                 rank: int, precision: Precision = FP32):
         super().__init__(layer_name)
         self.geometry, self.output_padding, self.rank = geometry, output_padding, rank
+        self.precision = precision
 
     @classmethod
     def create(cls, op: RuntimeOperator) -> FunctionalTransposedConvolution:
         geometry, output_padding = _read_transposed_geometry(op, _weight_operand_kernel(op))
         rank = spatial_rank(op)
-        return functional(cls(op.name, geometry, output_padding, rank), op, batched(op, rank))
+        return functional(cls(op.name, geometry, output_padding, rank, op.precision), op, batched(op, rank))
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         x, unbatched = as_2d(inputs[0], self.rank, f"conv_transpose{self.rank}d")
         weight = _check_weight(inputs[1], self.geometry, self.rank)
+        if not is_depthwise(weight, self.geometry.groups):
+            x, weight = self.precision.activations(x), self.precision.activations(weight)
         if weight.shape[0] % self.geometry.groups:
             raise InferError(f"weight of shape {weight.shape} does not split into "
                              f"{self.geometry.groups} groups",

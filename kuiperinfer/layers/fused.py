@@ -28,6 +28,7 @@ from kuiperinfer.kernels.depthwise_stripes import depthwise_in_stripes
 from kuiperinfer.kernels.elementwise import InplaceActivation
 from kuiperinfer.kernels.jit import kernel_array
 from kuiperinfer.kernels.layout import nchw, nhwc
+from kuiperinfer.kernels.matrix.precision import FP32, Precision
 from kuiperinfer.kernels.pooling import global_avg_pool2d
 from kuiperinfer.layers.base import Layer, batched, compiled
 from kuiperinfer.layers.convolution import (
@@ -73,7 +74,8 @@ class SqueezeExcitationPlan:
     expand: Pointwise
 
 
-def pointwise_product(op: RuntimeOperator, pointwise: Pointwise, what: str, compiled: bool) -> PointwiseProduct:
+def pointwise_product(op: RuntimeOperator, pointwise: Pointwise, what: str, compiled: bool,
+                      precision: Precision = FP32) -> PointwiseProduct:
     """The product computing the 1x1 convolution ``what`` of the fused ``op``."""
     weight, bias = pointwise.weight, pointwise.bias
     if weight.ndim != 4 or weight.shape[2:] != (1, 1):
@@ -82,7 +84,7 @@ def pointwise_product(op: RuntimeOperator, pointwise: Pointwise, what: str, comp
     if bias is not None and bias.shape != weight.shape[:1]:
         raise op.error(f"the {what} convolution's bias has shape {bias.shape}, expected {weight.shape[:1]}",
                        Status.kAttrWrongSize)
-    return PointwiseProduct(weight, bias, pointwise.activation, compiled)
+    return PointwiseProduct(weight, bias, pointwise.activation, compiled, precision)
 
 
 def plan_of(op: RuntimeOperator, plan_class: type) -> Any:
@@ -100,25 +102,28 @@ class PointwiseDepthwise(Layer):
 
     plan_class = PointwiseDepthwisePlan
 
-    def __init__(self, layer_name: str, pointwise: PointwiseProduct, depthwise: Convolution):
+    def __init__(self, layer_name: str, pointwise: PointwiseProduct, depthwise: Convolution,
+                 precision: Precision = FP32):
         super().__init__(layer_name)
-        self.pointwise, self.depthwise = pointwise, depthwise
+        self.pointwise, self.depthwise, self.precision = pointwise, depthwise, precision
+        """:attr:`precision` is the 1x1 product's (the depthwise convolution stays fp32)."""
 
     @classmethod
     def create(cls, op: RuntimeOperator) -> PointwiseDepthwise:
         plan = plan_of(op, PointwiseDepthwisePlan)
-        pointwise = pointwise_product(op, plan.pointwise, "1x1", compiled(op))
+        pointwise = pointwise_product(op, plan.pointwise, "1x1", compiled(op), op.precision)
         depthwise = Convolution.create_planned(op, plan.depthwise)
         if pointwise.out_channels != depthwise.packed.in_channels or depthwise.packed.depthwise is None:
             raise op.error(f"the 1x1 convolution makes {pointwise.out_channels} channels, the depthwise "
                            f"one takes {depthwise.packed.in_channels}", Status.kAttrWrongSize)
-        layer = cls(op.name, pointwise, depthwise)
+        layer = cls(op.name, pointwise, depthwise, op.precision)
         layer.batch_independent = batched(op, 2)
         return layer
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         (x, unbatched), geometry = as_2d(inputs[0], 2, "conv2d"), self.depthwise.geometry
         check_channels(x, self.pointwise.in_channels)
+        x = self.precision.activations(x)
         compiled = self.depthwise.packed.compiled_depthwise
         if compiled is not None:
             out = nchw(pointwise_depthwise(nhwc(x), self.pointwise.matrix, self.pointwise.epilogue, compiled,

@@ -23,6 +23,7 @@ from kuiperinfer.errors import ParseParameterAttrStatus as Status
 from kuiperinfer.kernels.compiled.activation import ActivationCode
 from kuiperinfer.kernels.compiled.epilogue import finish_rows, finish_transposed
 from kuiperinfer.kernels.elementwise import InplaceActivation
+from kuiperinfer.kernels.matrix.precision import FP32, Precision
 from kuiperinfer.kernels.parallel import run_parts, threads_for
 from kuiperinfer.layers.base import ActivationPlan, Layer, ParamLayer, compiled, declared_rank, functional
 from kuiperinfer.runtime.operator import RuntimeOperator
@@ -68,8 +69,10 @@ class Linear(ParamLayer):
     plan_class = ActivationPlan
 
     def __init__(self, layer_name: str, weight: np.ndarray, bias: np.ndarray | None = None,
-                 activation: InplaceActivation | None = None, compiled: bool = False):
+                 activation: InplaceActivation | None = None, compiled: bool = False, precision: Precision = FP32):
         super().__init__(layer_name, weight, bias)
+        self.precision = precision
+        """What the product computes."""
         self.activation = activation
         """An activation the graph optimiser fused in, applied in place on the output."""
         self.compiled = compiled
@@ -83,7 +86,8 @@ class Linear(ParamLayer):
         weight = op.weight("weight", (out_features, in_features), copy=False)
         use_bias = op.param_bool("bias", Status.kParameterMissingUseBias, default=op.has_weight("bias"))
         bias = op.weight("bias", (out_features,), Status.kAttrMissingBias) if use_bias else None
-        layer = cls(op.name, weight, bias, op.plan.activation if op.plan is not None else None, compiled(op))
+        layer = cls(op.name, weight, bias, op.plan.activation if op.plan is not None else None, compiled(op),
+                    op.precision)
         layer.batch_independent = declared_rank(op) >= 2
         return layer
 
@@ -92,7 +96,8 @@ class Linear(ParamLayer):
         return True
 
     def pack(self) -> None:
-        self._weight_t = np.require(self._weight.T, np.float32, "CA")
+        self._matrix = self.precision.weight(self._weight)
+        self._weight_t = np.require(self._matrix.T, np.float32, "CA")
         # a writable copy: a read-only array (the model file's) would be another specialisation
         out_features = self._weight.shape[0]
         self._bias_row = np.zeros(out_features, np.float32) if self._bias is None else np.array(self._bias, np.float32)
@@ -101,7 +106,7 @@ class Linear(ParamLayer):
         """The kernel, chosen once: compiled epilogues or the NumPy reference."""
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
-        return [self._compute(inputs[0])]
+        return [self._compute(self.precision.activations(inputs[0]))]
 
     def _reference_product(self, x: np.ndarray) -> np.ndarray:
         y = linear(x, self._weight_t, self._bias)
@@ -130,7 +135,7 @@ class Linear(ParamLayer):
     def _few_rows(self, rows: np.ndarray, y: np.ndarray) -> None:
         """``y = activation(rows W^T + b)`` computed as ``W rows^T``, blocks of output features
         shared among the threads."""
-        weight = self._weight
+        weight = self._matrix
         rows_t = np.ascontiguousarray(rows.T)
         y_t = np.empty((weight.shape[0], len(rows)), np.float32)
         work = FEW_ROWS * weight.size
@@ -150,12 +155,17 @@ class FunctionalLinear(Layer):
     (pnnx turns F.linear on a module's own parameters into nn.Linear.)
     """
 
+    precision = FP32
+    """What the product computes."""
+
     @classmethod
     def create(cls, op: RuntimeOperator) -> FunctionalLinear:
         if len(op.input_operands_seq) not in (2, 3):
             raise op.error(f"F.linear needs the input, the weight and an optional bias as inputs, got "
                            f"{len(op.input_operands_seq)}", Status.kAttrMissingWeight)
-        return functional(cls(op.name), op, declared_rank(op) >= 2)
+        layer = cls(op.name)
+        layer.precision = op.precision
+        return functional(layer, op, declared_rank(op) >= 2)
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         x, weight = inputs[0], inputs[1]
@@ -163,4 +173,4 @@ class FunctionalLinear(Layer):
         if weight.ndim != 2:
             raise InferError(f"F.linear weight has shape {weight.shape}, expected (out_features, in_features)",
                              status=InferStatus.kInferFailedWeightParameterError)
-        return [linear(x, weight.T, bias)]
+        return [linear(self.precision.activations(x), self.precision.activations(weight).T, bias)]

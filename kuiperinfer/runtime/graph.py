@@ -47,6 +47,7 @@ import numpy as np
 
 from kuiperinfer.errors import GraphError, InferError, InferStatus, InputError, KuiperError, OperatorError
 from kuiperinfer.kernels import jit
+from kuiperinfer.kernels.matrix.precision import precision as choose_precision
 from kuiperinfer.kernels.parallel import ThreadPool, one_thread
 from kuiperinfer.pnnx.ir import INPUT_TYPE, OUTPUT_TYPE, Graph, numpy_dtype, shape_text
 from kuiperinfer.runtime.attribute import RuntimeAttribute
@@ -75,7 +76,7 @@ class RuntimeGraph:
     def __init__(self, param_path: str | os.PathLike | None = None,
                  bin_path: str | os.PathLike | None = None, *, workers: int = 1, spin: str = "auto",
                  pool: ThreadPool | None = None, kernels: str = "compiled", max_tensor_bytes: int | None = None,
-                 seed: int = 0):
+                 seed: int = 0, precision: str = "fp32"):
         if workers < 1:
             raise GraphError(f"workers must be at least 1, got {workers}")
         if kernels not in KERNELS:
@@ -88,6 +89,12 @@ class RuntimeGraph:
         self.kernels = kernels if jit.AVAILABLE else "reference"
         """Which kernels the layers run: ``compiled`` (Numba's; the NumPy references where
         Numba cannot be imported) or ``reference``, the NumPy ones."""
+        try:
+            self.precision = choose_precision(precision)
+            """What the products compute and how this machine computes it
+            (:mod:`kuiperinfer.kernels.matrix.precision`)."""
+        except KuiperError as error:
+            raise GraphError(str(error)) from None
         self.max_tensor_bytes = max_tensor_bytes
         """Largest weight or operand the model may declare (None: the reader's default)."""
         self.seed = seed
@@ -119,7 +126,7 @@ class RuntimeGraph:
         self.operators, self.operands = [], {}
         for pnnx_op in graph.ops:
             op = RuntimeOperator(pnnx_op.name, pnnx_op.type, pnnx_op.line or None)
-            op.seed, op.kernels = self.seed, self.kernels
+            op.seed, op.kernels, op.precision = self.seed, self.kernels, self.precision
             self._init_operands(pnnx_op, op)
             op.params = {k: RuntimeParameter.from_pnnx(p) for k, p in pnnx_op.params.items()}
             op.attribute = {k: RuntimeAttribute(a) for k, a in pnnx_op.attrs.items()}

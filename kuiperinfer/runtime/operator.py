@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from kuiperinfer.errors import LayerCreateError, ParseParameterAttrStatus, WeightError
+from kuiperinfer.kernels.matrix.precision import FP32
 from kuiperinfer.runtime.attribute import RuntimeAttribute
 from kuiperinfer.runtime.operand import RuntimeOperand
 from kuiperinfer.runtime.parameter import RuntimeParameter
@@ -62,6 +63,8 @@ class RuntimeOperator:
         self.kernels = "reference"
         """Which kernels its layer runs: ``compiled`` or the NumPy ``reference`` (the graph's
         ``kernels`` option)."""
+        self.precision = FP32
+        """What its products compute (the graph's ``precision`` option)."""
 
     @property
     def output_operators(self) -> list[RuntimeOperator]:

@@ -1,0 +1,228 @@
+"""Precisions: bfloat16 rounding and split products against PyTorch and float64, the CPU's
+matrix features, the ``precision`` option, and every layer that multiplies held to a
+PyTorch model computing the same definition (benchmarks/emulation.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import kuiperinfer
+from benchmarks.emulation import bf16_products
+from benchmarks.networks import torch_outputs
+from kuiperinfer.errors import KuiperError
+from kuiperinfer.kernels.layout import nchw
+from kuiperinfer.kernels.matrix import features
+from kuiperinfer.kernels.matrix.bf16 import round_bf16, split_bf16, split_product
+from kuiperinfer.kernels.matrix.features import MatrixFeatures, cpu_flags
+from kuiperinfer.kernels.matrix.precision import FP32, precision
+from oracle import Holder, assert_matches, export
+
+# -- bfloat16 -------------------------------------------------------------------------------
+
+
+def bits(*words: int) -> np.ndarray:
+    return np.array(words, np.uint32).view(np.float32)
+
+
+def test_round_bf16_is_pytorchs_rounding() -> None:
+    rng = np.random.default_rng(0)
+    scales = np.float64(10.0) ** rng.integers(-30, 30, 10_000)
+    x = np.concatenate([
+        (rng.standard_normal(10_000) * scales).astype(np.float32),
+        np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 3.4028235e38, -3.4028235e38, 1e-40, -1e-45], np.float32),
+        bits(0x3F808000, 0x3F818000, 0x3F807FFF, 0x3F808001, 0x7F7F8000, 0x7FC00001, 0x7F800001, 0xFF800001),
+    ])
+    assert x.dtype == np.float32
+    ours = round_bf16(x)
+    expected = torch.from_numpy(x).bfloat16().float().numpy()
+    np.testing.assert_array_equal(ours, expected)   # NaN where PyTorch has NaN, ties to even, overflow to inf
+    assert not np.any(ours.view(np.uint32) & 0xFFFF)
+
+
+def test_round_bf16_keeps_the_memory_layout() -> None:
+    x = nchw(np.random.default_rng(1).standard_normal((2, 5, 7, 3)).astype(np.float32))   # channels-last
+    rounded = round_bf16(x)
+    assert rounded.shape == x.shape and np.argsort(rounded.strides).tolist() == np.argsort(x.strides).tolist()
+    np.testing.assert_array_equal(rounded, torch.from_numpy(np.ascontiguousarray(x)).bfloat16().float().numpy())
+
+
+@pytest.mark.parametrize("parts, bound", [(1, 2 ** -8), (2, 2 ** -16), (3, 2 ** -24)])
+def test_bf16_parts_add_up_to_the_value(parts: int, bound: float) -> None:
+    x = np.random.default_rng(2).standard_normal(5000).astype(np.float32) * 100
+    total = np.sum(np.stack(split_bf16(x, parts)).astype(np.float64), axis=0)
+    assert np.max(np.abs(total - x) / np.abs(x)) <= bound
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 1), (7, 13, 5), (64, 300, 33), (3, 1024, 2)])
+@pytest.mark.parametrize("parts, low, high", [(1, 1e-4, 2e-2), (2, 1e-8, 2e-5), (3, 0.0, 1e-6)])
+def test_split_products_recover_float32(shape, parts, low, high) -> None:
+    m, k, n = shape
+    rng = np.random.default_rng(m * k * n)
+    a, b = rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((k, n)).astype(np.float32)
+    exact = a.astype(np.float64) @ b.astype(np.float64)
+    error = np.max(np.abs(split_product(a, b, parts) - exact)) / np.max(np.abs(exact))
+    assert error <= high
+    if m * k * n > 1:   # rounding really happened (one exact product of one pair may not show it)
+        assert error >= low
+
+
+# -- the CPU's matrix features ----------------------------------------------------------------
+
+CPUINFO = """processor\t: 0
+vendor_id\t: GenuineIntel
+flags\t\t: fpu sse avx2 avx512f avx512_vnni avx512_bf16 amx_bf16 amx_tile amx_int8
+processor\t: 1
+flags\t\t: fpu
+"""
+
+
+def test_features_are_read_from_cpuinfo() -> None:
+    flags = cpu_flags(CPUINFO)
+    assert "amx_tile" in flags and "fpu" in flags
+    sapphire = MatrixFeatures.from_flags(flags)
+    assert sapphire == MatrixFeatures(amx_bf16=True, amx_int8=True, avx512_bf16=True, vnni=True)
+    assert sapphire.bf16_products == "AMX"
+    zen4 = MatrixFeatures.from_flags(frozenset({"avx512_bf16", "avx512_vnni", "amx_bf16"}))   # no amx_tile
+    assert (zen4.amx_bf16, zen4.bf16_products, zen4.vnni) == (False, "AVX512-BF16", True)
+    assert MatrixFeatures.from_flags(frozenset({"avx2", "avx_vnni"})).vnni
+    assert MatrixFeatures().bf16_products is None and "no matrix" in MatrixFeatures().describe()
+    assert cpu_flags("") == frozenset()
+
+
+def test_this_machine() -> None:
+    with open("/proc/cpuinfo") as file:
+        flags = cpu_flags(file.read())
+    found = features.detect()
+    assert found == MatrixFeatures.from_flags(flags)
+    # the tile state is granted exactly where the CPU has AMX, once per process
+    assert features.request_tile_state() is found.amx_bf16
+    assert features.request_tile_state() is found.amx_bf16
+
+
+# -- the option ---------------------------------------------------------------------------------
+
+
+def test_precisions_by_name() -> None:
+    assert precision("fp32") is FP32 and not FP32.rounds
+    bf16 = precision("bf16", MatrixFeatures())
+    assert bf16.rounds and "no bf16 products" in bf16.products
+    assert "AMX" in precision("bf16", MatrixFeatures(amx_bf16=True)).products
+    with pytest.raises(KuiperError, match="calibration"):
+        precision("int8")
+    with pytest.raises(KuiperError, match="one of"):
+        precision("fp16")
+
+
+def test_load_refuses_unknown_precisions(tmp_path) -> None:
+    param = export(Holder(nn.Linear(4, 3)), (torch.randn(2, 4),), tmp_path)
+    for name, match in (("int8", "calibration"), ("float32", "one of")):
+        with pytest.raises(KuiperError, match=match):
+            kuiperinfer.load(param, precision=name)
+    assert kuiperinfer.load(param, precision="bf16").precision.name == "bf16"
+
+
+# -- layers against PyTorch computing the same definition ---------------------------------------
+
+
+class Attention(nn.Module):
+    """Self-attention through nn.MultiheadAttention; :meth:`bf16` is the same with bf16 projections."""
+
+    def __init__(self):
+        super().__init__()
+        self.attention = nn.MultiheadAttention(32, 4, batch_first=True)
+
+    def forward(self, x):
+        return self.attention(x, x, x, need_weights=False)[0]
+
+    def bf16(self, x):
+        m, r = self.attention, (lambda t: t.bfloat16().float())
+        q, k, v = F.linear(r(x), r(m.in_proj_weight), m.in_proj_bias).chunk(3, dim=-1)
+        heads = [t.unflatten(-1, (4, 8)).transpose(1, 2) for t in (q, k, v)]
+        y = F.scaled_dot_product_attention(*heads).transpose(1, 2).flatten(2)
+        return F.linear(r(y), r(m.out_proj.weight), m.out_proj.bias)
+
+
+class SmallCNN(nn.Module):
+    """The products of a depthwise network: a stem, 1x1 expansion, depthwise filter (fused
+    with it by the optimiser), a squeeze-and-excitation gate, a residual 1x1 projection, an
+    upsampling transposed convolution and a classifier."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 16, 3, stride=2, padding=1)
+        self.expand = nn.Conv2d(16, 48, 1)
+        self.depthwise = nn.Conv2d(48, 48, 3, padding=1, groups=48)
+        self.reduce, self.excite = nn.Conv2d(48, 12, 1), nn.Conv2d(12, 48, 1)
+        self.project = nn.Conv2d(48, 16, 1)
+        self.up = nn.ConvTranspose2d(16, 8, 2, stride=2)
+        self.classifier = nn.Linear(8, 10)
+
+    def forward(self, x):
+        x = F.relu(self.stem(x))
+        y = F.hardswish(self.depthwise(F.hardswish(self.expand(x))))
+        gate = torch.sigmoid(self.excite(F.relu(self.reduce(y.mean((2, 3), keepdim=True)))))
+        x = x + self.project(y * gate)
+        x = F.relu(self.up(x))
+        return self.classifier(x.mean((2, 3)))
+
+
+LAYERS = {
+    "conv 3x3": (nn.Conv2d(8, 16, 3, padding=1), (2, 8, 12, 12)),
+    "conv 1x1": (nn.Conv2d(8, 16, 1), (2, 8, 12, 12)),
+    "conv strided, grouped": (nn.Conv2d(8, 16, 3, stride=2, groups=2), (2, 8, 13, 13)),
+    "conv1d": (nn.Conv1d(8, 16, 5, padding=2), (2, 8, 20)),
+    "conv transposed": (nn.ConvTranspose2d(8, 4, 3, stride=2), (2, 8, 6, 6)),
+    "linear 3-d": (nn.Linear(24, 40), (2, 5, 24)),
+    "F.linear": (lambda x, w: F.linear(x, w), (3, 8), (6, 8)),
+    "F.conv2d": (lambda x, w: F.conv2d(x, w, padding=1), (2, 8, 6, 6), (4, 8, 3, 3)),
+    "small CNN": (SmallCNN(), (2, 3, 32, 32)),
+}
+
+
+def bf16_reference(model, inputs):
+    if isinstance(model, Attention):
+        with torch.no_grad():
+            return [model.bf16(*inputs).numpy()]
+    if isinstance(model, nn.Module):
+        with bf16_products(model):
+            return torch_outputs(model, inputs)
+    r = [t.bfloat16().float() for t in inputs]
+    return torch_outputs(Holder(_Function(model)), r)
+
+
+class _Function(nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *xs):
+        return self.fn(*xs)
+
+
+@pytest.mark.parametrize("name", [*LAYERS, "nn.MultiheadAttention"])
+def test_bf16_products_are_the_definitions(name, tmp_path) -> None:
+    """Each layer that multiplies, alone or in a network, with compiled and reference
+    kernels, optimised or not: bf16 as PyTorch computes it on rounded inputs, and not fp32."""
+    model, *shapes = LAYERS[name] if name in LAYERS else (Attention(), (2, 7, 32))
+    torch.manual_seed(0)
+    module = model if isinstance(model, nn.Module) else _Function(model)
+    module.eval()
+    inputs = [torch.randn(*shape) for shape in shapes]
+    param = export(Holder(module), inputs, tmp_path)
+    expected, fp32 = bf16_reference(model, inputs), torch_outputs(module, inputs)
+    assert np.max(np.abs(expected[0] - fp32[0])) > 1e-4, "bf16 changes nothing here"
+    for kernels in ("compiled", "reference"):
+        for optimize in (True, False):
+            graph = kuiperinfer.load(param, precision="bf16", kernels=kernels, optimize=optimize)
+            assert_matches(graph.run(*[t.numpy() for t in inputs]), expected)
+
+
+def test_depthwise_convolutions_stay_fp32(tmp_path) -> None:
+    module = nn.Conv2d(8, 8, 3, padding=1, groups=8)
+    x = torch.randn(2, 8, 9, 9)
+    param = export(Holder(module), (x,), tmp_path)
+    assert_matches(kuiperinfer.load(param, precision="bf16").run(x.numpy()), torch_outputs(module, (x,)))
