@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import partial
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 
 def bf16_parts(x: torch.Tensor, parts: int) -> list[torch.Tensor]:
@@ -34,19 +34,25 @@ def _split(product, x: torch.Tensor, weight: torch.Tensor, parts: int) -> torch.
     return sum(product(x_parts[i], w_parts[j]) for i in range(parts) for j in range(parts - i))
 
 
-def _product(module: nn.Module):
-    """The product ``module`` computes, as a function of its input and a weight (no bias),
-    for the layers whose products a precision changes; None for the others."""
-    if isinstance(module, nn.Linear):
-        return F.linear
-    if isinstance(module, nn.Conv1d | nn.Conv2d):
-        depthwise = module.groups > 1 and module.groups == module.in_channels and module.weight.shape[1] == 1
-        return None if depthwise else lambda x, w: module._conv_forward(x, w, None)
-    if isinstance(module, nn.ConvTranspose1d | nn.ConvTranspose2d):
-        transpose = F.conv_transpose1d if isinstance(module, nn.ConvTranspose1d) else F.conv_transpose2d
-        return lambda x, w: transpose(x, w, None, module.stride, module.padding, module.output_padding,
-                                      module.groups, module.dilation)
-    return None
+LAYERS = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.ConvTranspose1d, nn.ConvTranspose2d)
+"""The layers whose products a precision changes (depthwise convolutions excepted)."""
+
+
+def _changed(module: nn.Module) -> bool:
+    depthwise = isinstance(module, nn.Conv1d | nn.Conv2d) and module.groups > 1 \
+        and module.groups == module.in_channels and module.weight.shape[1] == 1
+    return isinstance(module, LAYERS) and not depthwise
+
+
+def _product(module: nn.Module, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """What ``module``'s own forward (a subclass's padding included) computes from ``x``
+    with ``weight`` instead of its weight, and no bias."""
+    saved = module._parameters["weight"], module._parameters["bias"]
+    module._parameters["weight"], module._parameters["bias"] = weight, None
+    try:
+        return type(module).forward(module, x)
+    finally:
+        module._parameters["weight"], module._parameters["bias"] = saved
 
 
 @contextmanager
@@ -55,13 +61,9 @@ def bf16_products(model: nn.Module, parts: int = 1) -> Iterator[nn.Module]:
     and linear layers compute their products from ``parts`` bfloat16 parts of their inputs
     and weights, accumulated in float32; the bias is added in float32."""
     patched = []
-    for module in model.modules():
-        product = _product(module)
-        if product is None:
-            continue
-
-        def forward(x, m=module, product=product):
-            out = _split(product, x, m.weight, parts)
+    for module in filter(_changed, model.modules()):
+        def forward(x, m=module):
+            out = _split(partial(_product, m), x, m.weight, parts)
             if m.bias is None:
                 return out
             return out + (m.bias if isinstance(m, nn.Linear) else m.bias.reshape(1, -1, *(1,) * (out.dim() - 2)))

@@ -9,6 +9,7 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from oracle import Holder, assert_matches, export
 
 import kuiperinfer
 from benchmarks.emulation import bf16_products
@@ -19,7 +20,6 @@ from kuiperinfer.kernels.matrix import features
 from kuiperinfer.kernels.matrix.bf16 import round_bf16, split_bf16, split_product
 from kuiperinfer.kernels.matrix.features import MatrixFeatures, cpu_flags
 from kuiperinfer.kernels.matrix.precision import FP32, precision
-from oracle import Holder, assert_matches, export
 
 # -- bfloat16 -------------------------------------------------------------------------------
 

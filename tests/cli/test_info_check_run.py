@@ -343,3 +343,22 @@ def test_the_installed_kuiper_script(tmp_path):
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 2 and result.stdout == ""
     assert result.stderr == f"kuiper check: error: no such model file: {tmp_path / 'absent.pnnx.param'}\n"
+
+
+def test_run_in_bf16_says_how_this_machine_computes_it(capsys, tmp_path):
+    x = np.random.default_rng(3).standard_normal((2, 3, 64, 64)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    code, _, err = run(capsys, "run", str(DEMO), "-i", str(tmp_path / "x.npy"), "-o", str(tmp_path / "o.npz"),
+                       "--precision", "bf16")
+    assert code == 0
+    assert err == f"precision bf16: {kuiperinfer.load(DEMO, precision='bf16').precision.products}\n"
+    ours = np.load(tmp_path / "o.npz")["12"]
+    np.testing.assert_allclose(ours, kuiperinfer.load(DEMO, precision="bf16", kernels="reference")(x), atol=1e-6)
+    assert not np.array_equal(ours, kuiperinfer.load(DEMO)(x))   # the products' inputs were rounded
+
+
+@pytest.mark.parametrize("command", ["run", "bench", "profile", "classify"])
+def test_int8_is_refused_until_calibration_exists(capsys, command):
+    code, _, err = run(capsys, command, "--precision", "int8", *(["--model", str(DEMO)] if command == "classify"
+                                                                 else [str(DEMO)]))
+    assert code == 2 and "'int8' is not available yet" in err and len(err.splitlines()) == 1
