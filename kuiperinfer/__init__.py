@@ -25,12 +25,13 @@ if TYPE_CHECKING:
     from kuiperinfer.runtime.graph import GraphState, RuntimeGraph
     from kuiperinfer.tensor import Tensor
 
-__all__ = ["load", "RuntimeGraph", "GraphState", "ThreadPool", "Tensor", "KuiperError"]
+__all__ = ["load", "quantize", "RuntimeGraph", "GraphState", "ThreadPool", "Tensor", "KuiperError"]
 __version__ = "0.1.0"
 
 LayerRegisterer.add_source("kuiperinfer.layers")   # every layer registers when the first is asked for
 
 _NAMES = {"RuntimeGraph": "kuiperinfer.runtime.graph", "GraphState": "kuiperinfer.runtime.graph",
+          "quantize": "kuiperinfer.quantization",
           "ThreadPool": "kuiperinfer.kernels.parallel", "Tensor": "kuiperinfer.tensor"}
 
 
@@ -47,7 +48,8 @@ def __getattr__(name: str) -> Any:
 
 
 def load(param_path: str | os.PathLike, bin_path: str | os.PathLike | None = None, *,
-         optimize: bool = True, kernels: str = "compiled", precision: str = "fp32", workers: int | None = None,
+         optimize: bool = True, kernels: str = "compiled", precision: str = "fp32",
+         calibration: str | os.PathLike | None = None, workers: int | None = None,
          spin: str = "auto", pool: ThreadPool | None = None, keep_freed_memory: bool = False,
          warmup: bool = True, seed: int = 0, max_tensor_bytes: int | None = None,
          graph_class: type[RuntimeGraph] | None = None,
@@ -60,10 +62,11 @@ def load(param_path: str | os.PathLike, bin_path: str | os.PathLike | None = Non
       them, so that every value pnnx named can be fetched.
     - ``kernels``: ``"compiled"``, Numba's kernels (the NumPy references where Numba cannot
       be imported), or ``"reference"``, the NumPy kernels they are tested against.
-    - ``precision``: what the products of convolutions, linear layers and matrix
-      multiplications compute: ``"fp32"``, or ``"bf16"``, their inputs rounded to bfloat16
-      (:mod:`kuiperinfer.kernels.matrix.precision`; ``graph.precision`` says how this
-      machine computes it).
+    - ``precision``: what the products of convolutions and linear layers compute:
+      ``"fp32"``; ``"bf16"``, their inputs rounded to bfloat16; ``"int8"``, uint8
+      activations and int8 weights, with the activations' ranges from ``calibration``, a
+      table :func:`kuiperinfer.quantize` wrote (:mod:`kuiperinfer.kernels.matrix.precision`;
+      ``graph.precision`` says how this machine computes it).
     - ``workers``: the threads a run uses, the caller's included (default: one per CPU;
       1 runs everything in the calling thread): the graph's own
       :class:`~kuiperinfer.kernels.parallel.ThreadPool`. See :class:`RuntimeGraph`.
@@ -104,7 +107,8 @@ def load(param_path: str | os.PathLike, bin_path: str | os.PathLike | None = Non
     if workers is None:
         workers = os.cpu_count() or 1
     graph = (graph_class or RuntimeGraph)(param_path, bin_path, workers=workers, spin=spin, pool=pool,
-                                          kernels=kernels, precision=precision, max_tensor_bytes=max_tensor_bytes,
+                                          kernels=kernels, precision=precision, calibration=calibration,
+                                          max_tensor_bytes=max_tensor_bytes,
                                           seed=seed)
     graph.init()
     if optimize:

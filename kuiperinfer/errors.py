@@ -96,6 +96,10 @@ class ParamSyntaxError(ModelFormatError):
     """Malformed ``.pnnx.param`` text."""
 
 
+class CalibrationError(ModelFormatError):
+    """A calibration table that cannot be read, or that does not fit the model it is given for."""
+
+
 class BinArchiveError(ModelFormatError):
     """A ``.pnnx.bin`` archive that is not a valid stored zip, or disagrees with the .param."""
 

@@ -107,19 +107,21 @@ def test_this_machine() -> None:
 
 
 def test_precisions_by_name() -> None:
-    assert precision("fp32") is FP32 and not FP32.rounds
+    x = np.float32([1.00390625, 3.0])   # 1 + 2^-8 is a tie between two bfloat16 values
+    assert precision("fp32") is FP32 and FP32.activations(x) is x and FP32.weight(x) is x
     bf16 = precision("bf16", MatrixFeatures())
-    assert bf16.rounds and "no bf16 products" in bf16.products
+    assert bf16.name == "bf16" and "no bf16 products" in bf16.products
+    assert bf16.activations(x).tolist() == [1.0, 3.0] and bf16.weight(x).tolist() == [1.0, 3.0]
     assert "AMX" in precision("bf16", MatrixFeatures(amx_bf16=True)).products
-    with pytest.raises(KuiperError, match="calibration"):
-        precision("int8")
+    assert "VNNI" in precision("int8", MatrixFeatures(vnni=True)).products
+    assert "no int8 products" in precision("int8", MatrixFeatures()).products
     with pytest.raises(KuiperError, match="one of"):
         precision("fp16")
 
 
 def test_load_refuses_unknown_precisions(tmp_path) -> None:
     param = export(Holder(nn.Linear(4, 3)), (torch.randn(2, 4),), tmp_path)
-    for name, match in (("int8", "calibration"), ("float32", "one of")):
+    for name, match in (("int8", "needs a calibration table"), ("float32", "one of")):
         with pytest.raises(KuiperError, match=match):
             kuiperinfer.load(param, precision=name)
     assert kuiperinfer.load(param, precision="bf16").precision.name == "bf16"

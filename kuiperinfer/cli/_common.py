@@ -32,13 +32,15 @@ def add_model_argument(parser: argparse.ArgumentParser) -> None:
 def add_precision_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--precision", choices=PRECISIONS, default="fp32",
                         help="what the products of convolutions and linear layers compute: fp32 (the "
-                             "default) or bf16, their inputs rounded to bfloat16; int8 is not available yet")
+                             "default); bf16, their inputs rounded to bfloat16; int8, with --calibration")
+    parser.add_argument("--calibration", metavar="TABLE",
+                        help="the calibration table of --precision int8 (made by kuiper quantize)")
 
 
 def load_model(path: Path, args: argparse.Namespace, **options: Any) -> RuntimeGraph:
     """``kuiperinfer.load`` in the command's ``--precision``, saying on stderr how this
     machine computes a reduced one."""
-    graph = kuiperinfer.load(path, precision=args.precision, **options)
+    graph = kuiperinfer.load(path, precision=args.precision, calibration=args.calibration, **options)
     tell_precision(graph)
     return graph
 

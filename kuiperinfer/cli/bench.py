@@ -25,6 +25,7 @@ import contextlib
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import kuiperinfer
 from kuiperinfer import RuntimeGraph
@@ -57,7 +58,7 @@ def main(args: argparse.Namespace) -> int:
     path = model_path(args.model)
     threads = blas_threads(args.threads) if args.threads else contextlib.nullcontext()
     with threads:
-        load = measure_load(path, args.threads, args.precision)
+        load = measure_load(path, args.threads, precision=args.precision, calibration=args.calibration)
         inputs = timing_inputs(load.graph, args)
         with progress_bar(args, "benchmarking", "runs") as bar:
             blas = blas_description()
@@ -78,11 +79,11 @@ class Load:
     """Bytes; None where the system does not say."""
 
 
-def measure_load(path: Path, workers: int | None, precision: str = "fp32") -> Load:
+def measure_load(path: Path, workers: int | None, **options: Any) -> Load:
     """Load the model as ``kuiperinfer.load`` does (its warm-up run included), timed."""
     before = resident_bytes()
     start = time.perf_counter()
-    graph = kuiperinfer.load(path, workers=workers, precision=precision)
+    graph = kuiperinfer.load(path, workers=workers, **options)
     tell_precision(graph)
     seconds = time.perf_counter() - start
     after = resident_bytes()

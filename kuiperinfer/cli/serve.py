@@ -106,7 +106,7 @@ def main(args: argparse.Namespace) -> int:
     from kuiperinfer.kernels.parallel import ThreadPool
 
     pool = ThreadPool(args.workers or os.cpu_count() or 1)   # one for all the models: they share the cores
-    models = [ServedModel.load(path, name, pool=pool, precision=args.precision)
+    models = [ServedModel.load(path, name, pool=pool, precision=args.precision, calibration=args.calibration)
               for name, path in model_arguments(args.models)]
     app = create_app(models, settings)
     listener = _listen(args.host, args.port)

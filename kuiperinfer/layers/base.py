@@ -53,6 +53,9 @@ class Layer:
     """The class of the plan that ``create`` reads from ``op.plan``; None for layers the
     optimiser never plans for."""
 
+    quantizable = False
+    """Whether ``int8`` computes the layer's product (it multiplies by a weight it holds)."""
+
     def __init__(self, layer_name: str):
         self.layer_name = layer_name
 

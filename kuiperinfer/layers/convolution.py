@@ -455,7 +455,8 @@ class Convolution(ParamLayer):
         if plan.padding is not None:
             geometry = replace(geometry, padding=plan.padding)
         self.geometry, self.rank, self.plan, self.compiled = geometry, rank, plan, compiled
-        self.precision = FP32 if is_depthwise(weight, geometry.groups) else precision
+        self.quantizable = not is_depthwise(weight, geometry.groups)
+        self.precision = precision if self.quantizable else FP32
         """What the product computes; a depthwise convolution is no product and stays fp32."""
         self.recorded = recorded
         """The output's (batch, height, width) at export (0 where unknown), for which the
@@ -606,7 +607,8 @@ class TransposedConvolution(ParamLayer):
                  channels_last: bool = False, precision: Precision = FP32):
         super().__init__(layer_name, weight, bias)
         self.geometry, self.output_padding, self.rank = geometry, output_padding, rank
-        self.precision = FP32 if is_depthwise(weight, geometry.groups) else precision
+        self.quantizable = not is_depthwise(weight, geometry.groups)
+        self.precision = precision if self.quantizable else FP32
         self.channels_last = channels_last
         """Whether an output computed in channels-last memory stays so (the optimiser
         selects it); otherwise it is copied to row-major NCHW."""
@@ -626,7 +628,7 @@ class TransposedConvolution(ParamLayer):
         return layer
 
     def pack(self) -> None:
-        weight = self.precision.weight(self._weight.reshape(*self._weight.shape[:2], *self.geometry.kernel))
+        weight = self.precision.weight(self._weight.reshape(*self._weight.shape[:2], *self.geometry.kernel), axis=1)
         self._packed = pack_conv_transpose_weight(weight, self.geometry, self.output_padding)
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:

@@ -101,6 +101,7 @@ class PointwiseDepthwise(Layer):
     activation, computed in stripes; the two are :attr:`pointwise` and :attr:`depthwise`."""
 
     plan_class = PointwiseDepthwisePlan
+    quantizable = True
 
     def __init__(self, layer_name: str, pointwise: PointwiseProduct, depthwise: Convolution,
                  precision: Precision = FP32):

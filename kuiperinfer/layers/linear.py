@@ -67,6 +67,7 @@ class Linear(ParamLayer):
     """y = x W^T + b over the last dimension; W^T is packed once, contiguous."""
 
     plan_class = ActivationPlan
+    quantizable = True
 
     def __init__(self, layer_name: str, weight: np.ndarray, bias: np.ndarray | None = None,
                  activation: InplaceActivation | None = None, compiled: bool = False, precision: Precision = FP32):

@@ -45,13 +45,23 @@ from typing import Any
 
 import numpy as np
 
-from kuiperinfer.errors import GraphError, InferError, InferStatus, InputError, KuiperError, OperatorError
+from kuiperinfer.errors import (
+    CalibrationError,
+    GraphError,
+    InferError,
+    InferStatus,
+    InputError,
+    KuiperError,
+    OperatorError,
+)
 from kuiperinfer.kernels import jit
+from kuiperinfer.kernels.matrix.precision import FP32
 from kuiperinfer.kernels.matrix.precision import precision as choose_precision
 from kuiperinfer.kernels.parallel import ThreadPool, one_thread
 from kuiperinfer.pnnx.ir import INPUT_TYPE, OUTPUT_TYPE, Graph, numpy_dtype, shape_text
 from kuiperinfer.runtime.attribute import RuntimeAttribute
 from kuiperinfer.runtime.batching import Batching, Carrier, analyse
+from kuiperinfer.runtime.calibration import CalibrationTable, model_digest
 from kuiperinfer.runtime.operand import RuntimeOperand
 from kuiperinfer.runtime.operator import RuntimeOperator
 from kuiperinfer.runtime.parameter import RuntimeParameter
@@ -76,7 +86,8 @@ class RuntimeGraph:
     def __init__(self, param_path: str | os.PathLike | None = None,
                  bin_path: str | os.PathLike | None = None, *, workers: int = 1, spin: str = "auto",
                  pool: ThreadPool | None = None, kernels: str = "compiled", max_tensor_bytes: int | None = None,
-                 seed: int = 0, precision: str = "fp32"):
+                 seed: int = 0, precision: str = "fp32",
+                 calibration: str | os.PathLike | CalibrationTable | None = None):
         if workers < 1:
             raise GraphError(f"workers must be at least 1, got {workers}")
         if kernels not in KERNELS:
@@ -95,6 +106,14 @@ class RuntimeGraph:
             (:mod:`kuiperinfer.kernels.matrix.precision`)."""
         except KuiperError as error:
             raise GraphError(str(error)) from None
+        if (precision == "int8") != (calibration is not None):
+            raise GraphError("precision 'int8' needs a calibration table (make one with `kuiper quantize MODEL "
+                             "--calibrate IMAGES -o TABLE`)" if calibration is None else
+                             f"a calibration table is for precision 'int8', not {precision!r}")
+        if calibration is not None and not isinstance(calibration, CalibrationTable):
+            calibration = CalibrationTable.read(calibration)
+        self.calibration = calibration
+        """The int8 activation ranges by operator (:mod:`kuiperinfer.runtime.calibration`), or None."""
         self.max_tensor_bytes = max_tensor_bytes
         """Largest weight or operand the model may declare (None: the reader's default)."""
         self.seed = seed
@@ -191,9 +210,15 @@ class RuntimeGraph:
         if self.graph_state == GraphState.NeedInit:
             self.init()
         self.check()
+        if self.calibration is not None:
+            self._check_calibrated_model()
+            for op in self.operators:
+                op.precision = self.calibration.precision_of(op.name) or FP32
         for op in self.operators:
             if op.type not in (INPUT_TYPE, OUTPUT_TYPE):
                 op.layer = LayerRegisterer.create_layer(op)
+        if self.calibration is not None:
+            self._check_calibration()
         self.operators = self._topological_order()
         self._plan = [op for op in self.operators if op.layer is not None]
         self._release = self._release_plan(self._plan)
@@ -203,6 +228,26 @@ class RuntimeGraph:
         for carrier in self.batching.carriers:
             self._fits[carrier.step].append(carrier)
         self.graph_state = GraphState.Complete
+
+    def _check_calibrated_model(self) -> None:
+        if self.param_path is not None and self.calibration.model != model_digest(self.param_path):
+            raise CalibrationError("the calibration table was made on another model (its 'model' digest is "
+                                   "not this .param file's): calibrate this model with `kuiper quantize`",
+                                   self.param_path)
+
+    def _check_calibration(self) -> None:
+        """Every quantizable operator in the table, and no other."""
+        quantizable = {op.name: op for op in self.operators if getattr(op.layer, "quantizable", False)}
+        if not quantizable:
+            raise CalibrationError("the model has no operator int8 computes (convolutions, linear layers): "
+                                   "load it in fp32 or bf16", self.param_path)
+        missing = [f"{op.name!r} ({op.type})" for name, op in quantizable.items() if name not in self.calibration.names]
+        unknown = sorted(self.calibration.names - quantizable.keys())
+        if missing or unknown:
+            said = f"no range for {', '.join(missing[:5])}" if missing else \
+                f"ranges for operators this graph does not quantize: {', '.join(map(repr, unknown[:5]))}"
+            raise CalibrationError(f"the calibration table does not fit this graph: {said}; calibrate the model "
+                                   f"loaded with the same options (optimize) with `kuiper quantize`", self.param_path)
 
     def _topological_order(self) -> list[RuntimeOperator]:
         """Depth-first post-order from every source, reversed (as KuiperInfer does), iteratively."""

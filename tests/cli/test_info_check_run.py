@@ -358,7 +358,7 @@ def test_run_in_bf16_says_how_this_machine_computes_it(capsys, tmp_path):
 
 
 @pytest.mark.parametrize("command", ["run", "bench", "profile", "classify"])
-def test_int8_is_refused_until_calibration_exists(capsys, command):
+def test_int8_needs_a_calibration_table(capsys, command):
     code, _, err = run(capsys, command, "--precision", "int8", *(["--model", str(DEMO)] if command == "classify"
                                                                  else [str(DEMO)]))
-    assert code == 2 and "'int8' is not available yet" in err and len(err.splitlines()) == 1
+    assert code == 2 and "'int8' needs a calibration table" in err and len(err.splitlines()) == 1
