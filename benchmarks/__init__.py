@@ -3,7 +3,7 @@
     python -m benchmarks [--models resnet18,vit_tiny,...] [--engines kuiperinfer,openvino,...]
                          [--precisions fp32,bf16] [--batches 1,8] [--runs N] [--block B]
                          [--warmup W] [--threads N] [--busy N] [--memory-runs N] [--no-kernels]
-                         [--out bench-results/] [--cache DIR]
+                         [--no-agreement] [--out bench-results/] [--cache DIR]
     python -m benchmarks.kernels [-k TEXT] [--rounds N]
     python -m benchmarks.onnxruntime_profile MODEL [--batch N] [--threads N]
 
@@ -12,5 +12,6 @@ which the tests and tools share, in :mod:`benchmarks.networks`) and exported in 
 (pnnx for kuiperinfer, ``torch.onnx.export`` for onnxruntime and OpenVINO) into a cache
 that is reused. OpenVINO is optional: where it does not import, its rows are left out with a
 note. See :mod:`benchmarks.__main__` for how the engines are timed and measured, and
-:mod:`benchmarks.kernels` for the kernel rates printed before the models.
+:mod:`benchmarks.kernels` for the kernel rates printed before the models, and
+:mod:`benchmarks.agreement` for the classifiers' top-1 agreement on photos printed after them.
 """

@@ -14,6 +14,9 @@ kuiperinfer's loading ends with a warm-up run on zeros when the model declares i
 shapes (a dynamic batch taken as 1, as for the transformers), so what its first inference
 would allocate then counts as loaded; compare the sum of the two columns.
 
+For the trained classifier, each engine and precision then runs once over the bundled photos
+and variants of them (:mod:`benchmarks.agreement`): its top-1 agreement with fp32.
+
 ``--busy N`` times the same table on a shared machine: N single-threaded CPU-bound
 processes (:mod:`benchmarks.busy`) run beside it for the whole of the models' timing.
 
@@ -36,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks import kernels
+from benchmarks import agreement, kernels
 from benchmarks.alternate import Row, start_all, time_alternating
 from benchmarks.busy import BusyProcesses
 from benchmarks.engines import (
@@ -77,6 +80,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--memory-runs", type=int, default=2,
                         help="inferences per memory probe; 0 skips the memory probes (default 2)")
     parser.add_argument("--no-kernels", action="store_true", help="skip the kernel rates")
+    parser.add_argument("--no-agreement", action="store_true", help="skip the classifiers' top-1 agreement on photos")
     parser.add_argument("--out", type=Path, default=Path("bench-results"), help="output folder")
     parser.add_argument("--cache", type=Path, default=None,
                         help="exported models (default: OUT/cache)")
@@ -220,9 +224,9 @@ def _cell(value: float | None, form: str) -> str:
 
 
 def markdown(report: dict[str, Any]) -> str:
-    """The model table (and the kernel rates before it, when measured), with a header saying
-    how it was measured, a note for every engine left out and a footnote for every row that
-    failed."""
+    """The model table (and the kernel rates before it, when measured; the photos' top-1
+    agreement after it), with a header saying how it was measured, a note for every engine
+    left out and a footnote for every row that failed."""
     m = report["machine"]
     versions = ", ".join(f"{e} {m[e]}" for e in ENGINES if e in m and e != "kuiperinfer")
     lines = [f"`{report['command']}` on {m['cpu']} ({m['cpus']} CPUs).", "",
@@ -261,6 +265,8 @@ def markdown(report: dict[str, Any]) -> str:
             lines.append("| " + " | ".join(cells) + " |")
     if notes:
         lines += ["", "Failed (numbered as in the table):", *(f"{i}. {n}" for i, n in enumerate(notes, 1))]
+    if report["agreement"]:
+        lines += ["", agreement.markdown(report["agreement"])]
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
@@ -272,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     report: dict[str, Any] = {
         "command": "python -m benchmarks " + shlex.join(sys.argv[1:] if argv is None else argv),
         "threads": args.threads, "busy": args.busy, "runs": args.runs, "block": args.block, "warmup": args.warmup,
-        "machine": machine(), "skipped": skipped, "kernels": [], "cases": []}
+        "machine": machine(), "skipped": skipped, "kernels": [], "cases": [], "agreement": []}
     todo = cases(args)
     models = list(dict.fromkeys(model for model, _ in todo))
     files = {}
@@ -292,6 +298,9 @@ def main(argv: list[str] | None = None) -> int:
             except Exception as exc:   # the case is reported as failed; the others still run
                 report["cases"].append({"model": model.name, "batch": batch, "rows": [
                     {"engine": e, "precision": p, "failed": f"{type(exc).__name__}: {exc}"} for e, p in rows]})
+    for model in [] if args.no_agreement else [m for m in models if m.photo_preprocess]:
+        print(f"{model.name} top-1 agreement on photos ...", file=sys.stderr, flush=True)
+        report["agreement"].append(agreement.agreement(model, files[model.name], rows, args.threads))
     args.out.mkdir(parents=True, exist_ok=True)
     table = markdown(report)
     (args.out / "latest.md").write_text(table, encoding="utf-8")

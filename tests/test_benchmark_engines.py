@@ -72,7 +72,7 @@ def test_openvino_reads_the_onnx_file_in_fp32_and_in_its_default_precision(cache
 
 
 def test_openvino_rows_are_timed_and_held_to_torch(monkeypatch, tmp_path, cache):
-    table, report = run_benchmark(monkeypatch, tmp_path, cache, "--engines", "openvino,torch")
+    table, report = run_benchmark(monkeypatch, tmp_path, cache, "--engines", "openvino,torch", "--no-agreement")
     rows = {(row["engine"], row["precision"]): row for row in report["cases"][0]["rows"]}
     assert list(rows) == [("openvino", "fp32"), ("openvino", "default"), ("torch", "fp32")]
     assert rows["openvino", "fp32"]["computes"] == "fp32" and rows["openvino", "fp32"]["error_vs_torch"] < 1e-4
@@ -84,8 +84,18 @@ def test_openvino_rows_are_timed_and_held_to_torch(monkeypatch, tmp_path, cache)
 
 
 def test_a_missing_openvino_gives_a_note_not_a_failure(monkeypatch, tmp_path, cache, no_openvino):
-    table, report = run_benchmark(monkeypatch, tmp_path, cache, "--engines", "onnxruntime,openvino")
+    table, report = run_benchmark(monkeypatch, tmp_path, cache, "--engines", "onnxruntime,openvino",
+                                  "--no-agreement")
     assert [(row["engine"], row["precision"]) for row in report["cases"][0]["rows"]] == [("onnxruntime", "fp32")]
     assert "| efficientnet_lite0 | 1 | onnxruntime | fp32 |" in table and "| openvino |" not in table
     assert "Skipped: openvino not run: ModuleNotFoundError" in table
     assert "openvino" not in report["machine"]
+
+
+def test_the_classifier_ends_with_its_agreement_on_photos(monkeypatch, tmp_path, cache):
+    table, report = run_benchmark(monkeypatch, tmp_path, cache, "--engines", "kuiperinfer")
+    [photos] = report["agreement"]
+    assert photos["reference"] == "kuiperinfer fp32"                  # PyTorch did not run
+    fp32, bf16 = photos["rows"]
+    assert fp32["agree"] == fp32["photos"] == len(photos["photos"]) and bf16["computes"] == "bf16"
+    assert table.index("| efficientnet_lite0 | 1 | kuiperinfer | bf16 |") < table.index("Top-1 agreement")

@@ -20,7 +20,7 @@ def row(engine, precision, median, loaded, peak, error, computes=None):
             "error_vs_torch": error}
 
 
-def report(busy=0, kernels=(), skipped=()):
+def report(busy=0, kernels=(), skipped=(), agreement=()):
     case = {"model": "m", "batch": 1, "rows": [
         row("kuiperinfer", "fp32", 3.0, 40 * MB, 5 * MB, 1e-6), row("kuiperinfer", "bf16", 5.0, 40 * MB, 0, 2e-2),
         row("onnxruntime", "fp32", 2.0, 50 * MB, None, 2e-6),
@@ -32,7 +32,7 @@ def report(busy=0, kernels=(), skipped=()):
     return {"command": "python -m benchmarks", "threads": None, "busy": busy, "runs": 3, "block": 2, "warmup": 1,
             "machine": {"cpu": "cpu", "cpus": 2, "numpy": "2", "blas": "blas", "onnxruntime": "1", "openvino": "3",
                         "torch": "2", "kuiperinfer_bf16": "bf16 inputs multiplied in float32"},
-            "skipped": list(skipped), "kernels": list(kernels), "cases": [case, failed]}
+            "skipped": list(skipped), "kernels": list(kernels), "cases": [case, failed], "agreement": list(agreement)}
 
 
 def model_table(text):
@@ -76,9 +76,14 @@ def test_header_names_the_mode_the_precisions_and_the_kernel_rates_come_first():
     assert busy.index("| gemm | 10.00 GMAC/s | 1000.0 |") < busy.index("| model |")
 
 
-def test_an_engine_left_out_is_noted():
-    text = markdown(report(skipped=["openvino not run: ImportError: no openvino (pip install openvino)"]))
+def test_an_engine_left_out_is_noted_and_the_agreement_follows_the_table():
+    photos = {"model": "m", "reference": "torch fp32", "photos": [f"p{i}" for i in range(9)], "rows": [
+        {"engine": "kuiperinfer", "precision": "bf16", "computes": "bf16", "agree": 8, "photos": 9,
+         "differing": ["p3"]}]}
+    text = markdown(report(skipped=["openvino not run: ImportError: no openvino (pip install openvino)"],
+                           agreement=[photos]))
     assert "Skipped: openvino not run: ImportError: no openvino (pip install openvino)." in text
+    assert text.index("| model |") < text.index("| kuiperinfer | bf16 | 8/9 | p3 |")
 
 
 def test_the_error_is_relative_to_the_reference_largest_magnitude():
