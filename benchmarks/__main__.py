@@ -1,15 +1,21 @@
-"""``python -m benchmarks``: time kuiperinfer, onnxruntime and PyTorch eager as users run them.
+"""``python -m benchmarks``: time kuiperinfer, onnxruntime, OpenVINO and PyTorch eager as users run them.
 
 First the kernel rates (:mod:`benchmarks.kernels`), so that a slower kernel shows on its own.
-Then, for each model and batch: export (cached), start each engine in its own spawned
-process with its default settings (``--threads`` pins them all to one count instead), check
-that their outputs agree, and time them in alternating blocks, one engine computing at a
-time (:mod:`benchmarks.alternate`). The memory each engine adds to its process, by loading
-the model and at its peak while inferring, is measured in a fresh spawned process per engine
-(in a process that already ran the model the allocator would keep what the runs freed and
-hide the peak). kuiperinfer's loading ends with a warm-up run on zeros when the model
-declares its input shapes (a dynamic batch taken as 1, as for the transformers), so what
-its first inference would allocate then counts as loaded; compare the sum of the two columns.
+Then, for each model and batch: export (cached), start each engine in each of its precisions
+(kuiperinfer's from ``--precisions``; OpenVINO, when installed, in fp32 and in its own
+default) in its own spawned process with its default settings (``--threads`` pins them all
+to one count instead), and time them in alternating blocks, one engine computing at a time
+(:mod:`benchmarks.alternate`). Each row's error is its largest distance from PyTorch fp32's
+output on the same inputs, relative to that output's largest magnitude. The memory each
+engine adds to its process, by loading the model and at its peak while inferring, is
+measured in a fresh spawned process per engine and precision (in a process that already
+ran the model the allocator would keep what the runs freed and hide the peak).
+kuiperinfer's loading ends with a warm-up run on zeros when the model declares its input
+shapes (a dynamic batch taken as 1, as for the transformers), so what its first inference
+would allocate then counts as loaded; compare the sum of the two columns.
+
+For the trained classifier, each engine and precision then runs once over the bundled photos
+and variants of them (:mod:`benchmarks.agreement`): its top-1 agreement with fp32.
 
 ``--busy N`` times the same table on a shared machine: N single-threaded CPU-bound
 processes (:mod:`benchmarks.busy`) run beside it for the whole of the models' timing.
@@ -20,6 +26,7 @@ Writes ``latest.md`` (the tables) and ``latest.json`` (everything) into ``--out`
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import multiprocessing
 import platform
@@ -32,20 +39,34 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks import kernels
-from benchmarks.alternate import EngineFailed, EngineProcess, time_alternating
+from benchmarks import agreement, kernels
+from benchmarks.alternate import Row, start_all, time_alternating
 from benchmarks.busy import BusyProcesses
-from benchmarks.engines import ENGINES, memory_use, onnx_file, pnnx_file
+from benchmarks.engines import (
+    ENGINE_MODULES,
+    ENGINES,
+    PRECISIONS,
+    memory_use,
+    missing,
+    model_files,
+    model_paths,
+    precision_label,
+)
 from benchmarks.models import MODELS, BenchModel
 
 MB = 1 << 20
-SHORT = {"kuiperinfer": "kuiper", "onnxruntime": "ort", "torch": "torch"}
+BASELINE: Row = ("onnxruntime", "fp32")
+REFERENCE: Row = ("torch", "fp32")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=",".join(MODELS),
                         help=f"comma-separated, from {', '.join(MODELS)} (default: all)")
+    parser.add_argument("--engines", default=",".join(ENGINES),
+                        help=f"comma-separated, from {', '.join(ENGINES)} (default: all)")
+    parser.add_argument("--precisions", default=",".join(PRECISIONS["kuiperinfer"]),
+                        help=f"kuiperinfer's, comma-separated (default: {','.join(PRECISIONS['kuiperinfer'])})")
     parser.add_argument("--batches", default="",
                         help="comma-separated batch sizes (default: each model's own, 1 and 8 or 1)")
     parser.add_argument("--runs", type=int, default=20, help="timed runs per engine (default 20)")
@@ -59,6 +80,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--memory-runs", type=int, default=2,
                         help="inferences per memory probe; 0 skips the memory probes (default 2)")
     parser.add_argument("--no-kernels", action="store_true", help="skip the kernel rates")
+    parser.add_argument("--no-agreement", action="store_true", help="skip the classifiers' top-1 agreement on photos")
     parser.add_argument("--out", type=Path, default=Path("bench-results"), help="output folder")
     parser.add_argument("--cache", type=Path, default=None,
                         help="exported models (default: OUT/cache)")
@@ -66,6 +88,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     unknown = [m for m in args.models.split(",") if m not in MODELS]
     if unknown:
         parser.error(f"unknown models {unknown}; choose from {list(MODELS)}")
+    from kuiperinfer.kernels.matrix.precision import PRECISIONS as KUIPER_PRECISIONS
+
+    if not set(args.engines.split(",")) <= set(ENGINES):
+        parser.error(f"--engines: choose from {', '.join(ENGINES)}")
+    if not set(args.precisions.split(",")) <= set(KUIPER_PRECISIONS):
+        parser.error(f"--precisions: choose from {', '.join(KUIPER_PRECISIONS)}")
     if args.runs < 1 or args.block < 1 or (args.threads is not None and args.threads < 1):
         parser.error("--runs, --block and --threads must be positive")
     if args.warmup < 0 or args.memory_runs < 0 or args.busy < 0:
@@ -79,32 +107,31 @@ def cases(args: argparse.Namespace) -> list[tuple[BenchModel, int]]:
             for batch in ([int(b) for b in args.batches.split(",")] if args.batches else MODELS[name].batches)]
 
 
-def export(model: BenchModel, cache: Path) -> dict[str, Path | str]:
-    """Each engine's model file, or why it could not be made (pnnx or torch.onnx failed)."""
-    files: dict[str, Path | str] = {}
-    for engine, make in (("kuiperinfer", pnnx_file), ("onnxruntime", onnx_file)):
-        try:
-            files[engine] = make(model, cache)
-        except Exception as exc:   # reported in the table for this engine; the others still run
-            files[engine] = f"export failed: {type(exc).__name__}: {exc}"
-    return files
+def engine_rows(args: argparse.Namespace) -> tuple[list[Row], list[str]]:
+    """The (engine, precision) rows to run, and a note for each chosen engine whose library
+    cannot be imported here (it is left out)."""
+    rows, skipped = [], []
+    for engine in args.engines.split(","):
+        why = missing(engine)
+        if why:
+            skipped.append(f"{engine} not run: {why} (pip install {ENGINE_MODULES[engine]})")
+        else:
+            rows += [(engine, p) for p in (args.precisions.split(",") if engine == "kuiperinfer"
+                                           else PRECISIONS[engine])]
+    return rows, skipped
 
 
-def _paths(files: dict[str, Path | str]) -> tuple[Path | None, Path | None]:
-    """The .pnnx.param and the .onnx, None for one whose export failed."""
-    return tuple(files[e] if isinstance(files.get(e), Path) else None for e in ("kuiperinfer", "onnxruntime"))
-
-
-def memory_uses(model: str, batch: int, files: dict[str, Path | str], engines: list[str],
-                threads: int | None, runs: int) -> dict[str, dict[str, int | None]]:
-    """:func:`~benchmarks.engines.memory_use` per engine, each in a fresh spawned process,
+def memory_uses(model: str, batch: int, files: dict[str, Path | str], rows: list[Row],
+                threads: int | None, runs: int) -> dict[Row, dict[str, int | None]]:
+    """:func:`~benchmarks.engines.memory_use` per row, each in a fresh spawned process,
     one after another."""
     context = multiprocessing.get_context("spawn")
-    param, onnx_path = (None if path is None else str(path) for path in _paths(files))
+    param, onnx_path = (None if path is None else str(path) for path in model_paths(files))
     result = {}
-    for engine in engines:
+    for engine, precision in rows:
         with context.Pool(1) as pool:
-            result[engine] = pool.apply(memory_use, (engine, model, batch, param, onnx_path, threads, runs))
+            result[engine, precision] = pool.apply(memory_use, (engine, precision, model, batch, param, onnx_path,
+                                                                threads, runs))
     return result
 
 
@@ -115,58 +142,51 @@ def summary(times_s: list[float]) -> dict[str, Any]:
             "runs_ms": ms}
 
 
-def bench_case(model: BenchModel, batch: int, files: dict[str, Path | str], args: argparse.Namespace
-               ) -> dict[str, Any]:
-    """Time one model at one batch in every engine; an engine that fails is reported, not fatal."""
+def bench_case(model: BenchModel, batch: int, files: dict[str, Path | str], rows: list[Row],
+               args: argparse.Namespace) -> dict[str, Any]:
+    """Time one model at one batch in every row; a row that fails is reported, not fatal."""
     inputs = model.sample_inputs(batch)
-    case: dict[str, Any] = {"model": model.name, "batch": batch,
-                            "inputs": {name: [list(x.shape), str(x.dtype)] for name, x in inputs.items()}}
-    param, onnx_path = _paths(files)
-    processes: dict[str, EngineProcess] = {}
-    outputs: dict[str, np.ndarray] = {}
+    processes, failed = start_all(rows, model.name, files, args.threads, inputs, args.warmup)
     try:
-        for engine in ENGINES:
-            if isinstance(files.get(engine), str):   # its export failed
-                case[engine] = {"error": files[engine]}
-                continue
-            processes[engine] = EngineProcess(engine, model.name, param, onnx_path, args.threads, inputs,
-                                              args.warmup).start()
-        for engine, process in list(processes.items()):
-            try:
-                outputs[engine] = process.ready()
-            except EngineFailed as exc:
-                case[engine] = {"error": str(exc)}
-                del processes[engine]
         times, settled = time_alternating(processes, args.runs, args.block) if processes else ({}, {})
     finally:
         for process in processes.values():
             process.close()
     memory = memory_uses(model.name, batch, files, list(processes), args.threads, args.memory_runs) \
         if args.memory_runs and processes else {}
-    for engine, process in processes.items():
-        case[engine] = {**summary(times[engine]), "threads": process.thread_text,
-                        "settle_max_s": settled[engine],
-                        "loaded_memory_bytes": memory.get(engine, {}).get("loaded"),
-                        "peak_memory_added_bytes": memory.get(engine, {}).get("peak_added")}
-    for other in ("onnxruntime", "torch"):
-        both = all("median_ms" in case[e] for e in ("kuiperinfer", other))
-        case[f"ratio_vs_{other}"] = case["kuiperinfer"]["median_ms"] / case[other]["median_ms"] if both else None
-    case["max_abs_diff"] = {f"{a}_vs_{b}": _max_diff(outputs[a], outputs[b])
-                            for a, b in (("kuiperinfer", "onnxruntime"), ("kuiperinfer", "torch"),
-                                         ("onnxruntime", "torch")) if a in outputs and b in outputs}
-    return case
+    reference = processes[REFERENCE].output if REFERENCE in processes else None
+    baseline = statistics.median(times[BASELINE]) if BASELINE in times else None
+    results = []
+    for row in rows:
+        result: dict[str, Any] = {"engine": row[0], "precision": row[1]}
+        if row in failed:
+            result["failed"] = failed[row]
+        else:
+            process = processes[row]
+            result.update({"computes": process.computes, **summary(times[row]), "threads": process.thread_text,
+                           "settle_max_s": settled[row],
+                           "loaded_memory_bytes": memory.get(row, {}).get("loaded"),
+                           "peak_memory_added_bytes": memory.get(row, {}).get("peak_added"),
+                           "ratio_vs_onnxruntime": baseline and statistics.median(times[row]) / baseline,
+                           "error_vs_torch": None if reference is None else relative_error(process.output, reference)})
+        results.append(result)
+    return {"model": model.name, "batch": batch,
+            "inputs": {name: [list(x.shape), str(x.dtype)] for name, x in inputs.items()}, "rows": results}
 
 
-def _max_diff(a: np.ndarray, b: np.ndarray) -> float:
-    return float(np.max(np.abs(a.astype(np.float64) - b))) if a.shape == b.shape else float("inf")
+def relative_error(output: np.ndarray, reference: np.ndarray) -> float:
+    """max |output - reference| / max |reference| (absolute when the reference is all zeros,
+    infinite when the shapes differ)."""
+    if output.shape != reference.shape:
+        return float("inf")
+    scale = float(np.max(np.abs(reference))) or 1.0
+    return float(np.max(np.abs(output.astype(np.float64) - reference))) / scale
 
 
 def machine() -> dict[str, Any]:
-    import onnxruntime
-    import torch
-
     import kuiperinfer
     from kuiperinfer.benchmark import blas_description
+    from kuiperinfer.kernels.matrix.precision import precision
 
     cpu = platform.processor() or platform.machine()
     try:
@@ -174,9 +194,11 @@ def machine() -> dict[str, Any]:
             cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
     except (OSError, StopIteration):
         pass
+    versions = {engine: importlib.import_module(ENGINE_MODULES[engine]).__version__.split("-")[0]
+                for engine in ENGINES if engine != "kuiperinfer" and not missing(engine)}
     return {"cpu": cpu, "cpus": multiprocessing.cpu_count(), "python": platform.python_version(),
             "numpy": np.__version__, "blas": blas_description(), "kuiperinfer": kuiperinfer.__version__,
-            "onnxruntime": onnxruntime.__version__, "torch": torch.__version__}
+            "kuiperinfer_bf16": precision("bf16").products, **versions}
 
 
 def mode_text(busy: int) -> str:
@@ -187,73 +209,82 @@ def mode_text(busy: int) -> str:
 
 
 def threads_text(report: dict[str, Any]) -> str:
-    """What threads each engine ran on, as the first case that ran it says."""
+    """What threads each engine ran on, as the first row that ran it says."""
     pinned = "default threads" if report["threads"] is None else f"pinned to {report['threads']} threads"
-    seen = {}
+    seen: dict[str, str] = {}
     for case in report["cases"]:
-        for engine in ENGINES:
-            if "threads" in case[engine]:
-                seen.setdefault(engine, case[engine]["threads"])
-    return f"Each engine with its {pinned}" + "".join(f"; {e}: {seen[e]}" for e in ENGINES if e in seen)
+        for row in case["rows"]:
+            if "threads" in row:
+                seen.setdefault(row["engine"], row["threads"])
+    return f"Each engine with its {pinned}" + "".join(f"; {e}: {t}" for e, t in seen.items())
 
 
-def _ratio(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}"
+def _cell(value: float | None, form: str) -> str:
+    return "-" if value is None else format(value, form)
 
 
 def markdown(report: dict[str, Any]) -> str:
-    """The model table (and the kernel rates before it, when measured), with a header saying
-    how it was measured and a footnote for every engine that failed."""
+    """The model table (and the kernel rates before it, when measured; the photos' top-1
+    agreement after it), with a header saying how it was measured, a note for every engine
+    left out and a footnote for every row that failed."""
     m = report["machine"]
+    versions = ", ".join(f"{e} {m[e]}" for e in ENGINES if e in m and e != "kuiperinfer")
     lines = [f"`{report['command']}` on {m['cpu']} ({m['cpus']} CPUs).", "",
-             f"**Mode: {mode_text(report['busy'])}.** {threads_text(report)}. Each engine in its own process, "
-             f"loaded once, timed in alternating blocks of {report['block']} runs (order rotating, one engine "
-             f"computing at a time), {report['runs']} timed runs each after {report['warmup']} warm-up runs. "
-             f"numpy {m['numpy']} ({m['blas']}), onnxruntime {m['onnxruntime']}, torch {m['torch']}.", ""]
+             f"**Mode: {mode_text(report['busy'])}.** {threads_text(report)}. Each engine and precision in its own "
+             f"process, loaded once, timed in alternating blocks of {report['block']} runs (order rotating, one "
+             f"engine computing at a time), {report['runs']} timed runs each after {report['warmup']} warm-up runs. "
+             f"numpy {m['numpy']} ({m['blas']}), {versions}.", ""]
+    ran = {(row["engine"], row["precision"]) for case in report["cases"] for row in case["rows"]}
+    precisions = [f"kuiperinfer's bf16 here: {m['kuiperinfer_bf16']}."] if ("kuiperinfer", "bf16") in ran else []
+    if ("openvino", "default") in ran:
+        precisions.append("OpenVINO's default precision is its own choice (bf16 on a CPU with AMX), in brackets.")
+    lines += [" ".join([*precisions, "The error is max |output - torch fp32| / max |torch fp32| on the timed "
+                                     "inputs."]), ""]
+    lines += [f"Skipped: {note}." for note in report["skipped"]] + ([""] if report["skipped"] else [])
     if report["kernels"]:
         lines += ["Kernel rates, measured before the models" + (" and before the busy processes started"
                                                             if report["busy"] else "") + ":", "",
                   kernels.markdown(report["kernels"])]
-    columns = [c for e in ENGINES for c in (f"{e} ms median (min)", f"{e} ms p90")]
-    lines += ["| model | batch | " + " | ".join(columns) + " | kuiper/ort | kuiper/torch "
-              "| MB loaded (kuiper / ort / torch) | peak MB added (kuiper / ort / torch) "
-              "| max abs diff kuiper vs (ort / torch) |",
-              "|---|---:|" + "---:|" * (len(columns) + 5)]
+    lines += ["| model | batch | engine | precision | ms median (min) | ms p90 | / ort fp32 | MB loaded "
+              "| peak MB added | error vs torch fp32 |",
+              "|---|---:|---|---|---:|---:|---:|---:|---:|---:|"]
     notes = []
     for c in report["cases"]:
-        cells = [c["model"], str(c["batch"])]
-        for engine in ENGINES:
-            result = c[engine]
-            if "error" in result:
-                notes.append(f"{c['model']} batch {c['batch']}, {engine}: {' '.join(result['error'].split())}")
-                cells += [f"failed ({len(notes)})", "-"]
+        for row in c["rows"]:
+            cells = [c["model"], str(c["batch"]), row["engine"], precision_label(row)]
+            if "failed" in row:
+                notes.append(f"{c['model']} batch {c['batch']}, {row['engine']} {row['precision']}: "
+                             f"{' '.join(row['failed'].split())}")
+                cells += [f"failed ({len(notes)})", *["-"] * 5]
             else:
-                cells += [f"{result['median_ms']:.1f} ({result['min_ms']:.1f})", f"{result['p90_ms']:.1f}"]
-        cells += [_ratio(c["ratio_vs_onnxruntime"]), _ratio(c["ratio_vs_torch"])]
-        for key in ("loaded_memory_bytes", "peak_memory_added_bytes"):
-            cells.append(" / ".join("-" if c[e].get(key) is None else f"{c[e][key] / MB:.0f}" for e in ENGINES))
-        diffs = c["max_abs_diff"]
-        cells.append(" / ".join(f"{diffs[k]:.1e}" if k in diffs else "-"
-                                for k in ("kuiperinfer_vs_onnxruntime", "kuiperinfer_vs_torch")))
-        lines.append("| " + " | ".join(cells) + " |")
+                cells += [f"{row['median_ms']:.1f} ({row['min_ms']:.1f})", f"{row['p90_ms']:.1f}",
+                          _cell(row["ratio_vs_onnxruntime"], ".2f")]
+                cells += [_cell(row[key] and row[key] / MB, ".0f")
+                          for key in ("loaded_memory_bytes", "peak_memory_added_bytes")]
+                cells.append(_cell(row["error_vs_torch"], ".1e"))
+            lines.append("| " + " | ".join(cells) + " |")
     if notes:
         lines += ["", "Failed (numbered as in the table):", *(f"{i}. {n}" for i, n in enumerate(notes, 1))]
-    return "\n".join(lines) + "\n"
+    if report["agreement"]:
+        lines += ["", agreement.markdown(report["agreement"])]
+    return "\n".join(lines).rstrip("\n") + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     args.cache = args.cache or args.out / "cache"
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))   # unwinds: busy processes end too
+    rows, skipped = engine_rows(args)
     report: dict[str, Any] = {
         "command": "python -m benchmarks " + shlex.join(sys.argv[1:] if argv is None else argv),
         "threads": args.threads, "busy": args.busy, "runs": args.runs, "block": args.block, "warmup": args.warmup,
-        "machine": machine(), "kernels": [], "cases": []}
+        "machine": machine(), "skipped": skipped, "kernels": [], "cases": [], "agreement": []}
     todo = cases(args)
+    models = list(dict.fromkeys(model for model, _ in todo))
     files = {}
-    for model in dict.fromkeys(model for model, _ in todo):   # exports first: not timed, not beside busy loops
+    for model in models:   # exports first: not timed, not beside busy loops
         print(f"exporting {model.name} ...", file=sys.stderr, flush=True)
-        files[model.name] = export(model, args.cache)
+        files[model.name] = model_files(model, args.cache)
     if not args.no_kernels:
         print("kernel rates ...", file=sys.stderr, flush=True)
         results = kernels.measure_all()
@@ -263,11 +294,13 @@ def main(argv: list[str] | None = None) -> int:
         for model, batch in todo:
             print(f"{model.name} batch {batch} ...", file=sys.stderr, flush=True)
             try:
-                report["cases"].append(bench_case(model, batch, files[model.name], args))
+                report["cases"].append(bench_case(model, batch, files[model.name], rows, args))
             except Exception as exc:   # the case is reported as failed; the others still run
-                error = {"error": f"{type(exc).__name__}: {exc}"}
-                report["cases"].append({"model": model.name, "batch": batch, "ratio_vs_onnxruntime": None,
-                                        "ratio_vs_torch": None, "max_abs_diff": {}, **dict.fromkeys(ENGINES, error)})
+                report["cases"].append({"model": model.name, "batch": batch, "rows": [
+                    {"engine": e, "precision": p, "failed": f"{type(exc).__name__}: {exc}"} for e, p in rows]})
+    for model in [] if args.no_agreement else [m for m in models if m.photo_preprocess]:
+        print(f"{model.name} top-1 agreement on photos ...", file=sys.stderr, flush=True)
+        report["agreement"].append(agreement.agreement(model, files[model.name], rows, args.threads))
     args.out.mkdir(parents=True, exist_ok=True)
     table = markdown(report)
     (args.out / "latest.md").write_text(table, encoding="utf-8")

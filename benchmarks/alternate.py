@@ -1,15 +1,16 @@
 """Each engine in its own long-lived process, timed in alternating blocks.
 
-An :class:`EngineProcess` is spawned per engine: it loads the model once (as its users
-would, :func:`~benchmarks.engines.make_engine`), runs it on the inputs (the output goes back
-to be compared), warms it up, and then waits on its pipe. :func:`time_alternating` asks one
-engine at a time for a block of runs (:func:`block_schedule`), the order rotating from round
-to round, so that drifts in the machine's load hit every engine alike. While one engine
-runs, the others are blocked in a read of their pipe, not spinning; before the next block
-the parent waits until the last engine's process has gone quiet (:func:`wait_idle`: its
-threads may spin for a while after a run, as onnxruntime's and OpenBLAS's do by default),
-so no two engines ever compute at once. Each block opens with one untimed run, so that its
-times are those of an engine running in a loop, not waking up after another one ran.
+An :class:`EngineProcess` is spawned per engine and precision (:func:`start_all`): it loads
+the model once (as its users would, :func:`~benchmarks.engines.make_engine`), runs it on the
+inputs (the output goes back to be compared), warms it up, and then waits on its pipe.
+:func:`time_alternating` asks one engine at a time for a block of runs
+(:func:`block_schedule`), the order rotating from round to round, so that drifts in the
+machine's load hit every engine alike. While one engine runs, the others are blocked in a
+read of their pipe, not spinning; before the next block the parent waits until the last
+engine's process has gone quiet (:func:`wait_idle`: its threads may spin for a while after
+a run, as onnxruntime's and OpenBLAS's do by default), so no two engines ever compute at
+once. Each block opens with one untimed run, so that its times are those of an engine
+running in a loop, not waking up after another one ran.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.engines import engine_threads, make_engine
+from benchmarks.engines import engine_threads, make_engine, model_paths
 from benchmarks.models import MODELS, Inputs
 
 IDLE_POLL_S = 0.01
@@ -35,6 +36,9 @@ IDLE_SHARE = 0.05
 IDLE_TIMEOUT_S = 2.0
 SETTLE_WITHOUT_PROC_S = 0.2
 """How long to wait after a block where the process's CPU time cannot be read (no /proc)."""
+
+Row = tuple[str, str]
+"""An engine and the precision it runs in, as ``("kuiperinfer", "bf16")``."""
 
 
 class EngineFailed(Exception):
@@ -83,21 +87,21 @@ def wait_idle(pid: int, poll: float = IDLE_POLL_S, share: float = IDLE_SHARE,
     return time.perf_counter() - start
 
 
-def serve(conn: Any, engine: str, model_name: str, param: str | None, onnx_path: str | None,
+def serve(conn: Any, engine: str, precision: str, model_name: str, param: str | None, onnx_path: str | None,
           threads: int | None, inputs: Inputs, warmup: int) -> None:
-    """The engine process: load, answer ``("ready", output, threads)`` or ``("error", text)``,
-    then time a block of runs for each request (an int) until it reads None."""
+    """The engine process: load, answer ``("ready", output, threads, precision)`` or
+    ``("error", text)``, then time a block of runs for each request (an int) until it reads None."""
     with engine_threads(threads):
         try:
             run = make_engine(engine, MODELS[model_name], param and Path(param), onnx_path and Path(onnx_path),
-                              threads)
+                              threads, precision)
             output = np.asarray(run(inputs))
             for _ in range(warmup):
                 run(inputs)
         except Exception as exc:   # an unsupported operator, a failed load: reported in the table
             conn.send(("error", f"{type(exc).__name__}: {exc}"))
             return
-        conn.send(("ready", output, run.threads))
+        conn.send(("ready", output, run.threads, run.precision))
         while (count := _next_request(conn)) is not None:
             run(inputs)
             times = []
@@ -118,9 +122,10 @@ def _next_request(conn: Any) -> int | None:
 
 @dataclass
 class EngineProcess:
-    """One engine's spawned process (see :func:`serve`)."""
+    """One engine's spawned process in one precision (see :func:`serve`)."""
 
     engine: str
+    precision: str
     model: str
     param: Path | None
     onnx_path: Path | None
@@ -129,13 +134,15 @@ class EngineProcess:
     warmup: int
     output: np.ndarray | None = field(default=None, init=False)
     thread_text: str = field(default="", init=False)
+    computes: str = field(default="", init=False)
+    """The precision the engine says it computes in (its own choice for ``default``)."""
 
     def start(self) -> EngineProcess:
         context = multiprocessing.get_context("spawn")
         self.conn, child = context.Pipe()
         self.process = context.Process(
-            target=serve, daemon=True, name=f"bench-{self.engine}",
-            args=(child, self.engine, self.model, self.param and str(self.param),
+            target=serve, daemon=True, name=f"bench-{self.engine}-{self.precision}",
+            args=(child, self.engine, self.precision, self.model, self.param and str(self.param),
                   self.onnx_path and str(self.onnx_path), self.threads, self.inputs, self.warmup))
         self.process.start()
         child.close()
@@ -151,7 +158,7 @@ class EngineProcess:
         if reply[0] == "error":
             self.close()
             raise EngineFailed(reply[1])
-        _, self.output, self.thread_text = reply
+        _, self.output, self.thread_text, self.computes = reply
         return self.output
 
     def run_block(self, count: int) -> list[float]:
@@ -175,6 +182,33 @@ class EngineProcess:
                 self.process.kill()
                 self.process.join()
         self.conn.close()
+
+
+def start_all(rows: Sequence[Row], model: str, files: dict[str, Path | str], threads: int | None, inputs: Inputs,
+              warmup: int) -> tuple[dict[Row, EngineProcess], dict[Row, str]]:
+    """A process per row, all loading at once (``files``: :func:`~benchmarks.engines.model_files`):
+    those that became ready, and why each of the others did not."""
+    param, onnx_path = model_paths(files)
+    processes: dict[Row, EngineProcess] = {}
+    failed: dict[Row, str] = {}
+    try:
+        for engine, precision in rows:
+            if isinstance(files.get(engine), str):   # its export failed
+                failed[engine, precision] = files[engine]
+                continue
+            processes[engine, precision] = EngineProcess(engine, precision, model, param, onnx_path, threads,
+                                                         inputs, warmup).start()
+        for row, process in list(processes.items()):
+            try:
+                process.ready()
+            except EngineFailed as exc:
+                failed[row] = str(exc)
+                del processes[row]
+    except BaseException:
+        for process in processes.values():
+            process.close()
+        raise
+    return processes, failed
 
 
 def time_alternating(processes: dict[str, Any], runs: int, block: int,

@@ -1,26 +1,36 @@
-"""The three engines behind one call signature, their model files, and the memory probe.
+"""The engines behind one call signature, their model files, and the memory probe.
 
-An engine is loaded by :func:`make_engine` as its users load it, with its default settings
-(its own thread count, onnxruntime's spinning threads), unless ``threads`` pins every engine
-to the same count for an experiment. It is then a function from a model's named inputs
-(:meth:`~benchmarks.models.BenchModel.sample_inputs`) to its first output as a NumPy array.
+An engine is loaded by :func:`make_engine` as its users load it, in a precision, with its
+default settings (its own thread count, onnxruntime's spinning threads), unless ``threads``
+pins every engine to the same count for an experiment. It is then a function from a model's
+named inputs (:meth:`~benchmarks.models.BenchModel.sample_inputs`) to its first output as a
+NumPy array. OpenVINO is optional (``pip install openvino``): it reads the ONNX file
+onnxruntime runs, on its CPU plugin.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from benchmarks.models import MODELS, BenchModel, Inputs
 
-ENGINES = ("kuiperinfer", "onnxruntime", "torch")
+ENGINES = ("kuiperinfer", "onnxruntime", "openvino", "torch")
+PRECISIONS = {"kuiperinfer": ("fp32", "bf16"), "onnxruntime": ("fp32",), "openvino": ("fp32", "default"),
+              "torch": ("fp32",)}
+"""The precisions each engine runs in (kuiperinfer's chosen by ``--precisions``); ``default``
+is the engine's own choice (OpenVINO's: bf16 on a CPU with AMX, fp32 elsewhere)."""
+OPENVINO_NAMES = {"f32": "fp32", "bf16": "bf16", "f16": "fp16"}
+"""OpenVINO's names of the precisions it infers in, as the tables write them."""
 
 
 @dataclass(frozen=True)
@@ -30,6 +40,8 @@ class Engine:
     run: Callable[[Inputs], np.ndarray]
     threads: str
     """How many threads it computes on, as far as the engine says (for the report)."""
+    precision: str = "fp32"
+    """What it computes in, as the engine says."""
 
     def __call__(self, inputs: Inputs) -> np.ndarray:
         return self.run(inputs)
@@ -99,9 +111,22 @@ def onnx_file(model: BenchModel, cache: Path) -> Path:
     return onnx_path
 
 
-def model_files(model: BenchModel, cache: Path) -> tuple[Path, Path]:
-    """The model's .pnnx.param and .onnx, exported into ``cache`` unless already there."""
-    return pnnx_file(model, cache), onnx_file(model, cache)
+def model_files(model: BenchModel, cache: Path) -> dict[str, Path | str]:
+    """Each engine's model file by engine (OpenVINO reads the ONNX file; torch needs none), or
+    why it could not be made (pnnx or torch.onnx failed)."""
+    files: dict[str, Path | str] = {}
+    for engine, make in (("kuiperinfer", pnnx_file), ("onnxruntime", onnx_file)):
+        try:
+            files[engine] = make(model, cache)
+        except Exception as exc:   # reported for this engine; the others still run
+            files[engine] = f"export failed: {type(exc).__name__}: {exc}"
+    files["openvino"] = files["onnxruntime"]
+    return files
+
+
+def model_paths(files: dict[str, Path | str]) -> tuple[Path | None, Path | None]:
+    """The .pnnx.param and the .onnx of :func:`model_files`, None for one whose export failed."""
+    return tuple(files[e] if isinstance(files.get(e), Path) else None for e in ("kuiperinfer", "onnxruntime"))
 
 
 def onnxruntime_session(onnx_path: Path, threads: int | None = None, profile: bool = False):
@@ -125,23 +150,38 @@ def onnxruntime_session(onnx_path: Path, threads: int | None = None, profile: bo
 
 
 def make_engine(engine: str, model: BenchModel, param: Path | None, onnx_path: Path | None,
-                threads: int | None = None) -> Engine:
-    """Load ``model`` into ``engine`` with its default settings, or on ``threads`` threads.
+                threads: int | None = None, precision: str = "fp32") -> Engine:
+    """Load ``model`` into ``engine`` in ``precision`` (one of ``PRECISIONS[engine]``) with its
+    default settings, or on ``threads`` threads.
 
     ``threads`` also limits NumPy's BLAS only where the caller does (``blas_threads``), as the
     engine's process is the caller's.
     """
+    if engine in PRECISIONS and engine != "kuiperinfer" and precision not in PRECISIONS[engine]:
+        raise ValueError(f"{engine} runs in {' or '.join(PRECISIONS[engine])}, not {precision!r}")
     if engine == "kuiperinfer":
         import kuiperinfer
         from kuiperinfer.benchmark import blas_description
 
-        graph = kuiperinfer.load(param) if threads is None else kuiperinfer.load(param, workers=threads)
+        graph = kuiperinfer.load(param, precision=precision, workers=threads)
         return Engine(lambda inputs: graph.run(*inputs.values())[0],
-                      f"{graph.workers} workers, BLAS {blas_description()}")
+                      f"{graph.workers} workers, BLAS {blas_description()}", graph.precision.name)
     if engine == "onnxruntime":
         session = onnxruntime_session(onnx_path, threads)
         return Engine(lambda inputs: session.run(None, inputs)[0],
                       "default" if threads is None else f"{threads} intra-op")
+    if engine == "openvino":
+        import openvino
+
+        config = {} if precision == "default" else {"INFERENCE_PRECISION_HINT": "f32"}
+        if threads is not None:
+            config["INFERENCE_NUM_THREADS"] = threads
+        core = openvino.Core()
+        compiled = core.compile_model(core.read_model(str(onnx_path)), "CPU", config)
+        chosen = compiled.get_property("INFERENCE_PRECISION_HINT").get_type_name()
+        return Engine(lambda inputs: compiled(inputs)[0],
+                      f"{compiled.get_property('INFERENCE_NUM_THREADS')} inference threads",
+                      OPENVINO_NAMES.get(chosen, chosen))
     if engine == "torch":
         import torch
 
@@ -156,7 +196,24 @@ def make_engine(engine: str, model: BenchModel, param: Path | None, onnx_path: P
     raise ValueError(f"unknown engine {engine!r}; choose from {ENGINES}")
 
 
-ENGINE_MODULES = {"kuiperinfer": "kuiperinfer", "onnxruntime": "onnxruntime", "torch": "torch"}
+def precision_label(result: dict[str, Any]) -> str:
+    """A row's precision for the tables: the one asked for, and the one the engine says it
+    chose in brackets when they differ (OpenVINO's ``default``)."""
+    computes = result.get("computes", result["precision"])
+    return result["precision"] if computes == result["precision"] else f"{result['precision']} ({computes})"
+
+
+ENGINE_MODULES = {"kuiperinfer": "kuiperinfer", "onnxruntime": "onnxruntime", "openvino": "openvino",
+                  "torch": "torch"}
+
+
+def missing(engine: str) -> str | None:
+    """Why ``engine``'s library cannot be imported here, or None when it can."""
+    try:
+        importlib.import_module(ENGINE_MODULES[engine])
+    except ImportError as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None
 
 
 @contextlib.contextmanager
@@ -171,17 +228,15 @@ def engine_threads(threads: int | None) -> Iterator[None]:
         yield
 
 
-def memory_use(engine: str, model_name: str, batch: int, param: str | None, onnx_path: str | None,
-               threads: int | None, runs: int) -> dict[str, int | None]:
-    """What ``engine`` adds to the resident set (bytes): ``loaded``, by loading the model
-    (its library imported beforehand, so not counted), and ``peak_added``, at its peak
-    over ``runs`` inferences after that.
+def memory_use(engine: str, precision: str, model_name: str, batch: int, param: str | None,
+               onnx_path: str | None, threads: int | None, runs: int) -> dict[str, int | None]:
+    """What ``engine`` in ``precision`` adds to the resident set (bytes): ``loaded``, by loading
+    the model (its library imported beforehand, so not counted), and ``peak_added``, at its
+    peak over ``runs`` inferences after that.
 
     Meant to run in a fresh (spawned) process per engine: in a shared process the
     allocator keeps what earlier engines freed, hiding later peaks.
     """
-    import importlib
-
     from kuiperinfer.benchmark import PeakMemory, resident_bytes
 
     importlib.import_module(ENGINE_MODULES[engine])
@@ -189,7 +244,8 @@ def memory_use(engine: str, model_name: str, batch: int, param: str | None, onnx
     inputs = model.sample_inputs(batch)
     with engine_threads(threads):
         before = resident_bytes()
-        run = make_engine(engine, model, param and Path(param), onnx_path and Path(onnx_path), threads)
+        run = make_engine(engine, model, param and Path(param), onnx_path and Path(onnx_path), threads,
+                          precision)
         after = resident_bytes()
         with PeakMemory() as memory:
             for _ in range(runs):

@@ -18,6 +18,8 @@ import numpy as np
 if TYPE_CHECKING:
     import torch
 
+    from kuiperinfer.vision import Preprocess
+
 Inputs = dict[str, np.ndarray]
 """A model's inputs by name, in the order its forward takes them."""
 
@@ -41,6 +43,12 @@ def _efficientnet_lite0_param() -> Path:
     from kuiperinfer.models import efficientnet_lite0_path
 
     return efficientnet_lite0_path()
+
+
+def _efficientnet_lite_preprocess() -> Preprocess:
+    from kuiperinfer.vision import EFFICIENTNET_LITE
+
+    return EFFICIENTNET_LITE
 
 
 @dataclass(frozen=True)
@@ -79,6 +87,9 @@ class BenchModel:
     batches: tuple[int, ...]
     bundled_param: Callable[[], Path] | None = None
     """The kuiperinfer model shipped in the package, used instead of a fresh pnnx export."""
+    photo_preprocess: Callable[[], Preprocess] | None = None
+    """How a photo becomes its input, for a trained ImageNet classifier (the photos' top-1
+    agreement, :mod:`benchmarks.agreement`); None for the others."""
     dynamic: bool = False
     """Trace the pnnx export at two batch sizes, so that sizes taken from the batch stay run-time
     values (a transformer's reshapes): traced once, pnnx writes them as constants of that batch."""
@@ -102,7 +113,7 @@ MODELS: dict[str, BenchModel] = {m.name: m for m in (
     BenchModel("yolov5s", lambda: _networks().yolov5s(), (InputSpec("input", (3, 640, 640)),), (1,)),
     BenchModel("unet", lambda: _networks().unet(bilinear=False), (InputSpec("input", (3, 256, 256)),), (1,)),
     BenchModel("efficientnet_lite0", _efficientnet_lite0, IMAGE_224, (1, 8),
-               bundled_param=_efficientnet_lite0_param),
+               bundled_param=_efficientnet_lite0_param, photo_preprocess=_efficientnet_lite_preprocess),
     BenchModel("vit_tiny", lambda: _networks().vit_tiny(), IMAGE_224, (1, 8), dynamic=True),
     BenchModel("minilm", lambda: _networks().minilm(),
                (InputSpec("input_ids", (TOKENS,), "ids", high=30522), InputSpec("attention_mask", (TOKENS,), "mask")),

@@ -3,61 +3,95 @@
 import multiprocessing
 from pathlib import Path
 
-from benchmarks.__main__ import markdown, summary
+import numpy as np
+import pytest
+
+from benchmarks.__main__ import markdown, relative_error, summary
 from benchmarks.engines import memory_use
 from benchmarks.models import MODELS
 
 MB = 1 << 20
 
 
-def engine_result(median, loaded, peak):
-    return {"median_ms": median, "p90_ms": median * 1.5, "min_ms": median * 0.9, "runs_ms": [median],
-            "threads": "2 workers", "loaded_memory_bytes": loaded, "peak_memory_added_bytes": peak}
+def row(engine, precision, median, loaded, peak, error, computes=None):
+    return {"engine": engine, "precision": precision, "computes": computes or precision, "median_ms": median,
+            "p90_ms": median * 1.5, "min_ms": median * 0.9, "runs_ms": [median], "threads": f"{engine} threads",
+            "loaded_memory_bytes": loaded, "peak_memory_added_bytes": peak, "ratio_vs_onnxruntime": median / 2.0,
+            "error_vs_torch": error}
 
 
-def report(busy=0, kernels=()):
-    case = {"model": "m", "batch": 1, "ratio_vs_onnxruntime": 1.5, "ratio_vs_torch": 0.5,
-            "max_abs_diff": {"kuiperinfer_vs_onnxruntime": 1e-6, "kuiperinfer_vs_torch": 2e-6},
-            "kuiperinfer": engine_result(3.0, 40 * MB, 5 * MB), "onnxruntime": engine_result(2.0, 50 * MB, None),
-            "torch": engine_result(6.0, None, 30 * MB)}
-    failed = {"model": "x", "batch": 8, "ratio_vs_onnxruntime": None, "ratio_vs_torch": None,
-              "max_abs_diff": {"onnxruntime_vs_torch": 1e-7},
-              "kuiperinfer": {"error": "UnsupportedOperator: nn.Foo\n(no layer)"},
-              "onnxruntime": engine_result(2.0, 50 * MB, 1 * MB), "torch": engine_result(6.0, 10 * MB, 30 * MB)}
+def report(busy=0, kernels=(), skipped=(), agreement=()):
+    case = {"model": "m", "batch": 1, "rows": [
+        row("kuiperinfer", "fp32", 3.0, 40 * MB, 5 * MB, 1e-6), row("kuiperinfer", "bf16", 5.0, 40 * MB, 0, 2e-2),
+        row("onnxruntime", "fp32", 2.0, 50 * MB, None, 2e-6),
+        row("openvino", "default", 1.0, None, None, 3e-6, computes="fp32"),
+        row("torch", "fp32", 6.0, None, 30 * MB, 0.0)]}
+    failed = {"model": "x", "batch": 8, "rows": [
+        {"engine": "kuiperinfer", "precision": "fp32", "failed": "UnsupportedOperator: nn.Foo\n(no layer)"},
+        row("onnxruntime", "fp32", 2.0, 50 * MB, 1 * MB, None)]}
     return {"command": "python -m benchmarks", "threads": None, "busy": busy, "runs": 3, "block": 2, "warmup": 1,
-            "machine": {"cpu": "cpu", "cpus": 2, "numpy": "2", "blas": "blas", "onnxruntime": "1", "torch": "2"},
-            "kernels": list(kernels), "cases": [case, failed]}
+            "machine": {"cpu": "cpu", "cpus": 2, "numpy": "2", "blas": "blas", "onnxruntime": "1", "openvino": "3",
+                        "torch": "2", "kuiperinfer_bf16": "bf16 inputs multiplied in float32"},
+            "skipped": list(skipped), "kernels": list(kernels), "cases": [case, failed], "agreement": list(agreement)}
 
 
 def model_table(text):
-    return [line for line in text.splitlines() if line.startswith("| model") or line.startswith("| m ")
-            or line.startswith("| x ") or line.startswith("|---|---:|---:|---:")]
+    lines = text.splitlines()
+    start = lines.index(next(line for line in lines if line.startswith("| model |")))
+    end = lines.index("", start) if "" in lines[start:] else len(lines)
+    return [[cell.strip() for cell in line.split("|")[1:-1]] for line in lines[start:end]]
 
 
-def test_table_has_a_cell_for_every_column_and_marks_what_was_not_measured():
+def test_table_has_a_row_per_engine_and_precision_with_its_ratio_and_error():
+    header, rule, *rows = model_table(markdown(report()))
+    assert header == ["model", "batch", "engine", "precision", "ms median (min)", "ms p90", "/ ort fp32",
+                      "MB loaded", "peak MB added", "error vs torch fp32"]
+    assert all(len(cells) == len(header) for cells in [rule, *rows])
+    assert rows[:5] == [
+        ["m", "1", "kuiperinfer", "fp32", "3.0 (2.7)", "4.5", "1.50", "40", "5", "1.0e-06"],
+        ["m", "1", "kuiperinfer", "bf16", "5.0 (4.5)", "7.5", "2.50", "40", "0", "2.0e-02"],
+        ["m", "1", "onnxruntime", "fp32", "2.0 (1.8)", "3.0", "1.00", "50", "-", "2.0e-06"],
+        ["m", "1", "openvino", "default (fp32)", "1.0 (0.9)", "1.5", "0.50", "-", "-", "3.0e-06"],
+        ["m", "1", "torch", "fp32", "6.0 (5.4)", "9.0", "3.00", "-", "30", "0.0e+00"]]
+
+
+def test_a_failed_row_is_marked_and_explained_below():
     text = markdown(report())
-    header, rule, row, failed = model_table(text)
-    assert rule.count("|") == row.count("|") == failed.count("|") == header.count("|")
-    cells = [cell.strip() for cell in row.split("|")[1:-1]]
-    assert cells[:8] == ["m", "1", "3.0 (2.7)", "4.5", "2.0 (1.8)", "3.0", "6.0 (5.4)", "9.0"]
-    assert cells[8:] == ["1.50", "0.50", "40 / 50 / -", "5 / - / 30", "1.0e-06 / 2.0e-06"]
+    failed, after = model_table(text)[7:9]
+    assert failed == ["x", "8", "kuiperinfer", "fp32", "failed (1)", "-", "-", "-", "-", "-"]
+    assert after[2:4] == ["onnxruntime", "fp32"] and after[-1] == "-"
+    assert "1. x batch 8, kuiperinfer fp32: UnsupportedOperator: nn.Foo (no layer)" in text.splitlines()
 
 
-def test_a_failed_engine_is_marked_in_its_row_and_explained_below():
-    text = markdown(report())
-    cells = [cell.strip() for cell in model_table(text)[3].split("|")[1:-1]]
-    assert cells[2:4] == ["failed (1)", "-"]
-    assert cells[8:10] == ["-", "-"]
-    assert "1. x batch 8, kuiperinfer: UnsupportedOperator: nn.Foo (no layer)" in text.splitlines()
-
-
-def test_header_names_the_mode_and_the_kernel_rates_come_first():
+def test_header_names_the_mode_the_precisions_and_the_kernel_rates_come_first():
     quiet = markdown(report())
     assert "Mode: quiet machine" in quiet and "Kernel rates" not in quiet
+    assert "onnxruntime 1, openvino 3, torch 2." in quiet
+    assert "kuiperinfer's bf16 here: bf16 inputs multiplied in float32." in quiet
+    assert "OpenVINO's default precision is its own choice" in quiet
+    assert "kuiperinfer: kuiperinfer threads; onnxruntime: onnxruntime threads; openvino: openvino threads" in quiet
     kernel = {"name": "gemm", "seconds": 1e-3, "macs": 10**7, "values": 0, "gmacs_per_s": 10.0, "ns_per_value": None}
     busy = markdown(report(busy=2, kernels=[kernel]))
     assert "Mode: shared machine, 2 CPU-bound processes running beside the timing" in busy
     assert busy.index("| gemm | 10.00 GMAC/s | 1000.0 |") < busy.index("| model |")
+
+
+def test_an_engine_left_out_is_noted_and_the_agreement_follows_the_table():
+    photos = {"model": "m", "reference": "torch fp32", "photos": [f"p{i}" for i in range(9)], "rows": [
+        {"engine": "kuiperinfer", "precision": "bf16", "computes": "bf16", "agree": 8, "photos": 9,
+         "differing": ["p3"]}]}
+    text = markdown(report(skipped=["openvino not run: ImportError: no openvino (pip install openvino)"],
+                           agreement=[photos]))
+    assert "Skipped: openvino not run: ImportError: no openvino (pip install openvino)." in text
+    assert text.index("| model |") < text.index("| kuiperinfer | bf16 | 8/9 | p3 |")
+
+
+def test_the_error_is_relative_to_the_reference_largest_magnitude():
+    reference = np.array([[-4.0, 1.0], [2.0, 0.5]], np.float32)
+    assert relative_error(reference + np.float32(0.02), reference) == pytest.approx(0.005)
+    assert relative_error(reference, reference) == 0.0
+    assert relative_error(np.full((1, 2), 0.5), np.zeros((1, 2))) == 0.5
+    assert relative_error(reference[:1], reference) == float("inf")
 
 
 def test_summary_gives_median_p90_and_min_in_milliseconds():
@@ -93,7 +127,7 @@ def test_loading_the_bundled_model_holds_no_more_than_the_file_and_one_packed_co
     param = model.bundled_param()
     weights = param.with_suffix(".bin").stat().st_size
     with multiprocessing.get_context("spawn").Pool(1) as pool:      # a fresh allocator
-        use = pool.apply(memory_use, ("kuiperinfer", model.name, 1, str(param), "unused.onnx", 1, 1))
+        use = pool.apply(memory_use, ("kuiperinfer", "fp32", model.name, 1, str(param), "unused.onnx", 1, 1))
     with multiprocessing.get_context("spawn").Pool(1) as pool:
         growth = pool.apply(growth_of_a_second_copy, (str(param), str(tmp_path)))
     assert 0.5 * weights < growth < 2.8 * weights
