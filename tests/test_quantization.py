@@ -1,0 +1,280 @@
+"""int8: the quantization reference, layers against PyTorch quantizing the same way, the
+calibration table and its errors, the calibration methods, and ``kuiper quantize`` on the
+bundled EfficientNet-Lite0, a detector and a transformer encoder, with the calibration and
+evaluation inputs kept apart."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from cli_runner import DEMO, run
+from oracle import Holder, assert_matches, export
+
+import kuiperinfer
+from benchmarks.agreement import VARIANTS
+from benchmarks.networks import minilm, torch_outputs, yolov5s
+from kuiperinfer.errors import CalibrationError, GraphError
+from kuiperinfer.kernels.matrix.int8 import (
+    activation_parameters,
+    dequantize,
+    dequantize_weight,
+    quantize,
+    quantize_weight,
+)
+from kuiperinfer.models import efficientnet_lite0_path, sample_images
+from kuiperinfer.quantization import entropy_threshold, percentile_threshold
+from kuiperinfer.quantization import quantize as calibrate_model
+from kuiperinfer.runtime.calibration import HEADER, CalibrationTable, model_digest
+from kuiperinfer.vision import EFFICIENTNET_LITE, load_image
+
+# -- the reference ------------------------------------------------------------------------------
+
+
+def test_activation_parameters() -> None:
+    scale, zero = activation_parameters(-1.0, 3.0)
+    assert scale == pytest.approx(4 / 255) and zero == 64
+    assert activation_parameters(0.0, 6.0) == (pytest.approx(6 / 255), 0)         # after a ReLU: 0 is step 0
+    assert activation_parameters(-2.0, -1.0) == (pytest.approx(2 / 255), 255)     # the range is widened to hold 0
+    assert activation_parameters(1.0, 2.0)[1] == 0
+    assert activation_parameters(0.0, 0.0) == (1.0, 0)                            # nothing seen: any scale will do
+
+
+def test_activations_round_trip_within_half_a_step() -> None:
+    x = np.random.default_rng(0).uniform(-1.5, 3.5, (4, 1000)).astype(np.float32)
+    scale, zero = activation_parameters(-1.0, 3.0)
+    q = quantize(x, scale, zero)
+    assert q.dtype == np.uint8 and q.min() == 0 and q.max() == 255   # outside the range: clipped
+    back = dequantize(q, scale, zero)
+    inside = (x >= -1.0) & (x <= 3.0)
+    assert np.max(np.abs(back - x)[inside]) <= scale / 2 + 1e-6
+    assert dequantize(quantize(np.zeros(3, np.float32), scale, zero), scale, zero).tolist() == [0, 0, 0]
+
+
+@pytest.mark.parametrize("axis", [0, 1])
+def test_weights_take_a_symmetric_scale_per_output_channel(axis) -> None:
+    w = np.random.default_rng(1).standard_normal((6, 5, 3, 3)).astype(np.float32)
+    w[2 if axis == 0 else slice(None), 2 if axis == 1 else slice(None)] = 0   # an all-zero channel
+    q, scales = quantize_weight(w, axis)
+    assert q.dtype == np.int8 and scales.shape == (w.shape[axis],) and np.abs(q).max() == 127
+    moved = np.moveaxis(np.abs(q), axis, 0).reshape(w.shape[axis], -1)
+    assert (moved.max(axis=1)[[0, 1, 3]] == 127).all() and moved[2].max() == 0
+    shape = [1] * 4
+    shape[axis] = -1
+    assert np.all(np.abs(dequantize_weight(q, scales, axis) - w) <= scales.reshape(shape) / 2 + 1e-7)
+
+
+# -- layers against PyTorch quantizing the same way ------------------------------------------------
+
+
+def fake_quantize(x: torch.Tensor, low: float, high: float) -> torch.Tensor:
+    scale, zero = activation_parameters(low, high)
+    return (torch.clamp(torch.round(x / scale) + zero, 0, 255) - zero) * scale
+
+
+def fake_quantize_weight(w: torch.Tensor, axis: int) -> torch.Tensor:
+    dims = [d for d in range(w.dim()) if d != axis]
+    scale = torch.amax(w.abs(), dim=dims, keepdim=True) / 127
+    return torch.clamp(torch.round(w / scale), -127, 127) * scale
+
+
+class Network(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.depthwise = nn.Conv2d(8, 8, 3, padding=1, groups=8)
+        self.up = nn.ConvTranspose2d(8, 4, 2, stride=2)
+        self.linear = nn.Linear(4, 5)
+
+    def forward(self, x):
+        x = F.relu(self.depthwise(F.relu(self.conv(x))))
+        return self.linear(F.relu(self.up(x)).amax((2, 3)))
+
+    def int8(self, x, ranges):
+        """The same with every product but the depthwise one's inputs quantized."""
+        conv, up, linear = self.conv, self.up, self.linear
+        x = F.relu(F.conv2d(fake_quantize(x, *ranges["conv"]), fake_quantize_weight(conv.weight, 0), conv.bias,
+                            padding=1))
+        x = F.relu(self.depthwise(x))
+        x = F.relu(F.conv_transpose2d(fake_quantize(x, *ranges["up"]), fake_quantize_weight(up.weight, 1), up.bias,
+                                      stride=2))
+        return F.linear(fake_quantize(x.amax((2, 3)), *ranges["linear"]), fake_quantize_weight(linear.weight, 0),
+                        linear.bias)
+
+
+def operator_names(param) -> dict[str, str]:
+    """The quantizable operators of the optimised graph, by the PyTorch module they come from."""
+    graph = kuiperinfer.load(param, warmup=False)
+    names = {op.name: op.type for op in graph.operators if getattr(op.layer, "quantizable", False)}
+    by_type = {"nn.Conv2d": "conv", "nn.ConvTranspose2d": "up", "nn.Linear": "linear"}
+    return {by_type[kind]: name for name, kind in names.items()}
+
+
+def test_layers_compute_what_pytorch_computes_with_the_same_quantization(tmp_path) -> None:
+    torch.manual_seed(0)
+    model = Network().eval()
+    x = torch.randn(2, 3, 10, 10)
+    param = export(model, (x,), tmp_path)
+    names = operator_names(param)
+    assert sorted(names) == ["conv", "linear", "up"]     # the depthwise convolution stays fp32
+    ranges = {"conv": (-1.5, 2.0), "up": (0.0, 1.2), "linear": (0.0, 1.0)}
+    table = CalibrationTable(model_digest(param), ranges={names[key]: r for key, r in ranges.items()})
+    table.write(tmp_path / "t.table")
+    with torch.no_grad():
+        expected = [model.int8(x, ranges).numpy()]
+    with pytest.raises(AssertionError):   # int8 changes the outputs beyond the tolerance
+        assert_matches(torch_outputs(model, (x,)), expected)
+    for kernels in ("compiled", "reference"):
+        graph = kuiperinfer.load(param, precision="int8", calibration=tmp_path / "t.table", kernels=kernels)
+        assert_matches(graph.run(x.numpy()), expected)
+
+
+# -- the calibration table --------------------------------------------------------------------------
+
+
+@pytest.fixture
+def demo_table(tmp_path):
+    """A table of the demo CNN, as kuiper quantize writes it."""
+    x = np.random.default_rng(0).standard_normal((6, 3, 64, 64)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    return calibrate_model(DEMO, tmp_path / "x.npy", method="minmax", output=tmp_path / "demo.table").table
+
+
+def test_a_table_reads_back_as_written(tmp_path, demo_table) -> None:
+    again = CalibrationTable.read(tmp_path / "demo.table")
+    assert again == demo_table and again.model == model_digest(DEMO) and again.samples == 6
+    assert (tmp_path / "demo.table").read_text().startswith(HEADER + "\n")
+
+
+@pytest.mark.parametrize("lines, message, line", [
+    (["kuiperinfer calibration 2"], "must start with", 1),
+    ([HEADER, "model abc", "conv 1.0"], "expected 'OPERATOR LOW HIGH'", 3),
+    ([HEADER, "model abc", "conv 2.0 1.0"], "not finite and ordered", 3),
+    ([HEADER, "model abc", "conv nan 1.0"], "not finite and ordered", 3),
+    ([HEADER, "model abc", "conv one two"], "not two numbers", 3),
+    ([HEADER, "model abc", "conv 0 1", "# a comment", "conv fp32"], "named twice", 5),
+    ([HEADER, "model abc", "samples many"], "whole number", 3),
+])
+def test_bad_tables_say_where(tmp_path, lines, message, line) -> None:
+    (tmp_path / "bad.table").write_text("\n".join(lines) + "\n")
+    with pytest.raises(CalibrationError, match=message) as caught:
+        CalibrationTable.read(tmp_path / "bad.table")
+    assert caught.value.line == line and caught.value.path == str(tmp_path / "bad.table")
+
+
+def test_tables_must_fit_the_model(tmp_path, demo_table) -> None:
+    load = lambda table: kuiperinfer.load(DEMO, precision="int8", calibration=table)  # noqa: E731
+    with pytest.raises(CalibrationError, match="another model"):
+        load(CalibrationTable("0" * 64, ranges=demo_table.ranges))
+    first = sorted(demo_table.ranges)[0]
+    with pytest.raises(CalibrationError, match=f"no range for '{first}'"):
+        load(CalibrationTable(demo_table.model, ranges={k: v for k, v in demo_table.ranges.items() if k != first}))
+    with pytest.raises(CalibrationError, match="does not quantize: 'nowhere'"):
+        load(CalibrationTable(demo_table.model, ranges={**demo_table.ranges, "nowhere": (0.0, 1.0)}))
+    with pytest.raises(GraphError, match="is for precision 'int8'"):
+        kuiperinfer.load(DEMO, calibration=demo_table)
+    relu = export(Holder(nn.ReLU()), (torch.randn(1, 4),), tmp_path)
+    with pytest.raises(CalibrationError, match="no operator int8 computes"):
+        kuiperinfer.load(relu, precision="int8", calibration=CalibrationTable(model_digest(relu)))
+
+
+def test_operators_kept_in_fp32_compute_fp32(tmp_path, demo_table) -> None:
+    x = np.random.default_rng(1).standard_normal((2, 3, 64, 64)).astype(np.float32)
+    everything = CalibrationTable(demo_table.model, fp32=set(demo_table.ranges))
+    np.testing.assert_array_equal(kuiperinfer.load(DEMO, precision="int8", calibration=everything)(x),
+                                  kuiperinfer.load(DEMO)(x))
+    assert not np.array_equal(kuiperinfer.load(DEMO, precision="int8", calibration=demo_table)(x),
+                              kuiperinfer.load(DEMO)(x))
+
+
+# -- the methods ------------------------------------------------------------------------------------
+
+
+def test_percentile_and_entropy_clip_a_long_tail() -> None:
+    rng = np.random.default_rng(2)
+    values = np.abs(np.concatenate([rng.standard_normal(200_000), [40.0]]))    # one outlier far out
+    counts = np.histogram(values, 2048, (0, 40.0))[0]
+    assert 3.5 < percentile_threshold(counts, 40.0) < 5.0
+    assert 2.0 < entropy_threshold(counts, 40.0) < 10.0
+    uniform = np.histogram(rng.uniform(0, 1, 100_000), 2048, (0, 1.0))[0]
+    assert entropy_threshold(uniform, 1.0) > 0.9 and percentile_threshold(uniform, 1.0) > 0.99
+
+
+# -- whole models, calibrated and evaluated on different inputs -------------------------------------
+
+
+def photo_folders(tmp_path, calibrate: list[str], evaluate: list[str]):
+    folders = {}
+    for kind, variants in (("calibrate", calibrate), ("evaluate", evaluate)):
+        folder = folders[kind] = tmp_path / kind
+        folder.mkdir()
+        for path in sample_images():
+            for variant in variants:
+                VARIANTS[variant](load_image(path)).save(folder / f"{path.stem} {variant}.png")
+    return folders["calibrate"], folders["evaluate"]
+
+
+@pytest.mark.parametrize("method", ["percentile", "minmax", "entropy"])
+def test_efficientnet_lite0_in_int8_agrees_with_fp32(tmp_path, method) -> None:
+    """Calibrated on the bundled photos as they are, mirrored, greyed and darkened; evaluated
+    on them turned, cropped and recoloured. Two of those ten are near ties in fp32 (an
+    upside-down car: 0.130 against 0.115; a cropped plane: 0.33 against 0.25), where int8's
+    noise may pick the other class; every clear one must keep its class."""
+    calibrate, evaluate = photo_folders(tmp_path, ["as it is", "mirrored", "greyscale", "darker"],
+                                        ["upside down", "turned 90 degrees", "top-left crop", "bottom-right crop",
+                                         "red and blue swapped"])
+    result = calibrate_model(None, calibrate, method=method, output=tmp_path / "e.table", evaluate_on=evaluate)
+    assert result.table.samples == 8 and len(result.table.ranges) == 34
+    assert result.agreement.samples == 10
+    assert result.agreement.top1 >= 0.9 and result.agreement.top5 == 1.0
+    assert result.agreement.relative_error < 0.15
+    fp32 = kuiperinfer.load(efficientnet_lite0_path())
+    int8 = kuiperinfer.load(efficientnet_lite0_path(), precision="int8", calibration=tmp_path / "e.table")
+    images = np.stack([EFFICIENTNET_LITE(path) for path in sorted(evaluate.iterdir())])
+    scores, scores8 = fp32(images), int8(images)
+    probabilities = np.exp(scores - scores.max(axis=1, keepdims=True))
+    probabilities /= probabilities.sum(axis=1, keepdims=True)
+    second, first = np.sort(probabilities, axis=1)[:, -2:].T
+    clear = first - second > 0.1
+    assert clear.sum() >= 8 and np.array_equal(scores8.argmax(axis=1)[clear], scores.argmax(axis=1)[clear])
+
+
+@pytest.mark.parametrize("name, make, inputs, bound", [
+    ("detector", yolov5s, lambda rng, n: [rng.random((n, 3, 320, 320), dtype=np.float32)], 0.02),
+    ("encoder", minilm, lambda rng, n: [rng.integers(0, 30522, (n, 32)), np.ones((n, 32), np.int64)], 0.05),
+])
+def test_a_detector_and_an_encoder_in_int8(tmp_path, name, make, inputs, bound) -> None:
+    model = make().eval()
+    rng = np.random.default_rng(3)
+    example = [torch.from_numpy(x) for x in inputs(rng, 1)]
+    param = export(model, example, tmp_path, inputs2=[torch.from_numpy(x) for x in inputs(rng, 2)])
+    np.savez(tmp_path / "calibrate.npz", *inputs(rng, 12))
+    np.savez(tmp_path / "evaluate.npz", *inputs(rng, 4))
+    result = calibrate_model(param, tmp_path / "calibrate.npz", evaluate_on=tmp_path / "evaluate.npz", report=True)
+    assert result.agreement.top1 is None and result.agreement.samples == 4
+    assert 0 < result.agreement.relative_error < bound
+    assert set(result.agreement.operators) == set(result.table.ranges)
+
+
+# -- the command --------------------------------------------------------------------------------------
+
+
+def test_kuiper_quantize_then_run_in_int8(capsys, tmp_path) -> None:
+    rng = np.random.default_rng(4)
+    np.save(tmp_path / "calibrate.npy", rng.standard_normal((5, 3, 64, 64)).astype(np.float32))
+    np.savez(tmp_path / "evaluate.npz", rng.standard_normal((3, 3, 64, 64)).astype(np.float32))
+    table = tmp_path / "demo.table"
+    code, out, _ = run(capsys, "quantize", str(DEMO), "--calibrate", str(tmp_path / "calibrate.npy"), "--evaluate",
+                       str(tmp_path / "evaluate.npz"), "--report", "--json", "-o", str(table))
+    assert code == 0
+    data = json.loads(out)
+    assert data["table"] == str(table) and data["samples"] == 5 and data["agreement"]["samples"] == 3
+    assert set(data["agreement"]["operators"]) == set(CalibrationTable.read(table).ranges)
+    code, out, err = run(capsys, "run", str(DEMO), "--precision", "int8", "--calibration", str(table))
+    assert code == 0 and out.startswith("output ") and err.startswith("precision int8: ")
+    code, _, err = run(capsys, "quantize", str(DEMO), "--calibrate", str(tmp_path / "nothing.npz"))
+    assert code == 2 and "nothing.npz" in err and len(err.splitlines()) == 1
