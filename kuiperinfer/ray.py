@@ -123,10 +123,10 @@ def actor_cpus(actors: int) -> int:
     return max(1, min(cpus) // math.ceil(actors / len(cpus)))
 
 
-def load_model(model: ModelPath = None, threads: int | None = None,
-               precision: str = "fp32") -> kuiperinfer.RuntimeGraph:
+def load_model(model: ModelPath = None, threads: int | None = None, precision: str = "fp32",
+               calibration: ModelPath = None) -> kuiperinfer.RuntimeGraph:
     """``model`` loaded to run on ``threads`` threads (default :func:`actor_threads`) in
-    ``precision`` (see :func:`kuiperinfer.load`): its
+    ``precision`` with ``calibration`` (see :func:`kuiperinfer.load`): its
     workers, each a slice of the batch. In a Ray actor, whose process is the model's alone,
     BLAS runs one thread from now on (:func:`~kuiperinfer.kernels.parallel.blas_threads`,
     held for the actor's life), so that workers x BLAS threads stays within the actor's CPUs,
@@ -136,7 +136,7 @@ def load_model(model: ModelPath = None, threads: int | None = None,
     if _in_actor():
         blas_threads.hold(1)
     return kuiperinfer.load(efficientnet_lite0_path() if model is None else model, workers=threads,
-                            precision=precision)
+                            precision=precision, calibration=calibration)
 
 
 # -- the callable classes for map_batches ------------------------------------------------
@@ -155,8 +155,9 @@ class Predictor:
     output replaces a column of the same name.
     """
 
-    def __init__(self, model: ModelPath = None, *, threads: int | None = None, precision: str = "fp32"):
-        self.graph = load_model(model, threads, precision)
+    def __init__(self, model: ModelPath = None, *, threads: int | None = None, precision: str = "fp32",
+                 calibration: ModelPath = None):
+        self.graph = load_model(model, threads, precision, calibration)
 
     def __call__(self, batch: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         missing = [name for name in self.graph.input_names if name not in batch]
@@ -188,16 +189,16 @@ class ImageClassifier:
     decoded, why, and the other three are null.
 
     ``model``, ``labels``, ``preprocess`` and ``outputs`` are as for Classifier, ``precision``
-    as for :func:`kuiperinfer.load`; the bundled
+    and ``calibration`` as for :func:`kuiperinfer.load`; the bundled
     model (``model=None``) comes with its authors' preprocessing and the ImageNet labels.
     """
 
     def __init__(self, model: ModelPath = None, *, labels: Sequence[str] | str | None = None,
                  preprocess: Preprocess | None = None, top_k: int = 5, outputs: OutputKind = "auto",
-                 threads: int | None = None, precision: str = "fp32"):
+                 threads: int | None = None, precision: str = "fp32", calibration: ModelPath = None):
         if top_k < 1:
             raise ValueError(f"top_k must be at least 1, got {top_k}")
-        graph = load_model(model, threads, precision)
+        graph = load_model(model, threads, precision, calibration)
         options = {"labels": labels, "preprocess": preprocess, "outputs": outputs}
         self.classifier = Classifier.bundled(graph, **options) if model is None else Classifier(graph, **options)
         self.top_k = top_k
@@ -312,16 +313,17 @@ def classify(images: ray.data.Dataset, *, actors: int | None = None, batch_size:
     """``images`` (from :func:`read_image_files` or ``read_images``) classified by a pool of
     ``actors`` :class:`ImageClassifier` (default :func:`default_actors`), each reserving
     :func:`actor_cpus` CPUs and running ``batch_size`` images a forward pass. ``options``
-    go to ImageClassifier (model, labels, preprocess, top_k, outputs, precision)."""
+    go to ImageClassifier (model, labels, preprocess, top_k, outputs, precision, calibration)."""
     return _map_on_actors(images, ImageClassifier, options, actors, batch_size)
 
 
 def predict(dataset: ray.data.Dataset, model: ModelPath = None, *, actors: int | None = None,
-            batch_size: int = 8, precision: str = "fp32") -> ray.data.Dataset:
-    """``dataset`` run through ``model`` in ``precision`` by a pool of ``actors``
+            batch_size: int = 8, precision: str = "fp32", calibration: ModelPath = None) -> ray.data.Dataset:
+    """``dataset`` run through ``model`` in ``precision`` (with ``calibration``) by a pool of ``actors``
     :class:`Predictor` (default :func:`default_actors`), each reserving :func:`actor_cpus`
     CPUs and running ``batch_size`` rows a forward pass."""
-    return _map_on_actors(dataset, Predictor, {"model": model, "precision": precision}, actors, batch_size)
+    options = {"model": model, "precision": precision, "calibration": calibration}
+    return _map_on_actors(dataset, Predictor, options, actors, batch_size)
 
 
 def _map_on_actors(dataset: ray.data.Dataset, predictor: type, options: dict[str, Any],

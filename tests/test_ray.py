@@ -180,6 +180,22 @@ def test_predictor_stacks_nested_lists_and_keeps_the_other_columns():
     np.testing.assert_allclose(out[graph.output_names[0]], graph.run(rows)[0], rtol=1e-6, atol=1e-7)
 
 
+@pytest.mark.parametrize("precision", ["bf16", "int8"])
+def test_predictor_runs_the_precision_asked_for(tmp_path, precision):
+    rows = np.random.default_rng(2).standard_normal((4, 3, 64, 64)).astype(np.float32)
+    calibration = None
+    if precision == "int8":
+        np.save(tmp_path / "calibrate.npy", rows[:2])
+        calibration = tmp_path / "demo.table"
+        kuiperinfer.quantize(DEMO, tmp_path / "calibrate.npy", output=calibration)
+    predict = kray.Predictor(DEMO, threads=1, precision=precision, calibration=calibration)
+    graph = kuiperinfer.load(DEMO, workers=1, precision=precision, calibration=calibration)
+    name = graph.output_names[0]
+    ours = predict({"pnnx_input_0": rows})[name]
+    np.testing.assert_array_equal(ours, graph.run(rows)[0])
+    assert not np.allclose(ours, kuiperinfer.load(DEMO, workers=1).run(rows)[0], rtol=0, atol=1e-5)
+
+
 def test_predictor_names_a_missing_column_and_rows_of_unequal_shapes():
     predict = kray.Predictor(DEMO, threads=1)
     with pytest.raises(kuiperinfer.errors.InputError, match=r"no column for the model's input\(s\) "

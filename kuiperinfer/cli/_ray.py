@@ -148,7 +148,8 @@ def classify_on_ray(args: argparse.Namespace, classifier: Classifier,
         model = str(model_path(args.model).resolve()) if args.model else None
         rows = kray.classify(dataset, actors=actors, batch_size=args.batch_size, model=model,
                              labels=classifier.labels, preprocess=classifier.preprocess,
-                             top_k=args.top_k, outputs=args.outputs, precision=args.precision)
+                             top_k=args.top_k, outputs=args.outputs, precision=args.precision,
+                             calibration=_absolute(args.calibration))
         batches = rows.iter_batches(batch_format="pyarrow", batch_size=None)
         if args.output:
             failed = 0
@@ -202,7 +203,7 @@ def run_on_ray(args: argparse.Namespace) -> int:
             dataset = kray.read_parquet_rows(paths, concurrency=readers)
         model_file = str(model.resolve()) if args.model else None
         outputs = kray.predict(dataset, model_file, actors=actors, batch_size=args.batch or 8,
-                               precision=args.precision)
+                               precision=args.precision, calibration=_absolute(args.calibration))
         with kray.ResultsFile(args.output) as out:
             for batch in outputs.iter_batches(batch_format="pyarrow", batch_size=None):
                 out.write(batch)
@@ -224,3 +225,8 @@ def _import_ray() -> tuple[ModuleType, ModuleType]:
 
 def _warn(args: argparse.Namespace, message: str) -> None:
     print(f"kuiper {args.command}: warning: {message}", file=sys.stderr)
+
+
+def _absolute(path: str | None) -> str | None:
+    """A file named on the command line as the actors find it (they may start elsewhere)."""
+    return None if path is None else str(Path(path).resolve())
