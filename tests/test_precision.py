@@ -9,6 +9,7 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from batches import assert_same_at_every_batch
 from oracle import Holder, assert_matches, export
 
 import kuiperinfer
@@ -228,3 +229,19 @@ def test_depthwise_convolutions_stay_fp32(tmp_path) -> None:
     x = torch.randn(2, 8, 9, 9)
     param = export(Holder(module), (x,), tmp_path)
     assert_matches(kuiperinfer.load(param, precision="bf16").run(x.numpy()), torch_outputs(module, (x,)))
+
+
+@pytest.mark.parametrize("precision", ["bf16", "int8"])
+def test_reduced_precisions_at_every_batch_and_thread_count(tmp_path, precision) -> None:
+    """Chunked among threads or not, batched or sample by sample: the same numbers (bf16's
+    also PyTorch's on rounded inputs)."""
+    torch.manual_seed(1)
+    model = SmallCNN().eval()
+    param = export(Holder(model), (torch.randn(1, 3, 32, 32),), tmp_path)
+    options, expected = {"precision": precision}, None
+    if precision == "int8":
+        np.save(tmp_path / "calibrate.npy", np.random.default_rng(5).standard_normal((4, 3, 32, 32)).astype(np.float32))
+        options["calibration"] = kuiperinfer.quantize(param, tmp_path / "calibrate.npy").table
+    else:
+        expected = lambda inputs: bf16_reference(model, [torch.from_numpy(x) for x in inputs])  # noqa: E731
+    assert_same_at_every_batch(param, expected=expected, **options)
