@@ -1,5 +1,5 @@
 """The int8 rows' files: calibration inputs kept apart from what is measured, kuiperinfer's
-table and onnxruntime's QDQ model made from them."""
+table and onnxruntime's QDQ model made from them, and each engine loading its own in int8."""
 
 import numpy as np
 import onnx
@@ -8,7 +8,7 @@ import torch
 from onnx import numpy_helper
 
 from benchmarks.agreement import CALIBRATION_VARIANTS, VARIANTS, photos
-from benchmarks.engines import model_files
+from benchmarks.engines import make_engine, model_files, row_paths
 from benchmarks.int8 import SAMPLES, calibration_inputs, int8_files
 from benchmarks.models import MODELS, BenchModel, InputSpec
 from kuiperinfer.runtime.calibration import CalibrationTable, model_digest
@@ -30,6 +30,10 @@ def made(tmp_path_factory):
     cache = tmp_path_factory.mktemp("cache")
     files = model_files(TINY, cache)
     return {**files, **int8_files(TINY, files, cache, ["kuiperinfer", "onnxruntime"])}
+
+
+def largest_error(output, reference):
+    return float(np.abs(output - reference).max() / np.abs(reference).max())
 
 
 def test_the_classifier_is_calibrated_on_photo_variants_the_agreement_does_not_count():
@@ -65,10 +69,36 @@ def test_onnxruntime_quantizes_to_qdq_with_uint8_activations_and_int8_weights_pe
         assert activation.op_type == "DequantizeLinear" and constants[activation.input[2]].dtype == np.uint8
 
 
+def test_each_engine_loads_its_int8_files_and_comes_close_to_fp32_but_not_equal(made):
+    inputs = TINY.sample_inputs(4)
+    for engine in ("kuiperinfer", "onnxruntime", "openvino"):
+        if engine == "openvino":
+            pytest.importorskip("openvino")
+        fp32 = make_engine(engine, TINY, *row_paths(made, engine, "fp32")[:2])
+        int8 = make_engine(engine, TINY, *row_paths(made, engine, "int8")[:2], precision="int8",
+                           calibration=row_paths(made, engine, "int8")[2])
+        assert int8.precision == "int8", engine
+        assert 0 < largest_error(int8(inputs), fp32(inputs)) < 0.02, engine
+
+
 def test_kuiperinfer_table_covers_the_products_of_its_model(made):
     table = CalibrationTable.read(made["calibration"])
     assert table.model == model_digest(made["kuiperinfer"])
     assert (table.method, table.samples, len(table.ranges), table.fp32) == ("percentile", SAMPLES, 3, set())
+
+
+def test_each_int8_row_finds_its_files_or_why_they_are_missing(tmp_path):
+    param, onnx_path, table, quantized = (tmp_path / name for name in ("m.pnnx.param", "m.onnx", "m.table",
+                                                                      "m.int8.onnx"))
+    files = {"kuiperinfer": param, "onnxruntime": onnx_path, "openvino": onnx_path, "calibration": table,
+             "onnx_int8": quantized}
+    assert row_paths(files, "kuiperinfer", "int8") == (param, None, table)
+    assert row_paths(files, "kuiperinfer", "bf16") == (param, None, None)
+    assert row_paths(files, "openvino", "int8") == row_paths(files, "onnxruntime", "int8") == (None, quantized, None)
+    assert row_paths(files, "openvino", "default") == (None, onnx_path, None)
+    assert row_paths(files, "torch", "fp32") == (None, None, None)
+    del files["calibration"]
+    assert row_paths(files, "kuiperinfer", "int8") == "no calibration file was made"
 
 
 def test_a_quantization_that_fails_is_reported_not_raised(tmp_path):
