@@ -3,8 +3,9 @@
 First the kernel rates (:mod:`benchmarks.kernels`), so that a slower kernel shows on its own.
 Then, for each model and batch: export (cached), start each engine in each of its precisions
 (kuiperinfer's from ``--precisions``; OpenVINO, when installed, in fp32 and in its own
-default) in its own spawned process with its default settings (``--threads`` pins them all
-to one count instead), and time them in alternating blocks, one engine computing at a time
+default; onnxruntime and OpenVINO in int8 too when ``--precisions`` holds it) in its own
+spawned process with its default settings (``--threads`` pins them all to one count
+instead), and time them in alternating blocks, one engine computing at a time
 (:mod:`benchmarks.alternate`). Each row's error is its largest distance from PyTorch fp32's
 output on the same inputs, relative to that output's largest magnitude. The memory each
 engine adds to its process, by loading the model and at its peak while inferring, is
@@ -13,6 +14,11 @@ ran the model the allocator would keep what the runs freed and hide the peak).
 kuiperinfer's loading ends with a warm-up run on zeros when the model declares its input
 shapes (a dynamic batch taken as 1, as for the transformers), so what its first inference
 would allocate then counts as loaded; compare the sum of the two columns.
+
+The int8 rows are calibrated on the same inputs, made once per run before the timing
+(:mod:`benchmarks.int8`): kuiperinfer loads its calibration table, onnxruntime the model its
+own static quantization wrote, which OpenVINO reads too. ``--precisions fp32,bf16`` leaves
+them, and the calibration, out.
 
 For the trained classifier, each engine and precision then runs once over the bundled photos
 and variants of them (:mod:`benchmarks.agreement`): its top-1 agreement with fp32.
@@ -39,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks import agreement, kernels
+from benchmarks import agreement, int8, kernels
 from benchmarks.alternate import Row, start_all, time_alternating
 from benchmarks.busy import BusyProcesses
 from benchmarks.engines import (
@@ -49,8 +55,8 @@ from benchmarks.engines import (
     memory_use,
     missing,
     model_files,
-    model_paths,
     precision_label,
+    row_paths,
 )
 from benchmarks.models import MODELS, BenchModel
 
@@ -66,7 +72,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--engines", default=",".join(ENGINES),
                         help=f"comma-separated, from {', '.join(ENGINES)} (default: all)")
     parser.add_argument("--precisions", default=",".join(PRECISIONS["kuiperinfer"]),
-                        help=f"kuiperinfer's, comma-separated (default: {','.join(PRECISIONS['kuiperinfer'])})")
+                        help=f"kuiperinfer's, comma-separated; int8 also runs onnxruntime's and OpenVINO's "
+                             f"(default: {','.join(PRECISIONS['kuiperinfer'])})")
     parser.add_argument("--batches", default="",
                         help="comma-separated batch sizes (default: each model's own, 1 and 8 or 1)")
     parser.add_argument("--runs", type=int, default=20, help="timed runs per engine (default 20)")
@@ -111,27 +118,28 @@ def engine_rows(args: argparse.Namespace) -> tuple[list[Row], list[str]]:
     """The (engine, precision) rows to run, and a note for each chosen engine whose library
     cannot be imported here (it is left out)."""
     rows, skipped = [], []
+    chosen = args.precisions.split(",")
     for engine in args.engines.split(","):
         why = missing(engine)
         if why:
             skipped.append(f"{engine} not run: {why} (pip install {ENGINE_MODULES[engine]})")
         else:
-            rows += [(engine, p) for p in (args.precisions.split(",") if engine == "kuiperinfer"
-                                           else PRECISIONS[engine])]
+            rows += [(engine, p) for p in (chosen if engine == "kuiperinfer" else PRECISIONS[engine])
+                     if p != "int8" or "int8" in chosen]
     return rows, skipped
 
 
 def memory_uses(model: str, batch: int, files: dict[str, Path | str], rows: list[Row],
                 threads: int | None, runs: int) -> dict[Row, dict[str, int | None]]:
-    """:func:`~benchmarks.engines.memory_use` per row, each in a fresh spawned process,
-    one after another."""
+    """:func:`~benchmarks.engines.memory_use` per row (each one that started, so its files
+    exist), each in a fresh spawned process, one after another."""
     context = multiprocessing.get_context("spawn")
-    param, onnx_path = (None if path is None else str(path) for path in model_paths(files))
     result = {}
     for engine, precision in rows:
+        param, onnx_path, calibration = (path and str(path) for path in row_paths(files, engine, precision))
         with context.Pool(1) as pool:
             result[engine, precision] = pool.apply(memory_use, (engine, precision, model, batch, param, onnx_path,
-                                                                threads, runs))
+                                                                threads, runs, calibration))
     return result
 
 
@@ -198,7 +206,8 @@ def machine() -> dict[str, Any]:
                 for engine in ENGINES if engine != "kuiperinfer" and not missing(engine)}
     return {"cpu": cpu, "cpus": multiprocessing.cpu_count(), "python": platform.python_version(),
             "numpy": np.__version__, "blas": blas_description(), "kuiperinfer": kuiperinfer.__version__,
-            "kuiperinfer_bf16": precision("bf16").products, **versions}
+            "kuiperinfer_bf16": precision("bf16").products, "kuiperinfer_int8": precision("int8").products,
+            **versions}
 
 
 def mode_text(busy: int) -> str:
@@ -223,6 +232,17 @@ def _cell(value: float | None, form: str) -> str:
     return "-" if value is None else format(value, form)
 
 
+def calibration_text(calibration: dict[str, str]) -> str:
+    """What the int8 rows were calibrated on (``calibration``: the inputs by model)."""
+    models: dict[str, list[str]] = {}
+    for model, inputs in calibration.items():
+        models.setdefault(inputs, []).append(model)
+    sources = "; ".join(f"for {', '.join(names)}, {inputs}" for inputs, names in models.items())
+    return (f"Every engine's int8 is calibrated on the same inputs: {sources}. kuiperinfer's table by {int8.METHOD}; "
+            f"onnxruntime's quantize_static model (QDQ, uint8 activations, int8 weights per channel, MinMax ranges), "
+            f"which OpenVINO runs too.")
+
+
 def markdown(report: dict[str, Any]) -> str:
     """The model table (and the kernel rates before it, when measured; the photos' top-1
     agreement after it), with a header saying how it was measured, a note for every engine
@@ -235,9 +255,12 @@ def markdown(report: dict[str, Any]) -> str:
              f"engine computing at a time), {report['runs']} timed runs each after {report['warmup']} warm-up runs. "
              f"numpy {m['numpy']} ({m['blas']}), {versions}.", ""]
     ran = {(row["engine"], row["precision"]) for case in report["cases"] for row in case["rows"]}
-    precisions = [f"kuiperinfer's bf16 here: {m['kuiperinfer_bf16']}."] if ("kuiperinfer", "bf16") in ran else []
+    precisions = [f"kuiperinfer's {p} here: {m[f'kuiperinfer_{p}']}." for p in ("bf16", "int8")
+                  if ("kuiperinfer", p) in ran]
     if ("openvino", "default") in ran:
         precisions.append("OpenVINO's default precision is its own choice (bf16 on a CPU with AMX), in brackets.")
+    if report["calibration"]:
+        precisions.append(calibration_text(report["calibration"]))
     lines += [" ".join([*precisions, "The error is max |output - torch fp32| / max |torch fp32| on the timed "
                                      "inputs."]), ""]
     lines += [f"Skipped: {note}." for note in report["skipped"]] + ([""] if report["skipped"] else [])
@@ -278,13 +301,18 @@ def main(argv: list[str] | None = None) -> int:
     report: dict[str, Any] = {
         "command": "python -m benchmarks " + shlex.join(sys.argv[1:] if argv is None else argv),
         "threads": args.threads, "busy": args.busy, "runs": args.runs, "block": args.block, "warmup": args.warmup,
-        "machine": machine(), "skipped": skipped, "kernels": [], "cases": [], "agreement": []}
+        "machine": machine(), "skipped": skipped, "calibration": {}, "kernels": [], "cases": [], "agreement": []}
     todo = cases(args)
     models = list(dict.fromkeys(model for model, _ in todo))
     files = {}
-    for model in models:   # exports first: not timed, not beside busy loops
+    quantized = {engine for engine, precision in rows if precision == "int8"}
+    for model in models:   # exports and calibration first: not timed, not beside busy loops
         print(f"exporting {model.name} ...", file=sys.stderr, flush=True)
         files[model.name] = model_files(model, args.cache)
+        if quantized:
+            print(f"calibrating {model.name} for int8 ...", file=sys.stderr, flush=True)
+            files[model.name].update(int8.int8_files(model, files[model.name], args.cache, quantized))
+            report["calibration"][model.name] = int8.describe(model)
     if not args.no_kernels:
         print("kernel rates ...", file=sys.stderr, flush=True)
         results = kernels.measure_all()

@@ -4,9 +4,10 @@ For a trained ImageNet classifier (a model with ``photo_preprocess``: the bundle
 EfficientNet-Lite0), the bundled photos and variants of each (:data:`VARIANTS`: mirrored,
 turned, cropped, recoloured), preprocessed as the model's authors do, go once through each
 engine and precision, every one in its own process (:func:`~benchmarks.alternate.start_all`),
-untimed. Rounding (bf16) can change the best class where two classes are close; the count of
-photos whose best class is the reference's (PyTorch fp32, else the first fp32 row that ran)
-says how often it did.
+untimed. Rounding (bf16) or quantizing (int8) can change the best class where two classes
+are close; the count of photos whose best class is the reference's (PyTorch fp32, else the
+first fp32 row that ran) says how often it did. int8 is calibrated on other variants
+(:data:`CALIBRATION_VARIANTS`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from PIL import Image, ImageEnhance, ImageOps
+from PIL import Image, ImageEnhance, ImageFilter, ImageOps
 
 from benchmarks.alternate import Row, start_all
 from benchmarks.engines import precision_label
@@ -37,10 +38,25 @@ VARIANTS: dict[str, Callable[[Image.Image], Image.Image]] = {
 }
 """How each photo is changed, by name."""
 
+CALIBRATION_VARIANTS: dict[str, Callable[[Image.Image], Image.Image]] = {
+    "brighter": lambda picture: ImageEnhance.Brightness(picture).enhance(1.4),
+    "less contrast": lambda picture: ImageEnhance.Contrast(picture).enhance(0.6),
+    "more contrast": lambda picture: ImageEnhance.Contrast(picture).enhance(1.5),
+    "more saturated": lambda picture: ImageEnhance.Color(picture).enhance(1.8),
+    "blurred": lambda picture: picture.filter(ImageFilter.GaussianBlur(3)),
+    "sharpened": lambda picture: ImageEnhance.Sharpness(picture).enhance(3.0),
+    "turned 20 degrees": lambda picture: picture.rotate(20),
+    "centre crop": lambda picture: picture.crop((picture.width // 6, picture.height // 6,
+                                                 picture.width * 5 // 6, picture.height * 5 // 6)),
+}
+"""The variants int8 is calibrated on (:mod:`benchmarks.int8`), none of them one the
+agreement counts."""
 
-def photos(model: BenchModel) -> tuple[list[str], np.ndarray]:
-    """The bundled photos in every variant: their names ("car.jpg mirrored") and one batch,
-    preprocessed for ``model``."""
+
+def photos(model: BenchModel, variants: dict[str, Callable[[Image.Image], Image.Image]] = VARIANTS
+           ) -> tuple[list[str], np.ndarray]:
+    """The bundled photos in each of ``variants``: their names ("car.jpg mirrored") and one
+    batch, preprocessed for ``model``."""
     from kuiperinfer.models import sample_images
     from kuiperinfer.vision import load_image
 
@@ -48,7 +64,7 @@ def photos(model: BenchModel) -> tuple[list[str], np.ndarray]:
     names, arrays = [], []
     for path in sample_images():
         picture = load_image(path)
-        for variant, change in VARIANTS.items():
+        for variant, change in variants.items():
             names.append(f"{path.name} {variant}")
             arrays.append(preprocess(change(picture)))
     return names, np.stack(arrays)

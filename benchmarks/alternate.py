@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.engines import engine_threads, make_engine, model_paths
+from benchmarks.engines import engine_threads, make_engine, row_paths
 from benchmarks.models import MODELS, Inputs
 
 IDLE_POLL_S = 0.01
@@ -88,13 +88,13 @@ def wait_idle(pid: int, poll: float = IDLE_POLL_S, share: float = IDLE_SHARE,
 
 
 def serve(conn: Any, engine: str, precision: str, model_name: str, param: str | None, onnx_path: str | None,
-          threads: int | None, inputs: Inputs, warmup: int) -> None:
+          threads: int | None, inputs: Inputs, warmup: int, calibration: str | None = None) -> None:
     """The engine process: load, answer ``("ready", output, threads, precision)`` or
     ``("error", text)``, then time a block of runs for each request (an int) until it reads None."""
     with engine_threads(threads):
         try:
             run = make_engine(engine, MODELS[model_name], param and Path(param), onnx_path and Path(onnx_path),
-                              threads, precision)
+                              threads, precision, calibration and Path(calibration))
             output = np.asarray(run(inputs))
             for _ in range(warmup):
                 run(inputs)
@@ -132,6 +132,8 @@ class EngineProcess:
     threads: int | None
     inputs: Inputs
     warmup: int
+    calibration: Path | None = None
+    """kuiperinfer's calibration table, in int8."""
     output: np.ndarray | None = field(default=None, init=False)
     thread_text: str = field(default="", init=False)
     computes: str = field(default="", init=False)
@@ -143,7 +145,8 @@ class EngineProcess:
         self.process = context.Process(
             target=serve, daemon=True, name=f"bench-{self.engine}-{self.precision}",
             args=(child, self.engine, self.precision, self.model, self.param and str(self.param),
-                  self.onnx_path and str(self.onnx_path), self.threads, self.inputs, self.warmup))
+                  self.onnx_path and str(self.onnx_path), self.threads, self.inputs, self.warmup,
+                  self.calibration and str(self.calibration)))
         self.process.start()
         child.close()
         return self
@@ -186,18 +189,18 @@ class EngineProcess:
 
 def start_all(rows: Sequence[Row], model: str, files: dict[str, Path | str], threads: int | None, inputs: Inputs,
               warmup: int) -> tuple[dict[Row, EngineProcess], dict[Row, str]]:
-    """A process per row, all loading at once (``files``: :func:`~benchmarks.engines.model_files`):
-    those that became ready, and why each of the others did not."""
-    param, onnx_path = model_paths(files)
+    """A process per row, all loading at once (``files``: :func:`~benchmarks.engines.row_paths`
+    finds each row's): those that became ready, and why each of the others did not."""
     processes: dict[Row, EngineProcess] = {}
     failed: dict[Row, str] = {}
     try:
         for engine, precision in rows:
-            if isinstance(files.get(engine), str):   # its export failed
-                failed[engine, precision] = files[engine]
+            paths = row_paths(files, engine, precision)
+            if isinstance(paths, str):   # its export, or its calibration, failed
+                failed[engine, precision] = paths
                 continue
-            processes[engine, precision] = EngineProcess(engine, precision, model, param, onnx_path, threads,
-                                                         inputs, warmup).start()
+            processes[engine, precision] = EngineProcess(engine, precision, model, paths[0], paths[1], threads,
+                                                         inputs, warmup, paths[2]).start()
         for row, process in list(processes.items()):
             try:
                 process.ready()

@@ -5,7 +5,8 @@ default settings (its own thread count, onnxruntime's spinning threads), unless 
 pins every engine to the same count for an experiment. It is then a function from a model's
 named inputs (:meth:`~benchmarks.models.BenchModel.sample_inputs`) to its first output as a
 NumPy array. OpenVINO is optional (``pip install openvino``): it reads the ONNX file
-onnxruntime runs, on its CPU plugin.
+onnxruntime runs, on its CPU plugin. In ``int8``, kuiperinfer loads its calibration table and
+onnxruntime and OpenVINO the quantized ONNX file (:mod:`benchmarks.int8`).
 """
 
 from __future__ import annotations
@@ -25,12 +26,15 @@ import numpy as np
 from benchmarks.models import MODELS, BenchModel, Inputs
 
 ENGINES = ("kuiperinfer", "onnxruntime", "openvino", "torch")
-PRECISIONS = {"kuiperinfer": ("fp32", "bf16"), "onnxruntime": ("fp32",), "openvino": ("fp32", "default"),
-              "torch": ("fp32",)}
-"""The precisions each engine runs in (kuiperinfer's chosen by ``--precisions``); ``default``
-is the engine's own choice (OpenVINO's: bf16 on a CPU with AMX, fp32 elsewhere)."""
+PRECISIONS = {"kuiperinfer": ("fp32", "bf16", "int8"), "onnxruntime": ("fp32", "int8"),
+              "openvino": ("fp32", "default", "int8"), "torch": ("fp32",)}
+"""The precisions each engine runs in (kuiperinfer's chosen by ``--precisions``, the others'
+int8 where it holds int8); ``default`` is the engine's own choice (OpenVINO's: bf16 on a CPU
+with AMX, fp32 elsewhere)."""
 OPENVINO_NAMES = {"f32": "fp32", "bf16": "bf16", "f16": "fp16"}
 """OpenVINO's names of the precisions it infers in, as the tables write them."""
+OPENVINO_PRODUCTS = ("Convolution", "Deconvolution", "FullyConnected", "MatMul")
+"""OpenVINO's layers whose runtime precision says whether it multiplies in 8 bits."""
 
 
 @dataclass(frozen=True)
@@ -124,9 +128,17 @@ def model_files(model: BenchModel, cache: Path) -> dict[str, Path | str]:
     return files
 
 
-def model_paths(files: dict[str, Path | str]) -> tuple[Path | None, Path | None]:
-    """The .pnnx.param and the .onnx of :func:`model_files`, None for one whose export failed."""
-    return tuple(files[e] if isinstance(files.get(e), Path) else None for e in ("kuiperinfer", "onnxruntime"))
+def row_paths(files: dict[str, Path | str], engine: str, precision: str
+              ) -> tuple[Path | None, Path | None, Path | None] | str:
+    """What row (``engine``, ``precision``) loads from ``files`` (:func:`model_files`, and
+    in int8 :func:`benchmarks.int8.int8_files`): its .pnnx.param, .onnx and calibration
+    table, None for what it does not need; or why one of them could not be made."""
+    int8 = precision == "int8"
+    keys = {"kuiperinfer": ("kuiperinfer", None, "calibration" if int8 else None),
+            "onnxruntime": (None, "onnx_int8" if int8 else "onnxruntime", None),
+            "openvino": (None, "onnx_int8" if int8 else "openvino", None)}.get(engine, (None, None, None))
+    paths = [None if key is None else files.get(key, f"no {key} file was made") for key in keys]
+    return next((path for path in paths if isinstance(path, str)), None) or tuple(paths)
 
 
 def onnxruntime_session(onnx_path: Path, threads: int | None = None, profile: bool = False):
@@ -150,9 +162,10 @@ def onnxruntime_session(onnx_path: Path, threads: int | None = None, profile: bo
 
 
 def make_engine(engine: str, model: BenchModel, param: Path | None, onnx_path: Path | None,
-                threads: int | None = None, precision: str = "fp32") -> Engine:
+                threads: int | None = None, precision: str = "fp32", calibration: Path | None = None) -> Engine:
     """Load ``model`` into ``engine`` in ``precision`` (one of ``PRECISIONS[engine]``) with its
-    default settings, or on ``threads`` threads.
+    default settings, or on ``threads`` threads. In int8, ``onnx_path`` is the quantized
+    model and kuiperinfer reads ``calibration``.
 
     ``threads`` also limits NumPy's BLAS only where the caller does (``blas_threads``), as the
     engine's process is the caller's.
@@ -163,25 +176,26 @@ def make_engine(engine: str, model: BenchModel, param: Path | None, onnx_path: P
         import kuiperinfer
         from kuiperinfer.benchmark import blas_description
 
-        graph = kuiperinfer.load(param, precision=precision, workers=threads)
+        graph = kuiperinfer.load(param, precision=precision, calibration=calibration, workers=threads)
         return Engine(lambda inputs: graph.run(*inputs.values())[0],
                       f"{graph.workers} workers, BLAS {blas_description()}", graph.precision.name)
     if engine == "onnxruntime":
         session = onnxruntime_session(onnx_path, threads)
         return Engine(lambda inputs: session.run(None, inputs)[0],
-                      "default" if threads is None else f"{threads} intra-op")
+                      "default" if threads is None else f"{threads} intra-op", precision)
     if engine == "openvino":
         import openvino
 
-        config = {} if precision == "default" else {"INFERENCE_PRECISION_HINT": "f32"}
+        config = {"INFERENCE_PRECISION_HINT": "f32"} if precision == "fp32" else {}
         if threads is not None:
             config["INFERENCE_NUM_THREADS"] = threads
         core = openvino.Core()
         compiled = core.compile_model(core.read_model(str(onnx_path)), "CPU", config)
         chosen = compiled.get_property("INFERENCE_PRECISION_HINT").get_type_name()
+        chosen = "int8" if precision == "int8" and openvino_multiplies_int8(compiled) else \
+            OPENVINO_NAMES.get(chosen, chosen)
         return Engine(lambda inputs: compiled(inputs)[0],
-                      f"{compiled.get_property('INFERENCE_NUM_THREADS')} inference threads",
-                      OPENVINO_NAMES.get(chosen, chosen))
+                      f"{compiled.get_property('INFERENCE_NUM_THREADS')} inference threads", chosen)
     if engine == "torch":
         import torch
 
@@ -194,6 +208,15 @@ def make_engine(engine: str, model: BenchModel, param: Path | None, onnx_path: P
                 return module(*(torch.from_numpy(value) for value in inputs.values())).numpy()
         return Engine(run, f"{torch.get_num_threads()} intra-op")
     raise ValueError(f"unknown engine {engine!r}; choose from {ENGINES}")
+
+
+def openvino_multiplies_int8(compiled: Any) -> bool:
+    """Whether a compiled OpenVINO model runs any of its products (:data:`OPENVINO_PRODUCTS`)
+    on 8-bit inputs, as its runtime model says."""
+    def info(op: Any, key: str) -> str:
+        return op.get_rt_info()[key].astype(str)
+    return any(info(op, "layerType") in OPENVINO_PRODUCTS and info(op, "runtimePrecision") in ("u8", "i8")
+               for op in compiled.get_runtime_model().get_ops())
 
 
 def precision_label(result: dict[str, Any]) -> str:
@@ -229,7 +252,8 @@ def engine_threads(threads: int | None) -> Iterator[None]:
 
 
 def memory_use(engine: str, precision: str, model_name: str, batch: int, param: str | None,
-               onnx_path: str | None, threads: int | None, runs: int) -> dict[str, int | None]:
+               onnx_path: str | None, threads: int | None, runs: int,
+               calibration: str | None = None) -> dict[str, int | None]:
     """What ``engine`` in ``precision`` adds to the resident set (bytes): ``loaded``, by loading
     the model (its library imported beforehand, so not counted), and ``peak_added``, at its
     peak over ``runs`` inferences after that.
@@ -245,7 +269,7 @@ def memory_use(engine: str, precision: str, model_name: str, batch: int, param: 
     with engine_threads(threads):
         before = resident_bytes()
         run = make_engine(engine, model, param and Path(param), onnx_path and Path(onnx_path), threads,
-                          precision)
+                          precision, calibration and Path(calibration))
         after = resident_bytes()
         with PeakMemory() as memory:
             for _ in range(runs):

@@ -49,8 +49,8 @@ def serve_in_thread(monkeypatch, make_engine, warmup=1):
     monkeypatch.setattr(alternate, "make_engine", make_engine)
     parent, child = Pipe()
     inputs = {"input": np.ones((1, 2), np.float32)}
-    thread = threading.Thread(target=serve, args=(child, "kuiperinfer", "bf16", "mobilenetv3", None, None, None,
-                                                  inputs, warmup))
+    thread = threading.Thread(target=serve, args=(child, "kuiperinfer", "int8", "mobilenetv3", "m.pnnx.param", None,
+                                                  None, inputs, warmup, "m.table"))
     thread.start()
     return parent, thread
 
@@ -58,12 +58,13 @@ def serve_in_thread(monkeypatch, make_engine, warmup=1):
 def test_the_engine_process_answers_with_its_output_then_times_blocks_until_told_to_stop(monkeypatch):
     calls = []
 
-    def make_engine(engine, model, param, onnx_path, threads, precision):
-        assert (engine, precision) == ("kuiperinfer", "bf16")
-        return Engine(lambda inputs: calls.append(1) or inputs["input"] * 2, "1 thread", "bf16")
+    def make_engine(engine, model, param, onnx_path, threads, precision, calibration):
+        assert (engine, precision, str(param), onnx_path, str(calibration)) == (
+            "kuiperinfer", "int8", "m.pnnx.param", None, "m.table")
+        return Engine(lambda inputs: calls.append(1) or inputs["input"] * 2, "1 thread", "int8")
     parent, thread = serve_in_thread(monkeypatch, make_engine)
     kind, output, threads, precision = parent.recv()
-    assert kind == "ready" and threads == "1 thread" and precision == "bf16"
+    assert kind == "ready" and threads == "1 thread" and precision == "int8"
     np.testing.assert_array_equal(output, [[2, 2]])
     assert len(calls) == 2                         # the output, one warm-up run
     parent.send(3)
@@ -84,13 +85,14 @@ def test_an_engine_that_cannot_load_says_why(monkeypatch):
 
 def test_a_row_whose_model_file_could_not_be_made_fails_without_a_process():
     files = {"kuiperinfer": "export failed: RuntimeError: pnnx", "onnxruntime": "export failed: RuntimeError: onnx",
-             "openvino": "export failed: RuntimeError: onnx"}
-    rows = [("kuiperinfer", "fp32"), ("kuiperinfer", "bf16"), ("openvino", "default")]
+             "openvino": "export failed: RuntimeError: onnx", "onnx_int8": "int8 quantization failed: ValueError: x"}
+    rows = [("kuiperinfer", "fp32"), ("kuiperinfer", "bf16"), ("openvino", "default"), ("onnxruntime", "int8")]
     processes, failed = start_all(rows, "mobilenetv3", files, None, {}, warmup=0)
     assert processes == {}
     assert failed == {("kuiperinfer", "fp32"): "export failed: RuntimeError: pnnx",
                       ("kuiperinfer", "bf16"): "export failed: RuntimeError: pnnx",
-                      ("openvino", "default"): "export failed: RuntimeError: onnx"}
+                      ("openvino", "default"): "export failed: RuntimeError: onnx",
+                      ("onnxruntime", "int8"): "int8 quantization failed: ValueError: x"}
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="reads Linux's /proc")

@@ -20,19 +20,24 @@ def row(engine, precision, median, loaded, peak, error, computes=None):
             "error_vs_torch": error}
 
 
-def report(busy=0, kernels=(), skipped=(), agreement=()):
+def report(busy=0, kernels=(), skipped=(), agreement=(), calibration=None):
     case = {"model": "m", "batch": 1, "rows": [
         row("kuiperinfer", "fp32", 3.0, 40 * MB, 5 * MB, 1e-6), row("kuiperinfer", "bf16", 5.0, 40 * MB, 0, 2e-2),
         row("onnxruntime", "fp32", 2.0, 50 * MB, None, 2e-6),
         row("openvino", "default", 1.0, None, None, 3e-6, computes="fp32"),
         row("torch", "fp32", 6.0, None, 30 * MB, 0.0)]}
+    if calibration:
+        case["rows"][2:2] = [row("kuiperinfer", "int8", 7.0, 30 * MB, 6 * MB, 1e-1)]
+        case["rows"].insert(4, row("onnxruntime", "int8", 1.5, 20 * MB, 1 * MB, 3e-1))
     failed = {"model": "x", "batch": 8, "rows": [
         {"engine": "kuiperinfer", "precision": "fp32", "failed": "UnsupportedOperator: nn.Foo\n(no layer)"},
         row("onnxruntime", "fp32", 2.0, 50 * MB, 1 * MB, None)]}
     return {"command": "python -m benchmarks", "threads": None, "busy": busy, "runs": 3, "block": 2, "warmup": 1,
             "machine": {"cpu": "cpu", "cpus": 2, "numpy": "2", "blas": "blas", "onnxruntime": "1", "openvino": "3",
-                        "torch": "2", "kuiperinfer_bf16": "bf16 inputs multiplied in float32"},
-            "skipped": list(skipped), "kernels": list(kernels), "cases": [case, failed], "agreement": list(agreement)}
+                        "torch": "2", "kuiperinfer_bf16": "bf16 inputs multiplied in float32",
+                        "kuiperinfer_int8": "int8 activations and weights, dequantized, multiplied in float32"},
+            "skipped": list(skipped), "calibration": calibration or {}, "kernels": list(kernels),
+            "cases": [case, failed], "agreement": list(agreement)}
 
 
 def model_table(text):
@@ -53,6 +58,21 @@ def test_table_has_a_row_per_engine_and_precision_with_its_ratio_and_error():
         ["m", "1", "onnxruntime", "fp32", "2.0 (1.8)", "3.0", "1.00", "50", "-", "2.0e-06"],
         ["m", "1", "openvino", "default (fp32)", "1.0 (0.9)", "1.5", "0.50", "-", "-", "3.0e-06"],
         ["m", "1", "torch", "fp32", "6.0 (5.4)", "9.0", "3.00", "-", "30", "0.0e+00"]]
+
+
+def test_int8_rows_render_with_what_they_were_calibrated_on():
+    text = markdown(report(calibration={"m": "its 2 photos, each blurred", "x": "16 random inputs", "y": "16 random inputs"}))
+    rows = model_table(text)[2:]
+    assert [cells[2:4] for cells in rows[:7]] == [["kuiperinfer", "fp32"], ["kuiperinfer", "bf16"],
+                                                  ["kuiperinfer", "int8"], ["onnxruntime", "fp32"],
+                                                  ["onnxruntime", "int8"], ["openvino", "default (fp32)"],
+                                                  ["torch", "fp32"]]
+    assert rows[2][4:] == ["7.0 (6.3)", "10.5", "3.50", "30", "6", "1.0e-01"]
+    assert rows[4][4:] == ["1.5 (1.4)", "2.2", "0.75", "20", "1", "3.0e-01"]
+    assert "kuiperinfer's int8 here: int8 activations and weights, dequantized, multiplied in float32." in text
+    assert ("Every engine's int8 is calibrated on the same inputs: for m, its 2 photos, each blurred; for x, y, "
+            "16 random inputs. kuiperinfer's table by percentile; onnxruntime's quantize_static model") in text
+    assert "calibrated" not in markdown(report()) and "int8 here" not in markdown(report())
 
 
 def test_a_failed_row_is_marked_and_explained_below():
