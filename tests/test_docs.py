@@ -84,17 +84,10 @@ def blocks(path: Path) -> list[Block]:
 
 
 def prose(path: Path) -> str:
-    """A Markdown file without its code blocks."""
-    text, inside = [], None
-    for line in path.read_text(encoding="utf-8").splitlines():
-        opening = FENCE.match(line)
-        if inside is None and opening:
-            inside = opening["fence"]
-        elif inside is not None and line.strip().startswith(inside):
-            inside = None
-        elif inside is None:
-            text.append(line)
-    return "\n".join(text)
+    """A Markdown file without its code blocks (each its fences and ``code``'s lines)."""
+    fenced = {line for block in blocks(path) for line in range(block.line, block.line + block.code.count("\n") + 2)}
+    lines = path.read_text(encoding="utf-8").splitlines()
+    return "\n".join(text for number, text in enumerate(lines, 1) if number not in fenced)
 
 
 def environment() -> dict[str, str]:
