@@ -8,8 +8,10 @@ and carry KuiperInfer's status codes (:class:`InferStatus`,
     KuiperError
     ├── ModelFormatError          a .param/.bin pair that cannot be read
     │   ├── ParamSyntaxError      malformed .param text (file and line)
+    │   ├── CalibrationError      a calibration table that cannot be read or does not fit the model
     │   └── BinArchiveError       malformed or inconsistent .pnnx.bin archive
     ├── ExpressionError           a pnnx.Expression that cannot be parsed or evaluated
+    ├── OptionError               a load option out of range, or options that contradict each other
     ├── GraphError                graph structure or state problems (cycles, wrong state)
     ├── OperatorError             about one operator: its name, type and a status code
     │   ├── LayerCreateError      building a layer from its operator failed
@@ -121,6 +123,11 @@ class ExpressionError(KuiperError):
             if position is not None:
                 text += f" at position {position}"
         super().__init__(text)
+
+
+class OptionError(KuiperError, ValueError):
+    """A load option out of its range, or options that contradict each other
+    (:class:`kuiperinfer.runtime.options.LoadOptions`)."""
 
 
 class GraphError(KuiperError):

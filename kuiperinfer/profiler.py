@@ -5,7 +5,7 @@ wall time of each operator around the normal computation, so the execution loop
 itself is the one every graph uses::
 
     graph = kuiperinfer.load("resnet18.pnnx.param", graph_class=ProfilingGraph)
-    report = profile(graph, [images], runs=20, warmup=3)
+    report = profile(graph, [images], runs=20, warmup_runs=3)
     report.operators[0]                  # the slowest operator, averaged over 20 runs
     write_chrome_trace(graph.runs[-1], "trace.json")   # open in ui.perfetto.dev
 
@@ -72,9 +72,8 @@ class ProfilingGraph(RuntimeGraph):
     current run), but their times then include the waits of sharing the machine.
     """
 
-    def __init__(self, param_path: str | os.PathLike | None = None,
-                 bin_path: str | os.PathLike | None = None, **options: Any):
-        super().__init__(param_path, bin_path, **options)
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
         self.recording = True
         self.runs: list[RunRecord] = []
         self._record: contextvars.ContextVar[RunRecord | None] = contextvars.ContextVar(
@@ -199,16 +198,16 @@ def summarize_runs(runs: Sequence[RunRecord]) -> ProfileReport:
     return ProfileReport(len(runs), wall, tuple(operators), tuple(types), threads)
 
 
-def profile(graph: ProfilingGraph, inputs: Sequence[Any], runs: int = 10, warmup: int = 2,
+def profile(graph: ProfilingGraph, inputs: Sequence[Any], runs: int = 10, warmup_runs: int = 2,
             progress: Progress | None = None) -> ProfileReport:
-    """Run ``graph`` on ``inputs`` ``warmup`` times unrecorded, then ``runs`` times recorded.
+    """Run ``graph`` on ``inputs`` ``warmup_runs`` times unrecorded, then ``runs`` times recorded.
 
     The graph's :attr:`~ProfilingGraph.runs` then holds exactly the recorded runs.
     """
-    if runs < 1 or warmup < 0:
-        raise ValueError(f"need runs >= 1 and warmup >= 0, got runs={runs} warmup={warmup}")
+    if runs < 1 or warmup_runs < 0:
+        raise ValueError(f"need runs >= 1 and warmup_runs >= 0, got runs={runs} warmup_runs={warmup_runs}")
     graph.recording = False
-    for _ in range(warmup):
+    for _ in range(warmup_runs):
         graph.run(*inputs)
     graph.clear()
     graph.recording = True

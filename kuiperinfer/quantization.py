@@ -6,9 +6,10 @@
 
 :func:`quantize` runs the model in float32 over calibration inputs (images through the
 model's preprocessing, or the rows of ``.npy``/``.npz`` arrays), records the range of the
-input of every operator ``int8`` computes (:attr:`Layer.quantizable
-<kuiperinfer.layers.base.Layer.quantizable>`), chooses each operator's range by ``method``
-and writes the :class:`~kuiperinfer.runtime.calibration.CalibrationTable`. Then it runs the
+input of every operator whose product ``int8`` computes (:attr:`Layer.products
+<kuiperinfer.layers.base.Layer.products>`) on the graph as pnnx wrote it, so that the table
+holds for the model optimised or not, chooses each operator's range by ``method`` and writes
+the :class:`~kuiperinfer.runtime.calibration.CalibrationTable`. Then it runs the
 quantized model beside the float32 one on held-out inputs and reports their agreement.
 
 Methods, as onnxruntime's calibrators and TensorRT's name them:
@@ -45,9 +46,10 @@ BATCH = 8
 
 
 class RangeRecorder(RuntimeGraph):
-    """A float32 graph that records the input of each quantizable operator it runs: its
-    smallest and largest values, then, once :meth:`histograms` is given the largest |x|,
-    a histogram of |x| on ``[0, largest]``."""
+    """A float32 graph, as pnnx wrote it (loaded with ``optimize=False``), that records the
+    input of each operator it runs whose product int8 computes: its smallest and largest
+    values, then, once :meth:`histograms` is given the largest |x|, a histogram of |x| on
+    ``[0, largest]``."""
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
@@ -63,7 +65,7 @@ class RangeRecorder(RuntimeGraph):
         self.counts = {name: np.zeros(BINS, np.int64) for name in largest}
 
     def run_node(self, op: RuntimeOperator, inputs: list[Any]) -> list[Any]:
-        if getattr(op.layer, "quantizable", False):
+        if op.name in getattr(op.layer, "products", ()):
             self._record(op.name, np.asarray(inputs[0]))
         return super().run_node(op, inputs)
 
@@ -117,7 +119,7 @@ def entropy_threshold(counts: np.ndarray, largest: float, levels: int = LEVELS) 
 
 def calibrate(graph: RangeRecorder, batches: Sequence[dict[str, np.ndarray]], method: str = "minmax",
               progress: Callable[[int, int], None] | None = None) -> dict[str, tuple[float, float]]:
-    """Each quantizable operator's range over ``batches`` by ``method`` (one pass over the
+    """The range of each product's input over ``batches`` by ``method`` (one pass over the
     inputs for ``minmax``, two for the others); ``progress(done, total)`` counts samples."""
     if method not in METHODS:
         raise KuiperError(f"method must be one of {METHODS}, got {method!r}")
@@ -268,13 +270,15 @@ def quantize(model: str | os.PathLike | None, calibrate_on: str | os.PathLike | 
     ``samples`` inputs from ``calibrate_on``, write the table to ``output`` (when given) and
     measure the quantized model against float32 on ``evaluate_on`` (default: none).
     ``keep_fp32`` names operators to leave in float32; ``report`` adds each quantized
-    operator's error. The graph is loaded with ``optimize`` as it will be run."""
+    operator's error. The ranges are recorded on the graph as pnnx wrote it; the quantized
+    model is evaluated loaded with ``optimize`` (without it for the per-operator ``report``,
+    whose operators an optimised graph may have fused)."""
     from kuiperinfer.vision import EFFICIENTNET_LITE, Classifier
 
     path = Path(efficientnet_lite0_path() if model is None else model)
     if samples < 1:
         raise KuiperError(f"samples must be at least 1, got {samples}")
-    recorder = kuiperinfer.load(path, graph_class=RangeRecorder, optimize=optimize, warmup=False)
+    recorder = kuiperinfer.load(path, graph_class=RangeRecorder, optimize=False, warmup=False)
     preprocess = EFFICIENTNET_LITE if model is None else \
         (Classifier(recorder).preprocess if len(recorder.input_names) == 1 else None)
     inputs = read_inputs(recorder, calibrate_on, preprocess)
@@ -283,7 +287,8 @@ def quantize(model: str | os.PathLike | None, calibrate_on: str | os.PathLike | 
     keep = set(keep_fp32)
     unknown = keep - set(ranges)
     if unknown:
-        raise KuiperError(f"--keep-fp32: no quantizable operator named {', '.join(sorted(map(repr, unknown)))}; "
+        raise KuiperError(f"--keep-fp32: no operator whose product int8 computes is named "
+                          f"{', '.join(sorted(map(repr, unknown)))}; "
                           f"the model's are {', '.join(sorted(ranges)[:8])}{', ...' if len(ranges) > 8 else ''}")
     table = CalibrationTable(model_digest(path), method, len(next(iter(inputs.values()))),
                              {name: r for name, r in ranges.items() if name not in keep}, keep)
@@ -291,6 +296,7 @@ def quantize(model: str | os.PathLike | None, calibrate_on: str | os.PathLike | 
         table.write(output)
     measured = None
     if evaluate_on is not None:
+        optimize = optimize and not report
         int8 = kuiperinfer.load(path, precision="int8", calibration=table, optimize=optimize, warmup=False)
         fp32 = kuiperinfer.load(path, optimize=optimize, warmup=False)
         held_out = read_inputs(fp32, evaluate_on, preprocess)

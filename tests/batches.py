@@ -2,7 +2,7 @@
 is cut (one thread or several), on whether samples ran together or alone, or on which
 requests the server joined.
 
-``assert_same_at_every_batch`` loads a model once with one worker and once per worker count,
+``assert_same_at_every_batch`` loads a model once with one thread and once per thread count,
 runs each at several batch sizes on samples that differ, and compares; where the graph's
 samples are independent it also compares the batch with each sample run alone.
 ``assert_joined_requests_match`` sends requests at once through the server's batcher and
@@ -24,7 +24,7 @@ from kuiperinfer.pnnx.ir import numpy_dtype
 from kuiperinfer.runtime.graph import RuntimeGraph
 
 BATCHES = (1, 3, 8)
-WORKERS = (2, 4)
+THREADS = (2, 4)
 TOLERANCE = {"rtol": 1e-4, "atol": 1e-5}
 """Chunks of a batch run smaller products than the whole batch, whose sums BLAS may order
 differently: equal within float32 rounding, not to the bit."""
@@ -60,7 +60,7 @@ def assert_equal_outputs(got: list[np.ndarray] | KuiperError, expected: list[np.
     """The same outputs (NaN equal to NaN), or both runs refused."""
     if isinstance(expected, KuiperError) or isinstance(got, KuiperError):
         assert isinstance(got, KuiperError) and isinstance(expected, KuiperError), \
-            f"{what}: {got!r} where one worker gave {expected!r}"
+            f"{what}: {got!r} where one thread gave {expected!r}"
         return
     assert len(got) == len(expected), what
     for i, (a, b) in enumerate(zip(got, expected)):
@@ -74,14 +74,14 @@ def assert_equal_outputs(got: list[np.ndarray] | KuiperError, expected: list[np.
 
 
 def assert_same_at_every_batch(param: Path, make_inputs: Callable[[RuntimeGraph, int], list[np.ndarray]] = random_inputs,
-                               batches: Sequence[int] = BATCHES, workers: Sequence[int] = WORKERS,
+                               batches: Sequence[int] = BATCHES, threads: Sequence[int] = THREADS,
                                expected: Callable[[list[np.ndarray]], list[np.ndarray]] | None = None,
                                **load_options) -> RuntimeGraph:
-    """At every batch size, every worker count's run equals the one-worker run (or both
+    """At every batch size, every thread count's run equals the one-thread run (or both
     fail); a batch-independent graph's batch equals its samples run alone; with
-    ``expected`` (PyTorch), the one-worker run matches it too. Returns the one-worker graph."""
-    reference = kuiperinfer.load(param, workers=1, **load_options)
-    graphs = {count: kuiperinfer.load(param, workers=count, **load_options) for count in workers}
+    ``expected`` (PyTorch), the one-thread run matches it too. Returns the one-thread graph."""
+    reference = kuiperinfer.load(param, threads=1, **load_options)
+    graphs = {count: kuiperinfer.load(param, threads=count, **load_options) for count in threads}
     for graph in graphs.values():
         assert graph.batching == reference.batching
     for batch in batches:
@@ -90,7 +90,7 @@ def assert_same_at_every_batch(param: Path, make_inputs: Callable[[RuntimeGraph,
         if expected is not None and not isinstance(one_worker, KuiperError):
             assert_matches(one_worker, expected(inputs))
         for count, graph in graphs.items():
-            assert_equal_outputs(_outcome(graph, inputs), one_worker, f"{param.name}, batch {batch}, {count} workers")
+            assert_equal_outputs(_outcome(graph, inputs), one_worker, f"{param.name}, batch {batch}, {count} threads")
         if reference.batching.independent and reference.batching.batch is None and batch > 1 \
                 and not isinstance(one_worker, KuiperError):
             alone = [_outcome(reference, [x[i:i + 1] for x in inputs]) for i in range(batch)]

@@ -1,4 +1,4 @@
-"""Every test network, at batch 1, 3 and 8, on 1, 2 and 4 workers, gives the one-worker
+"""Every test network, at batch 1, 3 and 8, on 1, 2 and 4 threads, gives the one-thread
 results (and PyTorch's); joined by the server's batcher, requests get what they get alone.
 
 The networks are exported once each, static, at the batch given: a ViT with timm's class

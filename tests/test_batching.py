@@ -1,9 +1,9 @@
 """The batching analysis (kuiperinfer/runtime/batching.py): which graphs keep their samples
 apart along dimension 0, which batch sizes they run, and the constants that carry the batch
 pnnx traced. Each kind of graph it refuses to cut has a test here; every refused graph must
-still give the one-worker results with several workers.
+still give the one-thread results with several threads.
 
-tests/test_batch_differential.py runs every test network at several batch sizes and worker
+tests/test_batch_differential.py runs every test network at several batch sizes and thread
 counts, and through the server's batcher.
 """
 
@@ -24,13 +24,13 @@ from kuiperinfer.runtime.batching import Batch
 
 def batching_of(fn_or_module, *shapes, tmp_path, batch2: int | None = None, integers: bool = False):
     """Export on random inputs of ``shapes`` (and, with ``batch2``, dynamic over the batch);
-    the graph's batching, checked against the one-worker run and PyTorch at several batches."""
+    the graph's batching, checked against the one-thread run and PyTorch at several batches."""
     module = fn_or_module if isinstance(fn_or_module, nn.Module) else Lambda(fn_or_module)
     make = (lambda s: torch.randint(0, 3, s)) if integers else (lambda s: torch.rand(*s))
     inputs = [make(s) for s in shapes]
     inputs2 = None if batch2 is None else [make((batch2, *s[1:])) for s in shapes]
     param = export(module, inputs, tmp_path, inputs2=inputs2)
-    graph = kuiperinfer.load(param, workers=1)
+    graph = kuiperinfer.load(param, threads=1)
     traced = shapes[0][0]
     batches = (1, 3, 8) if graph.batching.batch is None else (traced,)
     expected = lambda arrays: torch_outputs(module, [torch.from_numpy(a) for a in arrays])  # noqa: E731

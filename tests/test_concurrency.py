@@ -74,9 +74,9 @@ def run_threads(target, count: int = THREADS) -> None:
         raise failures[0]
 
 
-@pytest.mark.parametrize("workers", [1, 2])
-def test_threads_give_exactly_the_serial_results(model_path, workers):
-    graph = kuiperinfer.load(model_path, workers=workers)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_threads_give_exactly_the_serial_results(model_path, threads):
+    graph = kuiperinfer.load(model_path, threads=threads)
     expected = [[graph.run(call_inputs(t, c)) for c in range(CALLS)] for t in range(THREADS)]
     got: list[list] = [[None] * CALLS for _ in range(THREADS)]
 

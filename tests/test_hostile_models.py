@@ -120,8 +120,8 @@ def load_and_run(param_path: Path, text: str, *inputs: np.ndarray) -> KuiperErro
 
     Fails the test on a raw Python exception, on a KuiperError that does not say where,
     on a layer that did not validate its parameters, and on a case slower than TIME_LIMIT.
-    A model that runs must then give the one-worker results at every batch size with
-    several workers (:func:`batches.assert_same_at_every_batch`).
+    A model that runs must then give the one-thread results at every batch size with
+    several threads (:func:`batches.assert_same_at_every_batch`).
     """
     start = time.thread_time()   # this thread's time: a hang shows, a loaded machine does not
     error = None

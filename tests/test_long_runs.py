@@ -72,7 +72,7 @@ def test_loading_and_dropping_graphs_leaks_no_file_handles_or_threads(model_path
     for _ in range(500):
         graph = kuiperinfer.load(model_path)
         if _ % 50 == 0:
-            np.testing.assert_array_equal(graph(x), expected)   # workers start their threads
+            np.testing.assert_array_equal(graph(x), expected)   # threads start their threads
         del graph
     gc.collect()
     assert open_fds() <= fds
@@ -98,7 +98,7 @@ def test_optimised_runs_reuse_freed_memory_without_page_faults(tmp_path):
     if not keep_freed_memory():
         pytest.skip("needs glibc")
     large = PARAM.replace("16,16", "512,512").replace("8,8)", "256,256)")
-    graph = kuiperinfer.load(write_model(tmp_path, large, WEIGHTS), workers=1)
+    graph = kuiperinfer.load(write_model(tmp_path, large, WEIGHTS), threads=1)
     x = np.random.default_rng(0).standard_normal((1, 3, 512, 512), dtype=np.float32)
     for _ in range(3):
         graph(x)

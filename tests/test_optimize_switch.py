@@ -48,12 +48,12 @@ TRANSFORMERS = {   # small ViT-Tiny and MiniLM layouts, exported for any batch s
 }
 
 
-PLAIN = {"optimize": False, "kernels": "reference", "workers": 1}
+PLAIN = {"optimize": False, "kernels": "reference", "threads": 1}
 """Every option off."""
 
 
 def run_both(param, x: np.ndarray) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    fast = kuiperinfer.load(param, workers=2)
+    fast = kuiperinfer.load(param, threads=2)
     plain = kuiperinfer.load(param, **PLAIN)
     return fast.run(x), plain.run(x)
 
@@ -96,7 +96,7 @@ def test_optimised_and_plain_agree(exported, name):
 @pytest.mark.parametrize("batch", [1, 3])
 def test_transformers_optimised_and_plain_agree(exported, name, batch):
     inputs = [t.numpy() for t in TRANSFORMERS[name][1](batch)]
-    fast = kuiperinfer.load(exported(name), workers=2)
+    fast = kuiperinfer.load(exported(name), threads=2)
     plain = kuiperinfer.load(exported(name), **PLAIN)
     assert "kuiper.Attention" in {op.type for op in fast.operators} and fast.batching.independent
     assert_agree(fast.run(*inputs), plain.run(*inputs))
@@ -107,15 +107,15 @@ def test_bundled_efficientnet_lite0_agrees():
     assert_agree(*run_both(efficientnet_lite0_path(), x))
 
 
-@pytest.mark.parametrize("option", [{"optimize": False}, {"kernels": "reference"}, {"workers": 1}],
+@pytest.mark.parametrize("option", [{"optimize": False}, {"kernels": "reference"}, {"threads": 1}],
                          ids=["no rewrites", "reference kernels", "one thread"])
 def test_each_option_alone_changes_no_result(exported, option):
     param = exported("mobilenetv3")
     x = np.random.default_rng(2).standard_normal((3, 3, 64, 64), dtype=np.float32)
     graph = kuiperinfer.load(param, **option)
     defaults = kuiperinfer.load(param)
-    assert graph.workers == option.get("workers", defaults.workers)
-    assert graph.kernels == option.get("kernels", defaults.kernels)
+    assert graph.threads == option.get("threads", defaults.threads)
+    assert graph.options.kernels == option.get("kernels", defaults.options.kernels)
     assert (len(graph.operators) == len(read_param(param).ops)) == ("optimize" in option)
     assert_agree(graph.run(x), defaults.run(x))
 

@@ -23,7 +23,7 @@ from kuiperinfer.profiler import (
 
 @pytest.fixture(scope="module")
 def graph() -> ProfilingGraph:
-    graph = ProfilingGraph(DEMO)
+    graph = ProfilingGraph(DEMO, threads=1)
     graph.build()
     return graph
 
@@ -39,7 +39,7 @@ def image(batch: int = 1, seed: int = 0) -> np.ndarray:
 
 def test_profiling_changes_no_output(graph):
     x = image(2)
-    np.testing.assert_array_equal(graph(x), kuiperinfer.load(DEMO, optimize=False, workers=1)(x))
+    np.testing.assert_array_equal(graph(x), kuiperinfer.load(DEMO, optimize=False, threads=1)(x))
 
 
 def test_every_operator_is_timed_in_execution_order(graph):
@@ -58,7 +58,7 @@ def test_every_operator_is_timed_in_execution_order(graph):
 
 def test_profile_records_the_timed_runs_only(graph):
     calls = []
-    report = profile(graph, [image()], runs=3, warmup=2,
+    report = profile(graph, [image()], runs=3, warmup_runs=2,
                      progress=lambda done, total: calls.append((done, total)))
     assert calls == [(1, 3), (2, 3), (3, 3)]
     assert len(graph.runs) == 3 and report.runs == 3
@@ -97,7 +97,7 @@ def test_threads_record_their_own_runs(graph):
         thread.join()
     assert len(graph.runs) == 6
     assert all([e.name for e in run.events] == computed(graph) for run in graph.runs)
-    reference = kuiperinfer.load(DEMO, optimize=False, workers=1)
+    reference = kuiperinfer.load(DEMO, optimize=False, threads=1)
     for seed, output in outputs.items():
         np.testing.assert_array_equal(output, reference(image(1, seed)))
 
@@ -106,7 +106,7 @@ def test_a_failing_operator_raises_as_without_profiling():
     def broken(inputs):
         raise ValueError("broken on purpose")
 
-    plain, profiled = kuiperinfer.load(DEMO, optimize=False, workers=1), ProfilingGraph(DEMO)
+    plain, profiled = kuiperinfer.load(DEMO, optimize=False, threads=1), ProfilingGraph(DEMO)
     profiled.build()
     for g in (plain, profiled):
         next(op for op in g.operators if op.name == "block.2").layer.forward = broken
@@ -174,4 +174,4 @@ def test_profile_checks_its_arguments(graph):
     with pytest.raises(ValueError):
         profile(graph, [image()], runs=0)
     with pytest.raises(ValueError):
-        profile(graph, [image()], runs=1, warmup=-1)
+        profile(graph, [image()], runs=1, warmup_runs=-1)

@@ -18,7 +18,7 @@ from oracle import Holder, assert_matches, export
 import kuiperinfer
 from benchmarks.agreement import VARIANTS
 from benchmarks.networks import minilm, torch_outputs, yolov5s
-from kuiperinfer.errors import CalibrationError, GraphError
+from kuiperinfer.errors import CalibrationError, OptionError
 from kuiperinfer.kernels.matrix.int8 import (
     activation_parameters,
     dequantize,
@@ -107,9 +107,9 @@ class Network(nn.Module):
 
 
 def operator_names(param) -> dict[str, str]:
-    """The quantizable operators of the optimised graph, by the PyTorch module they come from."""
+    """The operators whose products int8 computes, by the PyTorch module they come from."""
     graph = kuiperinfer.load(param, warmup=False)
-    names = {op.name: op.type for op in graph.operators if getattr(op.layer, "quantizable", False)}
+    names = {name: op.type for op in graph.operators for name in getattr(op.layer, "products", ())}
     by_type = {"nn.Conv2d": "conv", "nn.ConvTranspose2d": "up", "nn.Linear": "linear"}
     return {by_type[kind]: name for name, kind in names.items()}
 
@@ -151,7 +151,8 @@ def test_a_table_reads_back_as_written(tmp_path, demo_table) -> None:
 
 
 @pytest.mark.parametrize("lines, message, line", [
-    (["kuiperinfer calibration 2"], "must start with", 1),
+    (["kuiperinfer calibration 3"], "must start with", 1),
+    (["kuiperinfer calibration 1", "model abc"], "a table of an earlier kuiperinfer", 1),
     ([HEADER, "model abc", "conv 1.0"], "expected 'OPERATOR LOW HIGH'", 3),
     ([HEADER, "model abc", "conv 2.0 1.0"], "not finite and ordered", 3),
     ([HEADER, "model abc", "conv nan 1.0"], "not finite and ordered", 3),
@@ -175,7 +176,7 @@ def test_tables_must_fit_the_model(tmp_path, demo_table) -> None:
         load(CalibrationTable(demo_table.model, ranges={k: v for k, v in demo_table.ranges.items() if k != first}))
     with pytest.raises(CalibrationError, match="does not quantize: 'nowhere'"):
         load(CalibrationTable(demo_table.model, ranges={**demo_table.ranges, "nowhere": (0.0, 1.0)}))
-    with pytest.raises(GraphError, match="is for precision 'int8'"):
+    with pytest.raises(OptionError, match="is for precision 'int8'"):
         kuiperinfer.load(DEMO, calibration=demo_table)
     relu = export(Holder(nn.ReLU()), (torch.randn(1, 4),), tmp_path)
     with pytest.raises(CalibrationError, match="no operator int8 computes"):
@@ -223,14 +224,15 @@ def test_efficientnet_lite0_in_int8_agrees_with_fp32(tmp_path, method) -> None:
     """Calibrated on the bundled photos as they are, mirrored, greyed and darkened; evaluated
     on them turned, cropped and recoloured. Two of those ten are near ties in fp32 (an
     upside-down car: 0.130 against 0.115; a cropped plane: 0.33 against 0.25), where int8's
-    noise may pick the other class; every clear one must keep its class."""
+    noise may pick the other class (which they do on some CPUs, whose BLAS rounds the float32
+    sums differently); every clear one must keep its class."""
     calibrate, evaluate = photo_folders(tmp_path, ["as it is", "mirrored", "greyscale", "darker"],
                                         ["upside down", "turned 90 degrees", "top-left crop", "bottom-right crop",
                                          "red and blue swapped"])
     result = calibrate_model(None, calibrate, method=method, output=tmp_path / "e.table", evaluate_on=evaluate)
     assert result.table.samples == 8 and len(result.table.ranges) == 34
     assert result.agreement.samples == 10
-    assert result.agreement.top1 >= 0.9 and result.agreement.top5 == 1.0
+    assert result.agreement.top1 >= 0.8 and result.agreement.top5 == 1.0
     assert result.agreement.relative_error < 0.15
     fp32 = kuiperinfer.load(efficientnet_lite0_path())
     int8 = kuiperinfer.load(efficientnet_lite0_path(), precision="int8", calibration=tmp_path / "e.table")

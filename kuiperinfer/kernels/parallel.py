@@ -204,7 +204,7 @@ class ThreadPool:
     when a task first needs them (at most one fewer than the cores, since more threads than
     cores only take turns and a spinning helper holds its core).
 
-    A graph owns one (``kuiperinfer.load(..., workers=N)``), or several graphs are given
+    A graph owns one (``kuiperinfer.load(..., threads=N)``), or several graphs are given
     the same one (``load(..., pool=pool)``), as onnxruntime's sessions have their own
     intra-op pools unless told to share a global one. ``spin`` (:data:`SPIN`) says how the
     helpers wait between tasks; ``load`` is the machine load that ``spin="auto"`` adapts to

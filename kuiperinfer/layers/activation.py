@@ -19,8 +19,9 @@ from kuiperinfer.errors import ParseParameterAttrStatus as Status
 from kuiperinfer.kernels import elementwise
 from kuiperinfer.kernels.compiled.activation import ActivationCode
 from kuiperinfer.kernels.compiled.epilogue import finish_rows
-from kuiperinfer.layers.base import NonParamLayer, ParamLayer, compiled, declared_rank, functional, keeps_batch
+from kuiperinfer.layers.base import NonParamLayer, ParamLayer, declared_rank, functional, keeps_batch
 from kuiperinfer.runtime.operator import RuntimeOperator
+from kuiperinfer.runtime.options import BuildOptions
 from kuiperinfer.runtime.registry import register_layer
 
 
@@ -30,7 +31,7 @@ class ActivationLayer(NonParamLayer):
     batch_independent = True
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> ActivationLayer:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> ActivationLayer:
         return cls(op.name)
 
     def function(self, x: np.ndarray) -> np.ndarray:
@@ -50,7 +51,7 @@ class InplaceActivationLayer(ActivationLayer):
     @classmethod
     def activation_of(cls, op: RuntimeOperator) -> elementwise.InplaceActivation:
         """The in-place activation ``op`` computes, from its parameters (raises LayerCreateError)."""
-        return cls.create(op).inplace()
+        return cls.create(op, BuildOptions()).inplace()
 
     def function(self, x: np.ndarray) -> np.ndarray:
         return self.inplace()(x.astype(np.result_type(x, np.float32)))
@@ -86,7 +87,7 @@ class Hardtanh(InplaceActivationLayer):
         self.min_val, self.max_val = min_val, max_val
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> Hardtanh:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> Hardtanh:
         min_val = op.param_float("min_val", default=-1.0)
         max_val = op.param_float("max_val", default=1.0)
         if min_val > max_val:
@@ -102,7 +103,7 @@ class ReLU6(Hardtanh):
     """Hardtanh with fixed bounds 0 and 6."""
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> ReLU6:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> ReLU6:
         return cls(op.name, 0.0, 6.0)
 
 
@@ -116,7 +117,7 @@ class LeakyReLU(InplaceActivationLayer):
         self.negative_slope = negative_slope
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> LeakyReLU:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> LeakyReLU:
         return cls(op.name, op.param_float("negative_slope", default=0.01))
 
     def inplace(self) -> elementwise.InplaceActivation:
@@ -128,7 +129,7 @@ class RReLU(LeakyReLU):
     """Randomized leaky ReLU; at inference its slope is the mean of lower and upper."""
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> RReLU:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> RReLU:
         lower = op.param_float("lower", default=1.0 / 8)
         upper = op.param_float("upper", default=1.0 / 3)
         return cls(op.name, (lower + upper) / 2)
@@ -150,7 +151,7 @@ class PReLU(ParamLayer):
     """PReLU with its learned ``@weight`` (num_parameters values: 1 or one per channel)."""
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> PReLU:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> PReLU:
         count = op.param_int("num_parameters", default=1)
         return cls(op.name, op.weight("weight", (count,)))
 
@@ -163,7 +164,7 @@ class FunctionalPReLU(NonParamLayer):
     """F.prelu(input, weight) with the weight as the second input."""
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> FunctionalPReLU:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> FunctionalPReLU:
         if len(op.input_operands_seq) != 2:
             raise op.error(f"{op.type} needs the input and the weight as inputs", Status.kAttrMissingWeight)
         return functional(cls(op.name), op, declared_rank(op) >= 1)
@@ -181,7 +182,7 @@ class ELU(ActivationLayer):
         self.alpha = alpha
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> ELU:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> ELU:
         return cls(op.name, op.param_float("alpha", default=1.0))
 
     def function(self, x: np.ndarray) -> np.ndarray:
@@ -210,7 +211,7 @@ class CELU(ActivationLayer):
         self.alpha = alpha
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> CELU:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> CELU:
         alpha = op.param_float("alpha", default=1.0)
         if alpha == 0:
             raise op.error("alpha cannot be 0 for CELU", Status.kParameterInvalidValue)
@@ -238,12 +239,12 @@ class GELU(ActivationLayer):
         self._code = ActivationCode.of(self.inplace())
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> GELU:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> GELU:
         approximate = op.param_str("approximate", default="none")
         if approximate not in ("none", "tanh"):
             raise op.error(f"approximate must be 'none' or 'tanh', not {approximate!r}",
                            Status.kParameterInvalidValue)
-        return cls(op.name, approximate, compiled(op))
+        return cls(op.name, approximate, options.compiled)
 
     def inplace(self) -> elementwise.InplaceActivation:
         return elementwise.InplaceActivation("gelu_tanh" if self.approximate == "tanh" else "gelu")
@@ -251,7 +252,7 @@ class GELU(ActivationLayer):
     @classmethod
     def activation_of(cls, op: RuntimeOperator) -> elementwise.InplaceActivation:
         """The in-place activation ``op`` computes, from its parameters (raises LayerCreateError)."""
-        return cls.create(op).inplace()
+        return cls.create(op, BuildOptions()).inplace()
 
     def function(self, x: np.ndarray) -> np.ndarray:
         if not self.compiled or x.ndim == 0 or x.dtype != np.float32:
@@ -305,7 +306,7 @@ class Softplus(ActivationLayer):
         self.beta, self.threshold = beta, threshold
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> Softplus:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> Softplus:
         beta = op.param_float("beta", default=1.0)
         if beta == 0:
             raise op.error("beta cannot be 0 for Softplus", Status.kParameterInvalidValue)
@@ -339,7 +340,7 @@ class Threshold(ActivationLayer):
         self.threshold, self.value = threshold, value
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> Threshold:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> Threshold:
         return cls(op.name, op.param_float("threshold"), op.param_float("value"))
 
     def function(self, x: np.ndarray) -> np.ndarray:
@@ -354,7 +355,7 @@ class ShrinkLayer(ActivationLayer):
         self.lambd = lambd
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> ShrinkLayer:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> ShrinkLayer:
         lambd = op.param_float("lambd", default=0.5)
         if lambd < 0:
             raise op.error(f"lambd {lambd} must not be negative", Status.kParameterInvalidValue)
@@ -394,7 +395,7 @@ class GLU(ActivationLayer):
         self.dim = dim
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> GLU:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> GLU:
         layer = cls(op.name, op.param_int("dim", Status.kParameterMissingDim, default=-1))
         layer.batch_independent = keeps_batch(op, layer.dim)
         return layer

@@ -22,11 +22,12 @@ from kuiperinfer.errors import InferError, InferStatus
 from kuiperinfer.errors import ParseParameterAttrStatus as Status
 from kuiperinfer.kernels.compiled import attention as compiled_attention
 from kuiperinfer.kernels.matrix.precision import FP32
-from kuiperinfer.layers.base import Layer, NonParamLayer, compiled, declared_rank
+from kuiperinfer.layers.base import Layer, NonParamLayer, declared_rank
 from kuiperinfer.layers.linear import linear
 from kuiperinfer.layers.softmax import softmax
 from kuiperinfer.pnnx.ir import numpy_dtype
 from kuiperinfer.runtime.operator import RuntimeOperator
+from kuiperinfer.runtime.options import BuildOptions
 from kuiperinfer.runtime.registry import register_layer
 
 NEG_INF = np.float32(-np.inf)
@@ -107,7 +108,7 @@ class ScaledDotProductAttention(NonParamLayer):
         self.compiled = compiled
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> ScaledDotProductAttention:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> ScaledDotProductAttention:
         if len(op.input_operands_seq) not in (3, 4):
             raise op.error(f"expected query, key, value and an optional attn_mask, got "
                            f"{len(op.input_operands_seq)} inputs", Status.kParameterInvalidValue)
@@ -115,7 +116,7 @@ class ScaledDotProductAttention(NonParamLayer):
         if scale is not None and scale <= 0:
             raise op.error(f"scale must be positive, got {scale}", Status.kParameterMissingScale)
         layer = cls(op.name, op.param_bool("is_causal", default=False), scale,
-                    op.param_bool("enable_gqa", default=False), compiled(op))
+                    op.param_bool("enable_gqa", default=False), options.compiled)
         layer.batch_independent = declared_rank(op) >= 3   # (N, ..., L, E): the batch is not a sequence
         return layer
 
@@ -189,7 +190,7 @@ class MultiheadAttention(Layer):
         self.need_weights, self.average_weights = need_weights, average_weights
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> MultiheadAttention:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> MultiheadAttention:
         embed = op.param_int("embed_dim", Status.kParameterMissingInChannel)
         heads = op.param_int("num_heads", Status.kParameterMissingGroups)
         if heads < 1 or embed % heads:
@@ -197,10 +198,11 @@ class MultiheadAttention(Layer):
         kdim, vdim = op.param_int("kdim", default=embed), op.param_int("vdim", default=embed)
         use_bias = op.param_bool("bias", Status.kParameterMissingUseBias, default=op.has_weight("in_proj_bias"))
 
+        precision = options.precision_of(op.name)
         if op.has_weight("in_proj_weight"):
-            wq, wk, wv = np.split(op.precision.weight(op.weight("in_proj_weight", (3 * embed, embed))), 3)
+            wq, wk, wv = np.split(precision.weight(op.weight("in_proj_weight", (3 * embed, embed))), 3)
         else:
-            wq, wk, wv = (op.precision.weight(op.weight(f"{role}_proj_weight", (embed, dim)))
+            wq, wk, wv = (precision.weight(op.weight(f"{role}_proj_weight", (embed, dim)))
                           for role, dim in (("q", embed), ("k", kdim), ("v", vdim)))
         biases = (np.split(op.weight("in_proj_bias", (3 * embed,), Status.kAttrMissingBias), 3)
                   if use_bias else [None, None, None])
@@ -208,7 +210,7 @@ class MultiheadAttention(Layer):
         weights = {"q": (wq * scaling, None if biases[0] is None else biases[0] * scaling),
                    "k": (wk, biases[1]), "v": (wv, biases[2])}
 
-        out_weight_t = np.ascontiguousarray(op.precision.weight(op.weight("out_proj.weight", (embed, embed))).T)
+        out_weight_t = np.ascontiguousarray(precision.weight(op.weight("out_proj.weight", (embed, embed))).T)
         out_bias = op.weight("out_proj.bias", (embed,), Status.kAttrMissingBias) if use_bias else None
         bias_kv = None
         if op.param_bool("add_bias_kv", default=op.has_weight("bias_k")):
@@ -229,7 +231,7 @@ class MultiheadAttention(Layer):
         average = not (need_weights and len(op.output_operands[1].shapes) == len(query_shape) + 1)
         layer = cls(op.name, heads, batch_first, projections, out_weight_t, out_bias, bias_kv,
                     op.param_bool("add_zero_attn", default=False), mask_at, key_padding, need_weights, average)
-        layer.compiled, layer.precision = compiled(op), op.precision
+        layer.compiled, layer.precision = options.compiled, precision
         # batch-first (N, L, E) sequences with no mask or a key padding mask (N, S): each sample
         # alone; an attention mask of (N * heads, L, S) would mix the batch with the heads
         layer.batch_independent = batch_first and len(query_shape) == 3 and (mask_at is None or key_padding)
@@ -363,23 +365,23 @@ class FusedAttention(Layer):
 
     plan_class = AttentionPlan
 
-    def __init__(self, layer_name: str, record: AttentionPlan, compiled: bool = False):
+    def __init__(self, layer_name: str, plan: AttentionPlan, compiled: bool = False):
         super().__init__(layer_name)
-        self.record, self.compiled = record, compiled
+        self.plan, self.compiled = plan, compiled
         self.batch_independent = True   # the batch is dimension 0 of every input and of the output
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> FusedAttention:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> FusedAttention:
         if not isinstance(op.plan, AttentionPlan):
-            raise op.error("kuiper.Attention is made by the optimiser and needs its record",
+            raise op.error("kuiper.Attention is made by the optimiser and needs its plan",
                            Status.kParameterInvalidValue)
-        return cls(op.name, op.plan, compiled(op))
+        return cls(op.name, op.plan, options.compiled)
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
-        record = self.record
-        mask = inputs[-1] if record.masked else None
-        if record.packed is not None:
-            heads, depth = record.packed
+        plan = self.plan
+        mask = inputs[-1] if plan.masked else None
+        if plan.packed is not None:
+            heads, depth = plan.packed
             x = inputs[0]
             if x.ndim != 3 or x.shape[2] != 3 * heads * depth:
                 raise InferError(f"packed q, k and v of shape {x.shape}, expected (N, L, {3 * heads * depth})",
@@ -389,7 +391,7 @@ class FusedAttention(Layer):
         else:
             q, k, v = inputs[:3]
         out = None
-        if record.merge_heads:
+        if plan.merge_heads:
             if q.ndim != 4:
                 raise InferError(f"attention with its heads side by side needs 4-d operands, got {q.shape}",
                                  status=InferStatus.kInferFailedDimensionParameterError)
@@ -397,11 +399,11 @@ class FusedAttention(Layer):
             merged = np.empty((n, length, h, v.shape[3]), np.float32)
             out = merged.transpose(0, 2, 1, 3)
         if self.compiled:
-            y = fast_attention(q, k, v, mask, record.scale, safe=False, out=out)
+            y = fast_attention(q, k, v, mask, plan.scale, safe=False, out=out)
         else:
-            y = attention(q, k, v, mask, record.scale, safe=False)[0]
+            y = attention(q, k, v, mask, plan.scale, safe=False)[0]
             if out is not None:
                 out[...] = y
-        if record.merge_heads:
+        if plan.merge_heads:
             return [merged.reshape(n, length, -1)]
         return [y]

@@ -5,10 +5,11 @@ A layer is made from its operator by the classmethod :meth:`Layer.create` (Kuipe
 operator (``op.plan``: what it fused in and which forms it chose, a frozen dataclass
 defined beside the layer that reads it, such as
 :class:`~kuiperinfer.layers.convolution.ConvolutionPlan`), picks its kernels once (compiled
-or NumPy reference, as the graph's ``kernels`` option says: :func:`compiled`) and prepares
-the weights, so that :meth:`Layer.forward` receives typed values and pre-packed weights. ``forward`` is pure:
-the input values in, the output values out, on whole batches; the graph's execution loop
-owns the values of a run and hands each layer its inputs.
+or NumPy reference, and the precision of its products, as the graph's
+:class:`~kuiperinfer.runtime.options.BuildOptions` say) and prepares the weights, so that
+:meth:`Layer.forward` receives typed values and pre-packed weights. ``forward`` is pure: the
+input values in, the output values out, on whole batches; the graph's execution loop owns
+the values of a run and hands each layer its inputs.
 
 Class-level facts let the optimiser ask what a type is without building its layer
 (:meth:`LayerRegisterer.layer_class <kuiperinfer.runtime.registry.LayerRegisterer.layer_class>`):
@@ -28,6 +29,7 @@ from kuiperinfer.errors import ParseParameterAttrStatus, WeightError
 from kuiperinfer.kernels.elementwise import InplaceActivation
 from kuiperinfer.runtime.batching import Batch
 from kuiperinfer.runtime.operator import RuntimeOperator
+from kuiperinfer.runtime.options import BuildOptions
 
 
 class Layer:
@@ -53,15 +55,18 @@ class Layer:
     """The class of the plan that ``create`` reads from ``op.plan``; None for layers the
     optimiser never plans for."""
 
-    quantizable = False
-    """Whether ``int8`` computes the layer's product (it multiplies by a weight it holds)."""
+    products: tuple[str, ...] = ()
+    """The pnnx operators whose products by a weight the layer computes in the graph's
+    precision (its own name; a fused operator's, the names of the operators it replaces):
+    ``int8`` quantizes each by its calibrated range, so the table names exactly these."""
 
     def __init__(self, layer_name: str):
         self.layer_name = layer_name
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> Layer:
-        """Build the layer for ``op``, reading its parameters and weights (raises LayerCreateError)."""
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> Layer:
+        """Build the layer for ``op``, reading its parameters and weights, with the graph's
+        build ``options`` (raises LayerCreateError)."""
         raise NotImplementedError(f"{cls.__name__} does not implement create()")
 
     @classmethod
@@ -90,11 +95,6 @@ class ActivationPlan:
     (nn.Linear, pnnx.Expression)."""
 
     activation: InplaceActivation | None = None
-
-
-def compiled(op: RuntimeOperator) -> bool:
-    """Whether ``op``'s layer runs its compiled kernels (the graph's ``kernels`` option)."""
-    return op.kernels == "compiled"
 
 
 def declared_rank(op: RuntimeOperator) -> int:

@@ -20,6 +20,7 @@ from kuiperinfer.errors import ParseParameterAttrStatus as Status
 from kuiperinfer.expression.promotion import result_type
 from kuiperinfer.layers.base import NonParamLayer
 from kuiperinfer.runtime.operator import RuntimeOperator
+from kuiperinfer.runtime.options import BuildOptions
 from kuiperinfer.runtime.registry import register_layer
 
 _MISSING = object()
@@ -83,7 +84,7 @@ class BinaryPredicate(NonParamLayer):
         self.function, self.other = function, other
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> BinaryPredicate:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> BinaryPredicate:
         return cls(op.name, _BINARY[_function_name(op.type)], Argument.of(op, "other", 1))
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
@@ -102,7 +103,7 @@ class UnaryPredicate(NonParamLayer):
         self.function = function
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> UnaryPredicate:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> UnaryPredicate:
         return cls(op.name, _UNARY[_function_name(op.type)])
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
@@ -124,7 +125,7 @@ class Clamp(NonParamLayer):
         self.low, self.high = low, high
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> Clamp:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> Clamp:
         low, high = Argument.of(op, "min", default=None), Argument.of(op, "max", default=None)
         if low.absent and high.absent:
             raise op.error("clamp needs at least one of 'min' and 'max'", Status.kParameterInvalidValue)

@@ -47,8 +47,9 @@ from kuiperinfer.kernels.padding import PAD_MODES, pad_last_dims
 from kuiperinfer.kernels.parallel import threads_for
 from kuiperinfer.kernels.windows import as_batched
 from kuiperinfer.kernels.winograd import winograd_conv3x3, winograd_pays, winograd_weight
-from kuiperinfer.layers.base import Layer, ParamLayer, batched, compiled, functional
+from kuiperinfer.layers.base import Layer, ParamLayer, batched, functional
 from kuiperinfer.runtime.operator import RuntimeOperator
+from kuiperinfer.runtime.options import BuildOptions
 from kuiperinfer.runtime.registry import register_layer
 
 # -- 1-D operators on the 2-D code -----------------------------------------------------
@@ -302,19 +303,23 @@ def product_epilogue(bias: np.ndarray | None, channels: int, activation: Inplace
 
 class PointwiseProduct:
     """A 1x1, stride-1, single-group convolution as a product of rows of pixels: (P, Cin) rows
-    times :attr:`matrix` (Cin, Cout), then :attr:`epilogue` (bias and activation) in place.
-    The fused operators compute their 1x1 convolutions through it."""
+    times :attr:`matrix` (Cin, Cout), then :attr:`epilogue` (bias and activation) in place,
+    in its :attr:`precision`, as the nn.Conv2d computes it. The fused operators compute their
+    1x1 convolutions through it."""
 
     def __init__(self, weight: np.ndarray, bias: np.ndarray | None, activation: InplaceActivation | None,
                  compiled: bool = False, precision: Precision = FP32):
         if weight.ndim != 4 or weight.shape[2:] != (1, 1):
             raise ValueError(f"a 1x1 convolution's weight has shape (out, in, 1, 1), not {weight.shape}")
         scale, self.epilogue = product_epilogue(bias, weight.shape[0], activation, compiled)
+        self.precision = precision
+        """What the product computes: :attr:`matrix` is the weight in it, and the rows are
+        taken in it (:meth:`Precision.activations`) by whoever multiplies them."""
         self.matrix = PackedWeight(precision.weight(weight), 1, scale=scale).matrix
         self.in_channels, self.out_channels = self.matrix.shape
 
     def __call__(self, rows: np.ndarray) -> np.ndarray:
-        out = np.matmul(rows, self.matrix)
+        out = np.matmul(self.precision.activations(rows), self.matrix)
         self.epilogue(out)
         return out
 
@@ -455,8 +460,9 @@ class Convolution(ParamLayer):
         if plan.padding is not None:
             geometry = replace(geometry, padding=plan.padding)
         self.geometry, self.rank, self.plan, self.compiled = geometry, rank, plan, compiled
-        self.quantizable = not is_depthwise(weight, geometry.groups)
-        self.precision = precision if self.quantizable else FP32
+        depthwise = is_depthwise(weight, geometry.groups)
+        self.products = () if depthwise else (layer_name,)
+        self.precision = FP32 if depthwise else precision
         """What the product computes; a depthwise convolution is no product and stays fp32."""
         self.recorded = recorded
         """The output's (batch, height, width) at export (0 where unknown), for which the
@@ -466,11 +472,11 @@ class Convolution(ParamLayer):
         self.pack()
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> Convolution:
-        return cls.create_planned(op, op.plan or NO_PLAN)
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> Convolution:
+        return cls.create_planned(op, options, op.plan or NO_PLAN)
 
     @classmethod
-    def create_planned(cls, op: RuntimeOperator, plan: ConvolutionPlan) -> Convolution:
+    def create_planned(cls, op: RuntimeOperator, options: BuildOptions, plan: ConvolutionPlan) -> Convolution:
         """The convolution whose parameters and weight ``op`` holds, computing ``plan`` (a
         fused operator's plan holds its convolution's)."""
         rank = spatial_rank(op)
@@ -481,8 +487,8 @@ class Convolution(ParamLayer):
         if plan.residual and len(op.input_operands_seq) != 2:
             raise op.error(f"a convolution adding a residual takes 2 inputs, not {len(op.input_operands_seq)}",
                            Status.kParameterInvalidValue)
-        layer = cls(op.name, weight, _read_bias(op, c_out), geometry, rank, plan, _recorded_output(op), compiled(op),
-                    op.precision)
+        layer = cls(op.name, weight, _read_bias(op, c_out), geometry, rank, plan, _recorded_output(op),
+                    options.compiled, options.precision_of(op.name))
         layer.batch_independent = batched(op, rank)
         return layer
 
@@ -520,16 +526,17 @@ class FunctionalConvolution(Layer):
         self.geometry, self.rank, self.precision = geometry, rank, precision
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> FunctionalConvolution:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> FunctionalConvolution:
         rank = spatial_rank(op)
-        layer = cls(op.name, ConvGeometry.from_operator(op, _weight_operand_kernel(op)), rank, op.precision)
+        layer = cls(op.name, ConvGeometry.from_operator(op, _weight_operand_kernel(op)), rank,
+                    options.precision_of(op.name))
         return functional(layer, op, batched(op, rank))
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         x, unbatched = as_2d(inputs[0], self.rank, f"conv{self.rank}d")
         weight = _check_weight(inputs[1], self.geometry, self.rank)
         if not is_depthwise(weight, self.geometry.groups):
-            x, weight = self.precision.activations(x), self.precision.activations(weight)
+            x, weight = self.precision.activations(x), self.precision.weight(weight)
         bias = inputs[2] if len(inputs) > 2 else None
         out = conv2d(x, PackedWeight(weight, self.geometry.groups), self.geometry, Epilogue(bias))
         return [from_2d(np.ascontiguousarray(nchw(out)), self.rank, unbatched)]
@@ -607,15 +614,16 @@ class TransposedConvolution(ParamLayer):
                  channels_last: bool = False, precision: Precision = FP32):
         super().__init__(layer_name, weight, bias)
         self.geometry, self.output_padding, self.rank = geometry, output_padding, rank
-        self.quantizable = not is_depthwise(weight, geometry.groups)
-        self.precision = precision if self.quantizable else FP32
+        depthwise = is_depthwise(weight, geometry.groups)
+        self.products = () if depthwise else (layer_name,)
+        self.precision = FP32 if depthwise else precision
         self.channels_last = channels_last
         """Whether an output computed in channels-last memory stays so (the optimiser
         selects it); otherwise it is copied to row-major NCHW."""
         self.pack()
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> TransposedConvolution:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> TransposedConvolution:
         rank = spatial_rank(op)
         kernel = op.param_ints("kernel_size", rank, Status.kParameterMissingKernel)
         geometry, output_padding = _read_transposed_geometry(op, kernel)
@@ -623,7 +631,7 @@ class TransposedConvolution(ParamLayer):
         weight = op.weight("weight", (c_in, c_out // geometry.groups, *kernel), copy=False)
         channels_last = op.plan is not None and op.plan.channels_last
         layer = cls(op.name, weight, _read_bias(op, c_out), geometry, output_padding, rank, channels_last,
-                    op.precision)
+                    options.precision_of(op.name))
         layer.batch_independent = batched(op, rank)
         return layer
 
@@ -652,16 +660,17 @@ class FunctionalTransposedConvolution(Layer):
         self.precision = precision
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> FunctionalTransposedConvolution:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> FunctionalTransposedConvolution:
         geometry, output_padding = _read_transposed_geometry(op, _weight_operand_kernel(op))
         rank = spatial_rank(op)
-        return functional(cls(op.name, geometry, output_padding, rank, op.precision), op, batched(op, rank))
+        return functional(cls(op.name, geometry, output_padding, rank, options.precision_of(op.name)), op,
+                          batched(op, rank))
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         x, unbatched = as_2d(inputs[0], self.rank, f"conv_transpose{self.rank}d")
         weight = _check_weight(inputs[1], self.geometry, self.rank)
         if not is_depthwise(weight, self.geometry.groups):
-            x, weight = self.precision.activations(x), self.precision.activations(weight)
+            x, weight = self.precision.activations(x), self.precision.weight(weight, axis=1)
         if weight.shape[0] % self.geometry.groups:
             raise InferError(f"weight of shape {weight.shape} does not split into "
                              f"{self.geometry.groups} groups",

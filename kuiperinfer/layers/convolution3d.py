@@ -32,6 +32,7 @@ from kuiperinfer.kernels.padding import PAD_MODES, pad_last_dims
 from kuiperinfer.kernels.windows import as_batched, col2im, im2col, sweep_output
 from kuiperinfer.layers.base import Layer, ParamLayer, declared_rank, functional
 from kuiperinfer.runtime.operator import RuntimeOperator
+from kuiperinfer.runtime.options import BuildOptions
 from kuiperinfer.runtime.registry import register_layer
 
 RANK = 3
@@ -229,7 +230,7 @@ class Convolution3d(ParamLayer):
         self.pack()
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> Convolution3d:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> Convolution3d:
         kernel = op.param_ints("kernel_size", RANK, Status.kParameterMissingKernel)
         geometry = Geometry3d.from_operator(op, kernel)
         c_in, c_out = _read_channels(op, geometry.groups)
@@ -255,7 +256,7 @@ class FunctionalConvolution3d(Layer):
         self.geometry, self.bias_input = geometry, bias_input
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> FunctionalConvolution3d:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> FunctionalConvolution3d:
         geometry = Geometry3d.from_operator(op, _weight_operand_kernel(op))
         return functional(cls(op.name, geometry, op.input_index("bias", 2)), op, declared_rank(op) == RANK + 2)
 
@@ -276,7 +277,7 @@ class TransposedConvolution3d(ParamLayer):
         self.geometry, self.output_padding = geometry, output_padding
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> TransposedConvolution3d:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> TransposedConvolution3d:
         kernel = op.param_ints("kernel_size", RANK, Status.kParameterMissingKernel)
         geometry = Geometry3d.from_operator(op, kernel, transposed=True)
         output_padding = _read_output_padding(op, geometry)
@@ -301,7 +302,7 @@ class FunctionalTransposedConvolution3d(Layer):
         self.geometry, self.output_padding, self.bias_input = geometry, output_padding, bias_input
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> FunctionalTransposedConvolution3d:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> FunctionalTransposedConvolution3d:
         geometry = Geometry3d.from_operator(op, _weight_operand_kernel(op), transposed=True)
         layer = cls(op.name, geometry, _read_output_padding(op, geometry), op.input_index("bias", 2))
         return functional(layer, op, declared_rank(op) == RANK + 2)

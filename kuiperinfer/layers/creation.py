@@ -32,6 +32,7 @@ from kuiperinfer.pnnx.ir import DATA_TYPES, numpy_dtype
 from kuiperinfer.pnnx.param_file import DEFAULT_MAX_TENSOR_BYTES
 from kuiperinfer.runtime.batching import Batch
 from kuiperinfer.runtime.operator import RuntimeOperator
+from kuiperinfer.runtime.options import BuildOptions
 from kuiperinfer.runtime.registry import register_layer
 
 _TORCH_DTYPES: dict[str, np.dtype] = {t.torch: t.numpy for t in DATA_TYPES if t.numpy is not None}
@@ -61,7 +62,7 @@ class Cast(NonParamLayer):
         self.dtype = dtype
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> Cast:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> Cast:
         return cls(op.name, dtype_param(op))
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
@@ -78,7 +79,7 @@ class TypeAs(NonParamLayer):
         self.other = other
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> TypeAs:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> TypeAs:
         other = op.input_index("other", 1)
         if other is None:
             raise op.error("missing input 'other'", Status.kParameterMissingUnknown)
@@ -125,7 +126,7 @@ class FullLike(NonParamLayer):
         self.whole_inputs = () if value.index is None else (value.index,)
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> FullLike:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> FullLike:
         return cls(op.name, _fill_value(op), dtype_param(op))
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
@@ -147,7 +148,7 @@ class Full(NonParamLayer):
         self.value, self.dtype, self.size, self.size_input = value, dtype, size, size_input
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> Full:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> Full:
         size = op.param_ints("size", status=Status.kParameterMissingShape, default=None)
         size_input = None
         if size is None:
@@ -192,7 +193,7 @@ class Fill(NonParamLayer):
         self.whole_inputs = () if value.index is None else (value.index,)
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> Fill:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> Fill:
         value = Argument.of(op, "value", 1)
         if value.absent:
             raise op.error("missing 'value'", Status.kParameterMissingUnknown)
@@ -214,7 +215,7 @@ class Clone(NonParamLayer):
     batch_independent = True
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> Clone:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> Clone:
         op.param_str("memory_format", Status.kParameterInvalidValue, default=None)
         return cls(op.name)
 
@@ -231,7 +232,7 @@ class Copy(NonParamLayer):
         self.target, self.src = target, src
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> Copy:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> Copy:
         target, src = op.input_index("self", 0), op.input_index("src", 1)
         if target is None or src is None or max(target, src) >= len(op.input_operands_seq):
             raise op.error("Tensor.copy needs the inputs 'self' and 'src'", Status.kParameterMissingUnknown)
@@ -258,7 +259,7 @@ class Arange(NonParamLayer):
         self.start, self.end, self.step, self.dtype = start, end, step, dtype
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> Arange:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> Arange:
         start, end, step = (Argument.of(op, "start", default=0), Argument.of(op, "end"),
                             Argument.of(op, "step", default=1))
         for name, bound in (("start", start), ("end", end), ("step", step)):

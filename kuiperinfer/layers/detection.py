@@ -40,6 +40,7 @@ from kuiperinfer.errors import ParseParameterAttrStatus as Status
 from kuiperinfer.kernels.windows import sweep_output
 from kuiperinfer.layers.base import NonParamLayer, ParamLayer, batched
 from kuiperinfer.runtime.operator import RuntimeOperator
+from kuiperinfer.runtime.options import BuildOptions
 from kuiperinfer.runtime.registry import register_layer
 
 Pair = tuple[int, int]
@@ -78,7 +79,7 @@ class DeformConv2d(ParamLayer):
         self.stride, self.padding, self.dilation, self.groups = stride, padding, dilation, groups
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> DeformConv2d:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> DeformConv2d:
         if len(op.input_operands_seq) not in (2, 3):
             raise op.error(f"DeformConv2d takes (input, offset[, mask]), got {len(op.input_operands_seq)} inputs",
                            Status.kParameterInvalidValue)
@@ -192,7 +193,7 @@ class RoIAlign(NonParamLayer):
         self.sampling_ratio, self.aligned = sampling_ratio, aligned
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> RoIAlign:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> RoIAlign:
         if len(op.input_operands_seq) != 2:
             raise op.error(f"RoIAlign takes (input, rois), got {len(op.input_operands_seq)} inputs",
                            Status.kParameterInvalidValue)

@@ -24,6 +24,7 @@ from kuiperinfer.expression import Expression, compile_expression
 from kuiperinfer.layers.base import NonParamLayer
 from kuiperinfer.layers.comparison import Argument
 from kuiperinfer.runtime.operator import RuntimeOperator
+from kuiperinfer.runtime.options import BuildOptions
 from kuiperinfer.runtime.registry import register_layer
 
 # -- lgamma ---------------------------------------------------------------------------
@@ -83,7 +84,7 @@ class LGamma(NonParamLayer):
     batch_independent = True
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> LGamma:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> LGamma:
         return cls(op.name)
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
@@ -97,7 +98,7 @@ class Positive(NonParamLayer):
     batch_independent = True
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> Positive:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> Positive:
         return cls(op.name)
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
@@ -129,7 +130,7 @@ class Bitwise(NonParamLayer):
         self.function, self.operands = function, operands
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> Bitwise:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> Bitwise:
         operands = (Argument.of(op, "input", 0), Argument.of(op, "other", 1))
         for name, operand in zip(("input", "other"), operands):
             if operand.index is None and (type(operand.value) not in (bool, int)):

@@ -18,6 +18,7 @@ from kuiperinfer.errors import InferError, InferStatus
 from kuiperinfer.errors import ParseParameterAttrStatus as Status
 from kuiperinfer.layers.base import Layer, ParamLayer, declared_rank, functional
 from kuiperinfer.runtime.operator import RuntimeOperator
+from kuiperinfer.runtime.options import BuildOptions
 from kuiperinfer.runtime.registry import register_layer
 
 
@@ -41,7 +42,7 @@ class Embedding(ParamLayer):
 
     batch_independent = True   # row i of the output is the lookup of index i
     @classmethod
-    def create(cls, op: RuntimeOperator) -> Embedding:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> Embedding:
         rows = op.param_int("num_embeddings", Status.kParameterMissingNumFeatures)
         dim = op.param_int("embedding_dim", Status.kParameterMissingOutChannel)
         return cls(op.name, op.weight("weight", (rows, dim), copy=False))
@@ -55,7 +56,7 @@ class FunctionalEmbedding(Layer):
     """A lookup in a table that arrives as the second input."""
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> FunctionalEmbedding:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> FunctionalEmbedding:
         if len(op.input_operands_seq) != 2:
             raise op.error(f"F.embedding needs the indices and the weight as inputs, got "
                            f"{len(op.input_operands_seq)} inputs", Status.kAttrMissingWeight)

@@ -20,6 +20,7 @@ from kuiperinfer.layers.base import ActivationPlan, NonParamLayer
 from kuiperinfer.pnnx.ir import numpy_dtype
 from kuiperinfer.runtime.batching import Batch, sequence_flow
 from kuiperinfer.runtime.operator import RuntimeOperator
+from kuiperinfer.runtime.options import BuildOptions
 from kuiperinfer.runtime.registry import register_layer
 
 ARITHMETIC = ("add", "sub", "mul", "div")
@@ -41,7 +42,7 @@ class ExpressionLayer(NonParamLayer):
         """How many dimensions pnnx recorded for each input (0: unknown), for ``size(@i,-1)``."""
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> ExpressionLayer:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> ExpressionLayer:
         text = op.param_text("expr", Status.kParameterMissingExpr)
         try:
             expression = compile_expression(text)

@@ -28,9 +28,8 @@ from kuiperinfer.kernels.depthwise_stripes import depthwise_in_stripes
 from kuiperinfer.kernels.elementwise import InplaceActivation
 from kuiperinfer.kernels.jit import kernel_array
 from kuiperinfer.kernels.layout import nchw, nhwc
-from kuiperinfer.kernels.matrix.precision import FP32, Precision
 from kuiperinfer.kernels.pooling import global_avg_pool2d
-from kuiperinfer.layers.base import Layer, batched, compiled
+from kuiperinfer.layers.base import Layer, batched
 from kuiperinfer.layers.convolution import (
     Convolution,
     ConvolutionPlan,
@@ -40,6 +39,7 @@ from kuiperinfer.layers.convolution import (
     from_2d,
 )
 from kuiperinfer.runtime.operator import RuntimeOperator
+from kuiperinfer.runtime.options import BuildOptions
 from kuiperinfer.runtime.registry import register_layer
 
 
@@ -47,6 +47,9 @@ from kuiperinfer.runtime.registry import register_layer
 class Pointwise:
     """A 1x1, stride-1, single-group convolution folded into a fused operator."""
 
+    source: str
+    """The name of its operator before the optimiser fused it: what its product is called
+    when the fused layer asks the build options for its precision."""
     weight: np.ndarray
     """(out, in, 1, 1)."""
     bias: np.ndarray | None
@@ -74,9 +77,9 @@ class SqueezeExcitationPlan:
     expand: Pointwise
 
 
-def pointwise_product(op: RuntimeOperator, pointwise: Pointwise, what: str, compiled: bool,
-                      precision: Precision = FP32) -> PointwiseProduct:
-    """The product computing the 1x1 convolution ``what`` of the fused ``op``."""
+def pointwise_product(op: RuntimeOperator, pointwise: Pointwise, what: str, options: BuildOptions) -> PointwiseProduct:
+    """The product computing the 1x1 convolution ``what`` of the fused ``op``, in the precision
+    its operator had before it was fused."""
     weight, bias = pointwise.weight, pointwise.bias
     if weight.ndim != 4 or weight.shape[2:] != (1, 1):
         raise op.error(f"the {what} convolution's weight has shape {weight.shape}, expected (out, in, 1, 1)",
@@ -84,7 +87,8 @@ def pointwise_product(op: RuntimeOperator, pointwise: Pointwise, what: str, comp
     if bias is not None and bias.shape != weight.shape[:1]:
         raise op.error(f"the {what} convolution's bias has shape {bias.shape}, expected {weight.shape[:1]}",
                        Status.kAttrWrongSize)
-    return PointwiseProduct(weight, bias, pointwise.activation, compiled, precision)
+    return PointwiseProduct(weight, bias, pointwise.activation, options.compiled,
+                            options.precision_of(pointwise.source))
 
 
 def plan_of(op: RuntimeOperator, plan_class: type) -> Any:
@@ -101,30 +105,29 @@ class PointwiseDepthwise(Layer):
     activation, computed in stripes; the two are :attr:`pointwise` and :attr:`depthwise`."""
 
     plan_class = PointwiseDepthwisePlan
-    quantizable = True
 
-    def __init__(self, layer_name: str, pointwise: PointwiseProduct, depthwise: Convolution,
-                 precision: Precision = FP32):
+    def __init__(self, layer_name: str, pointwise: PointwiseProduct, depthwise: Convolution, source: str):
         super().__init__(layer_name)
-        self.pointwise, self.depthwise, self.precision = pointwise, depthwise, precision
-        """:attr:`precision` is the 1x1 product's (the depthwise convolution stays fp32)."""
+        self.pointwise, self.depthwise = pointwise, depthwise
+        """The 1x1 product (in its precision) and the depthwise convolution (fp32: no product)."""
+        self.products = (source,)
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> PointwiseDepthwise:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> PointwiseDepthwise:
         plan = plan_of(op, PointwiseDepthwisePlan)
-        pointwise = pointwise_product(op, plan.pointwise, "1x1", compiled(op), op.precision)
-        depthwise = Convolution.create_planned(op, plan.depthwise)
+        pointwise = pointwise_product(op, plan.pointwise, "1x1", options)
+        depthwise = Convolution.create_planned(op, options, plan.depthwise)
         if pointwise.out_channels != depthwise.packed.in_channels or depthwise.packed.depthwise is None:
             raise op.error(f"the 1x1 convolution makes {pointwise.out_channels} channels, the depthwise "
                            f"one takes {depthwise.packed.in_channels}", Status.kAttrWrongSize)
-        layer = cls(op.name, pointwise, depthwise, op.precision)
+        layer = cls(op.name, pointwise, depthwise, plan.pointwise.source)
         layer.batch_independent = batched(op, 2)
         return layer
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         (x, unbatched), geometry = as_2d(inputs[0], 2, "conv2d"), self.depthwise.geometry
         check_channels(x, self.pointwise.in_channels)
-        x = self.precision.activations(x)
+        x = self.pointwise.precision.activations(x)
         compiled = self.depthwise.packed.compiled_depthwise
         if compiled is not None:
             out = nchw(pointwise_depthwise(nhwc(x), self.pointwise.matrix, self.pointwise.epilogue, compiled,
@@ -145,22 +148,27 @@ class SqueezeExcitation(Layer):
 
     plan_class = SqueezeExcitationPlan
 
-    def __init__(self, layer_name: str, reduce: PointwiseProduct, expand: PointwiseProduct, compiled: bool = False):
+    def __init__(self, layer_name: str, reduce: PointwiseProduct, expand: PointwiseProduct, sources: tuple[str, str],
+                 compiled: bool = False):
         super().__init__(layer_name)
         self.reduce, self.expand = reduce, expand
+        """The two products, each in the precision of the convolution it was."""
+        self.products = sources
+        exact = reduce.precision.name == expand.precision.name == "fp32"
         self.compiled = CompiledSqueezeExcitation(reduce.matrix, reduce.epilogue, expand.matrix,
-                                                  expand.epilogue) if compiled else None
-        """The compiled kernel doing it all in one call (None: the NumPy reference)."""
+                                                  expand.epilogue) if compiled and exact else None
+        """The compiled kernel doing it all in one call, for fp32 products (None: the NumPy
+        reference, which also takes the products' inputs in bf16 or int8)."""
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> SqueezeExcitation:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> SqueezeExcitation:
         plan = plan_of(op, SqueezeExcitationPlan)
-        reduce = pointwise_product(op, plan.reduce, "reducing", compiled(op))
-        expand = pointwise_product(op, plan.expand, "expanding", compiled(op))
+        reduce = pointwise_product(op, plan.reduce, "reducing", options)
+        expand = pointwise_product(op, plan.expand, "expanding", options)
         if (expand.in_channels, expand.out_channels) != (reduce.out_channels, reduce.in_channels):
             raise op.error(f"the expanding convolution maps {expand.in_channels} to {expand.out_channels} "
                            f"channels, expected {reduce.out_channels} to {reduce.in_channels}", Status.kAttrWrongSize)
-        layer = cls(op.name, reduce, expand, compiled(op))
+        layer = cls(op.name, reduce, expand, (plan.reduce.source, plan.expand.source), options.compiled)
         layer.batch_independent = batched(op, 2)
         return layer
 

@@ -38,6 +38,7 @@ from kuiperinfer.expression.promotion import result_type
 from kuiperinfer.layers.base import NonParamLayer, keeps_batch
 from kuiperinfer.layers.comparison import Argument
 from kuiperinfer.runtime.operator import RuntimeOperator
+from kuiperinfer.runtime.options import BuildOptions
 from kuiperinfer.runtime.registry import register_layer
 
 INT_MAX = 2147483647
@@ -139,7 +140,7 @@ class Slice(_IndexLayer):
     or pnnx's fused multi-dimension form with ``dims``/``starts``/``ends``/``steps``/``selects``."""
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> Slice:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> Slice:
         return cls.of(op, _slice_entries(op))
 
 
@@ -149,7 +150,7 @@ class Select(_IndexLayer):
     the index may be an input ``$index``."""
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> Select:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> Select:
         dim = op.param_int("dim", Status.kParameterMissingDim)
         index = Argument.of(op, "index", 1)
         unused = _constant(None)
@@ -169,7 +170,7 @@ class Where(NonParamLayer):
         self.condition, self.input, self.other = condition, input, other
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> Where:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> Where:
         condition = op.input_index("condition", 0)
         if condition is None:
             raise op.error("missing input 'condition'", Status.kParameterMissingUnknown)
@@ -191,7 +192,7 @@ class MaskedFill(NonParamLayer):
         self.mask, self.value = mask, value
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> MaskedFill:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> MaskedFill:
         mask = op.input_index("mask", 1)
         if mask is None:
             raise op.error("missing input 'mask'", Status.kParameterMissingUnknown)
@@ -266,7 +267,7 @@ class Gather(NonParamLayer):
         self.dim, self.index = dim, index
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> Gather:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> Gather:
         return cls(op.name, op.param_int("dim", Status.kParameterMissingDim), _input(op, "index", 1))
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
@@ -289,7 +290,7 @@ class IndexSelect(NonParamLayer):
         self.dim, self.index = dim, index
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> IndexSelect:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> IndexSelect:
         layer = cls(op.name, op.param_int("dim", Status.kParameterMissingDim), _input(op, "index", 1))
         layer.batch_independent = keeps_batch(op, layer.dim)
         return layer
@@ -315,7 +316,7 @@ class Narrow(NonParamLayer):
         self.dim, self.start, self.length = dim, start, length
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> Narrow:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> Narrow:
         start, length = Argument.of(op, "start"), Argument.of(op, "length")
         for name, argument in (("start", start), ("length", length)):
             if argument.index is None and not isinstance(argument.value, int):
@@ -349,7 +350,7 @@ class MaskedSelect(NonParamLayer):
         self.mask = mask
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> MaskedSelect:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> MaskedSelect:
         return cls(op.name, _input(op, "mask", 1))
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
@@ -378,7 +379,7 @@ class Scatter(NonParamLayer):
         self.dim, self.index, self.src, self.accumulate = dim, index, src, accumulate
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> Scatter:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> Scatter:
         if op.type == "aten::scatter":
             if len(op.input_operands_seq) != 4:
                 raise op.error(f"aten::scatter takes 4 inputs (input, dim, index, src), got "
@@ -409,7 +410,7 @@ class SliceScatter(NonParamLayer):
         self.src, self.entry = src, entry
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> SliceScatter:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> SliceScatter:
         step = Argument.of(op, "step", default=1)
         if step == _constant(0):
             raise op.error("slice step cannot be zero", Status.kParameterInvalidValue)
@@ -430,7 +431,7 @@ class SelectScatter(NonParamLayer):
     TorchScript operator, its dim and index made by ``pnnx.Expression``."""
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> SelectScatter:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> SelectScatter:
         if len(op.input_operands_seq) != 4:
             raise op.error(f"aten::select_scatter takes 4 inputs (input, src, dim, index), got "
                            f"{len(op.input_operands_seq)}", Status.kParameterInvalidValue)
@@ -474,7 +475,7 @@ class SliceCopy(NonParamLayer):
         self.target, self.src, self.entries = target, src, entries
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> SliceCopy:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> SliceCopy:
         return cls(op.name, _input(op, "self", 0), _input(op, "src", 1), _slice_entries(op))
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
@@ -539,7 +540,7 @@ class Index(NonParamLayer):
         self.indices = indices
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> Index:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> Index:
         return cls(op.name, _IndexList.of(op, "expr"))
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
@@ -562,7 +563,7 @@ class IndexPut(NonParamLayer):
         self.indices, self.values, self.accumulate = indices, values, accumulate
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> IndexPut:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> IndexPut:
         values = Argument.of(op, "values", 2)
         if values.absent:
             raise op.error("missing 'values'", Status.kParameterMissingUnknown)

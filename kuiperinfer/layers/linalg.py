@@ -22,6 +22,7 @@ from kuiperinfer.errors import ParseParameterAttrStatus as Status
 from kuiperinfer.layers.base import NonParamLayer, declared_rank
 from kuiperinfer.layers.reduction import Norm
 from kuiperinfer.runtime.operator import RuntimeOperator
+from kuiperinfer.runtime.options import BuildOptions
 from kuiperinfer.runtime.registry import register_layer
 
 
@@ -47,7 +48,7 @@ class MatMul(NonParamLayer):
     """The matrix product of two inputs (``$input`` and ``$other``/``$mat2``/``$vec``)."""
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> MatMul:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> MatMul:
         if len(op.input_operands_seq) != 2:
             raise op.error(f"expected 2 inputs, got {len(op.input_operands_seq)}", Status.kParameterInvalidValue)
         return cls(op.name)
@@ -65,7 +66,7 @@ class AddMatMul(NonParamLayer):
         self.alpha, self.beta = alpha, beta
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> AddMatMul:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> AddMatMul:
         if len(op.input_operands_seq) != 3:
             raise op.error(f"expected 3 inputs (input, mat1, mat2), got {len(op.input_operands_seq)}",
                            Status.kParameterInvalidValue)
@@ -94,7 +95,7 @@ class Einsum(NonParamLayer):
         self.equation = equation
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> Einsum:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> Einsum:
         equation = op.param_str("equation", Status.kParameterMissingExpr).replace(" ", "")
         terms = equation.partition("->")[0].split(",")
         if len(terms) != len(op.input_operands_seq):
@@ -186,7 +187,7 @@ class PairwiseDistance(NonParamLayer):
         self.norm = Norm(layer_name, (-1,), keepdim, p)
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> PairwiseDistance:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> PairwiseDistance:
         if len(op.input_operands_seq) != 2:
             raise op.error(f"expected 2 inputs (x1, x2), got {len(op.input_operands_seq)}",
                            Status.kParameterInvalidValue)

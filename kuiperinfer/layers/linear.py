@@ -25,8 +25,9 @@ from kuiperinfer.kernels.compiled.epilogue import finish_rows, finish_transposed
 from kuiperinfer.kernels.elementwise import InplaceActivation
 from kuiperinfer.kernels.matrix.precision import FP32, Precision
 from kuiperinfer.kernels.parallel import run_parts, threads_for
-from kuiperinfer.layers.base import ActivationPlan, Layer, ParamLayer, compiled, declared_rank, functional
+from kuiperinfer.layers.base import ActivationPlan, Layer, ParamLayer, declared_rank, functional
 from kuiperinfer.runtime.operator import RuntimeOperator
+from kuiperinfer.runtime.options import BuildOptions
 from kuiperinfer.runtime.registry import register_layer
 
 
@@ -67,11 +68,11 @@ class Linear(ParamLayer):
     """y = x W^T + b over the last dimension; W^T is packed once, contiguous."""
 
     plan_class = ActivationPlan
-    quantizable = True
 
     def __init__(self, layer_name: str, weight: np.ndarray, bias: np.ndarray | None = None,
                  activation: InplaceActivation | None = None, compiled: bool = False, precision: Precision = FP32):
         super().__init__(layer_name, weight, bias)
+        self.products = (layer_name,)
         self.precision = precision
         """What the product computes."""
         self.activation = activation
@@ -81,14 +82,14 @@ class Linear(ParamLayer):
         self.pack()
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> Linear:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> Linear:
         out_features = op.param_int("out_features", Status.kAttrMissingOutFeatures)
         in_features = op.param_int("in_features", Status.kParameterMissingInChannel)
         weight = op.weight("weight", (out_features, in_features), copy=False)
         use_bias = op.param_bool("bias", Status.kParameterMissingUseBias, default=op.has_weight("bias"))
         bias = op.weight("bias", (out_features,), Status.kAttrMissingBias) if use_bias else None
-        layer = cls(op.name, weight, bias, op.plan.activation if op.plan is not None else None, compiled(op),
-                    op.precision)
+        layer = cls(op.name, weight, bias, op.plan.activation if op.plan is not None else None, options.compiled,
+                    options.precision_of(op.name))
         layer.batch_independent = declared_rank(op) >= 2
         return layer
 
@@ -160,12 +161,12 @@ class FunctionalLinear(Layer):
     """What the product computes."""
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> FunctionalLinear:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> FunctionalLinear:
         if len(op.input_operands_seq) not in (2, 3):
             raise op.error(f"F.linear needs the input, the weight and an optional bias as inputs, got "
                            f"{len(op.input_operands_seq)}", Status.kAttrMissingWeight)
         layer = cls(op.name)
-        layer.precision = op.precision
+        layer.precision = options.precision_of(op.name)
         return functional(layer, op, declared_rank(op) >= 2)
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
@@ -174,4 +175,4 @@ class FunctionalLinear(Layer):
         if weight.ndim != 2:
             raise InferError(f"F.linear weight has shape {weight.shape}, expected (out_features, in_features)",
                              status=InferStatus.kInferFailedWeightParameterError)
-        return [linear(self.precision.activations(x), self.precision.activations(weight).T, bias)]
+        return [linear(self.precision.activations(x), self.precision.weight(weight).T, bias)]

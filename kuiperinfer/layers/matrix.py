@@ -18,6 +18,7 @@ from kuiperinfer.errors import ParseParameterAttrStatus as Status
 from kuiperinfer.layers.base import NonParamLayer, keeps_batch
 from kuiperinfer.pnnx.param_file import DEFAULT_MAX_TENSOR_BYTES
 from kuiperinfer.runtime.operator import RuntimeOperator
+from kuiperinfer.runtime.options import BuildOptions
 from kuiperinfer.runtime.registry import register_layer
 
 
@@ -30,7 +31,7 @@ class Diag(NonParamLayer):
         self.diagonal = diagonal
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> Diag:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> Diag:
         return cls(op.name, op.param_int("diagonal", Status.kParameterInvalidValue, default=0))
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
@@ -60,7 +61,7 @@ class Cross(NonParamLayer):
         self.other, self.dim, self.dim_input = other, dim, dim_input
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> Cross:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> Cross:
         if op.type == "aten::linalg_cross":
             if len(op.input_operands_seq) != 3:
                 raise op.error(f"aten::linalg_cross takes 3 inputs (input, other, dim), got "

@@ -24,9 +24,10 @@ import numpy as np
 from kuiperinfer.errors import InferError, InferStatus, WeightError
 from kuiperinfer.errors import ParseParameterAttrStatus as Status
 from kuiperinfer.kernels.compiled.normalization import layer_norm_rows
-from kuiperinfer.layers.base import Layer, NonParamLayer, ParamLayer, batched, compiled, declared_rank
+from kuiperinfer.layers.base import Layer, NonParamLayer, ParamLayer, batched, declared_rank
 from kuiperinfer.layers.reduction import Norm
 from kuiperinfer.runtime.operator import RuntimeOperator
+from kuiperinfer.runtime.options import BuildOptions
 from kuiperinfer.runtime.registry import register_layer
 
 
@@ -157,7 +158,7 @@ class BatchNorm(ParamLayer):
         return weight, bias, mean, var, eps
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> BatchNorm:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> BatchNorm:
         layer = cls(op.name, *cls.statistics(op))
         layer.batch_independent = declared_rank(op) >= 2   # (N, C, ...): the channels are dimension 1
         return layer
@@ -187,7 +188,7 @@ class FunctionalBatchNorm(Layer):
         self.whole_inputs = whole_inputs(mean, var, weight, bias)
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> FunctionalBatchNorm:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> FunctionalBatchNorm:
         layer = cls(op.name,
                     TensorArgument.read(op, "running_mean", required=True, status=Status.kAttrMissingRunningMean),
                     TensorArgument.read(op, "running_var", required=True, status=Status.kAttrMissingRunningVar),
@@ -219,7 +220,7 @@ class LastDimsNorm(Layer):
         self.whole_inputs = whole_inputs(weight, bias)
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> LastDimsNorm:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> LastDimsNorm:
         shape = op.param_ints("normalized_shape", status=Status.kParameterMissingShape)
         if not shape or min(shape) < 1:
             raise op.error(f"normalized_shape {shape} must be non-empty and positive",
@@ -255,25 +256,25 @@ class LayerNormPlan:
 
 @register_layer("nn.LayerNorm", "F.layer_norm")
 class LayerNorm(LastDimsNorm):
-    """(x - mean) / sqrt(var + eps) over the last dimensions; with a :class:`LayerNormPlan`
-    record, of the sum of its two inputs (also handed on when the record says so)."""
+    """(x - mean) / sqrt(var + eps) over the last dimensions; as planned (:class:`LayerNormPlan`),
+    of the sum of its two inputs (also handed on when the plan says so)."""
 
     plan_class = LayerNormPlan
-    record = LayerNormPlan()
+    plan = LayerNormPlan()
     compiled = False
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> LayerNorm:
-        layer = super().create(op)
-        layer.record = op.plan or LayerNormPlan()
-        layer.compiled = compiled(op)
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> LayerNorm:
+        layer = super().create(op, options)
+        layer.plan = op.plan or LayerNormPlan()
+        layer.compiled = options.compiled
         size = math.prod(layer.normalized_shape)
         weight, bias = layer.weight.value, layer.bias.value
         if layer.weight.input_index is None and layer.bias.input_index is None:
             # writable copies: a read-only array (the model file's) would be another specialisation
             layer._weight = np.ones(size, np.float32) if weight is None else np.array(weight, np.float32).reshape(-1)
             layer._bias = np.zeros(size, np.float32) if bias is None else np.array(bias, np.float32).reshape(-1)
-        elif layer.record.residual:
+        elif layer.plan.residual:
             raise op.error("an added residual needs a stored weight and bias", Status.kParameterInvalidValue)
         return layer
 
@@ -281,14 +282,14 @@ class LayerNorm(LastDimsNorm):
         return standardize(x, self.axes, self.eps)
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
-        record = self.record
-        if record.residual:
+        plan = self.plan
+        if plan.residual:
             a, b = inputs[0], inputs[1]
             if not self.compiled or a.shape != b.shape or a.dtype != np.float32 or b.dtype != np.float32 \
                     or a.shape[a.ndim - len(self.axes):] != self.normalized_shape:
                 total = np.asarray(a + b)
                 out = super().forward([total])
-                return out + [total] if record.sum_output else out
+                return out + [total] if plan.sum_output else out
         x = inputs[0]
         if not self.compiled or self.weight.input_index is not None or self.bias.input_index is not None \
                 or x.dtype != np.float32 or x.shape[x.ndim - len(self.axes):] != self.normalized_shape:
@@ -296,14 +297,14 @@ class LayerNorm(LastDimsNorm):
         size = self._weight.size
         rows = np.ascontiguousarray(x).reshape(-1, size)
         out = np.empty(x.shape, np.float32)
-        if not record.residual:
+        if not plan.residual:
             layer_norm_rows(rows, rows, rows, out.reshape(-1, size), self._weight, self._bias, np.float32(self.eps), 0)
             return [out]
         other = np.ascontiguousarray(inputs[1]).reshape(-1, size)
         total = np.empty(x.shape, np.float32)
         layer_norm_rows(rows, other, total.reshape(-1, size), out.reshape(-1, size), self._weight, self._bias,
                         np.float32(self.eps), 1)
-        return [out, total] if record.sum_output else [out]
+        return [out, total] if plan.sum_output else [out]
 
 
 @register_layer("nn.RMSNorm", "F.rms_norm")
@@ -339,7 +340,7 @@ class GroupNorm(Layer):
         self.whole_inputs = whole_inputs(weight, bias)
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> GroupNorm:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> GroupNorm:
         groups = op.param_int("num_groups", Status.kParameterMissingGroups)
         # pnnx leaves num_channels out when affine=False; the recorded input shape has it.
         channels = op.param_int("num_channels", default=recorded_channels(op))
@@ -386,7 +387,7 @@ class InstanceNorm(Layer):
         self.whole_inputs = whole_inputs(weight, bias)
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> InstanceNorm:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> InstanceNorm:
         eps = read_eps(op)
         channels = op.param_int("num_features", Status.kParameterMissingNumFeatures,
                                 default=recorded_channels(op))
@@ -439,7 +440,7 @@ class Normalize(NonParamLayer):
         self.eps = eps
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> Normalize:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> Normalize:
         p = op.param_number("p", default=2.0)  # an infinite p is written as the word inf
         if p is None or isinstance(p, bool) or math.isnan(p):
             raise op.error(f"p must be a number, not {op.param_value('p')!r}", Status.kParameterInvalidValue)
@@ -465,7 +466,7 @@ class LocalResponseNorm(NonParamLayer):
         self.size, self.alpha, self.beta, self.k = size, alpha, beta, k
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> LocalResponseNorm:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> LocalResponseNorm:
         size = op.param_int("size", Status.kParameterInvalidValue)
         if size < 1:
             raise op.error(f"size {size} must be positive", Status.kParameterInvalidValue)

@@ -23,6 +23,7 @@ from kuiperinfer.errors import ParseParameterAttrStatus as Status
 from kuiperinfer.kernels.padding import pad_last_dims
 from kuiperinfer.layers.base import NonParamLayer, declared_rank
 from kuiperinfer.runtime.operator import RuntimeOperator
+from kuiperinfer.runtime.options import BuildOptions
 from kuiperinfer.runtime.registry import register_layer
 
 _MODES = ("constant", "reflect", "replicate", "circular")
@@ -61,7 +62,7 @@ class Pad(NonParamLayer):
         return pairs, mode, op.param_float("value", Status.kParameterInvalidValue, default=0.0)
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> Pad:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> Pad:
         layer = cls(op.name, *cls.read_params(op))
         layer.batch_independent = len(layer.pads) < declared_rank(op)  # dimension 0 is not padded
         return layer

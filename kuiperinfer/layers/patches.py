@@ -22,6 +22,7 @@ from kuiperinfer.kernels.padding import pad_last_dims
 from kuiperinfer.kernels.windows import as_batched, col2im, im2col, sweep_output
 from kuiperinfer.layers.base import NonParamLayer, declared_rank
 from kuiperinfer.runtime.operator import RuntimeOperator
+from kuiperinfer.runtime.options import BuildOptions
 from kuiperinfer.runtime.registry import register_layer
 
 Pair = tuple[int, int]
@@ -56,7 +57,7 @@ class Unfold(Patches):
     """Image to columns of its sliding windows."""
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> Unfold:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> Unfold:
         layer = cls(op.name, *cls.read(op))
         layer.batch_independent = declared_rank(op) == 4
         return layer
@@ -83,7 +84,7 @@ class Fold(Patches):
         self.output_size = output_size
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> Fold:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> Fold:
         output_size = op.param_ints("output_size", 2, Status.kParameterMissingOutHW)
         if min(output_size) < 1:
             raise op.error(f"output_size {output_size} must be positive", Status.kParameterMissingOutHW)

@@ -32,6 +32,7 @@ from kuiperinfer.layers.base import NonParamLayer, batched
 from kuiperinfer.layers.convolution import as_2d, from_2d, spatial_rank
 from kuiperinfer.layers.pooling3d import IndicesOutput, Window, read_output_size
 from kuiperinfer.runtime.operator import RuntimeOperator
+from kuiperinfer.runtime.options import BuildOptions
 from kuiperinfer.runtime.registry import register_layer
 
 
@@ -47,7 +48,7 @@ class MaxPooling(NonParamLayer):
         self.return_indices, self.as_tuple = return_indices, as_tuple
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> MaxPooling:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> MaxPooling:
         rank = spatial_rank(op)
         layer = cls(op.name, Window.from_operator(op, rank).in_2d(), rank, *IndicesOutput.read(op))
         layer.batch_independent = batched(op, rank)
@@ -80,7 +81,7 @@ class AvgPooling(NonParamLayer):
         self.count_include_pad, self.divisor_override = count_include_pad, divisor_override
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> AvgPooling:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> AvgPooling:
         divisor = op.param_int("divisor_override", Status.kParameterInvalidValue, default=None)
         if divisor is not None and divisor == 0:
             raise op.error("divisor_override must not be zero", Status.kParameterInvalidValue)
@@ -125,7 +126,7 @@ class AdaptiveAvgPooling(AdaptivePooling):
     """Adaptive average pooling."""
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> AdaptiveAvgPooling:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> AdaptiveAvgPooling:
         layer = cls(op.name, cls.read_output_size(op), spatial_rank(op))
         layer.batch_independent = batched(op, spatial_rank(op))
         return layer
@@ -148,7 +149,7 @@ class AdaptiveMaxPooling(AdaptivePooling):
         self.return_indices, self.as_tuple = return_indices, as_tuple
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> AdaptiveMaxPooling:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> AdaptiveMaxPooling:
         layer = cls(op.name, cls.read_output_size(op), spatial_rank(op), *IndicesOutput.read(op))
         layer.batch_independent = batched(op, spatial_rank(op))
         return layer
@@ -176,7 +177,7 @@ class LPPooling(NonParamLayer):
         self.norm_type, self.kernel, self.stride, self.ceil_mode = norm_type, kernel, stride, ceil_mode
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> LPPooling:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> LPPooling:
         rank = spatial_rank(op)
         norm_type = op.param_float("norm_type", Status.kParameterInvalidValue)
         if norm_type == 0 or norm_type != norm_type:
@@ -223,7 +224,7 @@ class MaxUnpooling(NonParamLayer):
         self.rank = rank
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> MaxUnpooling:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> MaxUnpooling:
         rank = int(op.type[-2])
         expected = 3 if rank == 2 else 5
         if len(op.input_operands_seq) != expected:

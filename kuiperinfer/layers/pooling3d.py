@@ -25,6 +25,7 @@ from kuiperinfer.errors import ParseParameterAttrStatus as Status
 from kuiperinfer.kernels.windows import adaptive_avg_pool, adaptive_max_pool, as_batched, avg_pool, max_pool
 from kuiperinfer.layers.base import NonParamLayer, batched
 from kuiperinfer.runtime.operator import RuntimeOperator
+from kuiperinfer.runtime.options import BuildOptions
 from kuiperinfer.runtime.registry import register_layer
 
 Sizes = tuple[int, ...]
@@ -103,7 +104,7 @@ class MaxPooling3d(NonParamLayer):
         self.window, self.return_indices, self.as_tuple = window, return_indices, as_tuple
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> MaxPooling3d:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> MaxPooling3d:
         layer = cls(op.name, Window.from_operator(op, 3), *IndicesOutput.read(op))
         layer.batch_independent = batched(op, 3)
         return layer
@@ -125,7 +126,7 @@ class AvgPooling3d(NonParamLayer):
         self.window, self.count_include_pad, self.divisor_override = window, count_include_pad, divisor_override
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> AvgPooling3d:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> AvgPooling3d:
         divisor = op.param_int("divisor_override", Status.kParameterInvalidValue, default=None)
         if divisor is not None and divisor == 0:
             raise op.error("divisor_override must not be zero", Status.kParameterInvalidValue)
@@ -170,7 +171,7 @@ class AdaptiveAvgPooling3d(NonParamLayer):
         self.output_size = output_size
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> AdaptiveAvgPooling3d:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> AdaptiveAvgPooling3d:
         layer = cls(op.name, read_output_size(op, 3))
         layer.batch_independent = batched(op, 3)
         return layer
@@ -192,7 +193,7 @@ class AdaptiveMaxPooling3d(NonParamLayer):
         self.output_size, self.return_indices, self.as_tuple = output_size, return_indices, as_tuple
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> AdaptiveMaxPooling3d:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> AdaptiveMaxPooling3d:
         layer = cls(op.name, read_output_size(op, 3), *IndicesOutput.read(op))
         layer.batch_independent = batched(op, 3)
         return layer

@@ -1,14 +1,15 @@
-"""Quantized operators, refused on purpose.
+"""PyTorch's quantized operators, refused on purpose.
 
 pnnx exports a model quantized with ``torch.ao.quantization`` as ``nn.quantized.*``
 modules, ``torch.quantize_per_tensor``/``torch.dequantize`` and friends, whose weights
-are int8 with per-tensor or per-channel scales. kuiperinfer computes in float32 only;
-running these would mean emulating PyTorch's integer kernels and their rounding, and a
-model run as float would not give the quantized model's results. So each of these types
-is registered, with a layer that refuses to be built: the model fails to load, and
-``kuiper check`` lists every such operator, with the reason below, instead of an
-"unknown operator". The way out is to export the float model, before
-``torch.ao.quantization.convert``.
+are int8 with per-tensor or per-channel scales. kuiperinfer quantizes a float model itself
+(``precision="int8"`` with a calibration table from ``kuiper quantize``), but it does not
+read PyTorch's quantized operators: running them would mean emulating PyTorch's integer
+kernels and their rounding. So each of these types is registered, with a layer that
+refuses to be built: the model fails to load, and ``kuiper check`` lists every such
+operator, with the reason below, instead of an "unknown operator". The way out is to
+export the float model, before ``torch.ao.quantization.convert``, and load it with
+``precision="int8"``.
 """
 
 from __future__ import annotations
@@ -18,10 +19,12 @@ from typing import ClassVar
 from kuiperinfer.errors import ParseParameterAttrStatus as Status
 from kuiperinfer.layers.base import NonParamLayer
 from kuiperinfer.runtime.operator import RuntimeOperator
+from kuiperinfer.runtime.options import BuildOptions
 from kuiperinfer.runtime.registry import register_layer
 
-QUANTIZED_REASON = ("quantized operators are not supported: kuiperinfer runs float32 models only; "
-                    "export the float model instead (before torch.ao.quantization.convert)")
+QUANTIZED_REASON = ("PyTorch's quantized operators are not supported: export the float model (before "
+                    "torch.ao.quantization.convert) and load it with precision='int8' and a calibration table "
+                    "from `kuiper quantize`")
 
 
 @register_layer("nn.quantized.Conv2d", "nn.quantized.Linear", "nn.quantized.Quantize", "nn.quantized.DeQuantize",
@@ -34,5 +37,5 @@ class Quantized(NonParamLayer):
     """Why the type is refused: the operator table (docs/operators.md) shows it."""
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> Quantized:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> Quantized:
         raise op.error(f"{op.type}: {QUANTIZED_REASON}", Status.kParameterInvalidValue)

@@ -32,12 +32,13 @@ from kuiperinfer.layers.creation import dtype_param
 from kuiperinfer.pnnx.ir import numpy_dtype
 from kuiperinfer.pnnx.param_file import DEFAULT_MAX_TENSOR_BYTES
 from kuiperinfer.runtime.operator import RuntimeOperator
+from kuiperinfer.runtime.options import BuildOptions
 from kuiperinfer.runtime.registry import register_layer
 
 
-def generator(op: RuntimeOperator) -> np.random.Generator:
+def generator(op: RuntimeOperator, options: BuildOptions) -> np.random.Generator:
     """The operator's own generator: seeded from the graph's seed and the operator's name."""
-    return np.random.default_rng([int(op.seed) & (2**64 - 1), zlib.crc32(op.name.encode("utf-8", "replace"))])
+    return np.random.default_rng([options.seed & (2**64 - 1), zlib.crc32(op.name.encode("utf-8", "replace"))])
 
 
 def _output_dtype(op: RuntimeOperator, default: Any = np.float32) -> np.dtype:
@@ -87,7 +88,7 @@ class Randn(RandomLayer):
         self.size, self.size_input = size, size_input
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> Randn:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> Randn:
         size = op.param_ints("size", status=Status.kParameterMissingShape, default=None)
         size_input = None
         if size is None:
@@ -96,7 +97,7 @@ class Randn(RandomLayer):
                 raise op.error("missing parameter 'size'", Status.kParameterMissingShape)
         elif min(size, default=0) < 0 or math.prod(size) * 8 > DEFAULT_MAX_TENSOR_BYTES:
             raise op.error(f"size {size} is negative or over the limit", Status.kParameterInvalidValue)
-        return cls(op.name, generator(op), _output_dtype(op), size, size_input)
+        return cls(op.name, generator(op, options), _output_dtype(op), size, size_input)
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         size = self.size if self.size_input is None else _shape(inputs[self.size_input])
@@ -109,8 +110,8 @@ class RandnLike(RandomLayer):
     unless ``dtype`` says otherwise)."""
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> RandnLike:
-        return cls(op.name, generator(op), dtype_param(op))
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> RandnLike:
+        return cls(op.name, generator(op, options), dtype_param(op))
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         x = inputs[0]
@@ -134,12 +135,12 @@ class Normal(RandomLayer):
         self.like, self.mean, self.std = like, mean, std
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> Normal:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> Normal:
         if op.type == "aten::normal":
             if len(op.input_operands_seq) != 3:
                 raise op.error(f"aten::normal takes 3 inputs (mean, std, generator), got "
                                f"{len(op.input_operands_seq)}", Status.kParameterInvalidValue)
-            return cls(op.name, generator(op), _output_dtype(op), None, Argument(0), Argument(1))
+            return cls(op.name, generator(op, options), _output_dtype(op), None, Argument(0), Argument(1))
         like = op.input_index("input", 0)
         if like is None or like >= len(op.input_operands_seq):
             raise op.error("missing input 'input'", Status.kParameterMissingUnknown)
@@ -151,7 +152,7 @@ class Normal(RandomLayer):
                                            or not isinstance(argument.value, (int, float))):
                 raise op.error(f"parameter {name!r} is {argument.value!r}, expected a number",
                                Status.kParameterInvalidValue)
-        return cls(op.name, generator(op), dtype_param(op), like, mean, std)
+        return cls(op.name, generator(op, options), dtype_param(op), like, mean, std)
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         mean, std = np.asarray(self.mean.get(inputs)), np.asarray(self.std.get(inputs))
@@ -184,7 +185,7 @@ class RandLike(RandomLayer):
         self.bounds = bounds
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> RandLike:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> RandLike:
         count = len(op.input_operands_seq)
         bounds = None
         if op.type == "aten::randint_like":
@@ -193,7 +194,7 @@ class RandLike(RandomLayer):
             bounds = (Argument(1), Argument(2)) if count == 8 else (Argument(None, 0), Argument(1))
         elif count != 6:
             raise op.error(f"aten::rand_like takes 6 inputs, got {count}", Status.kParameterInvalidValue)
-        return cls(op.name, generator(op), _output_dtype(op), bounds)
+        return cls(op.name, generator(op, options), _output_dtype(op), bounds)
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         shape = np.shape(inputs[0])

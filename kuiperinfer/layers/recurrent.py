@@ -66,6 +66,7 @@ from kuiperinfer.kernels.elementwise import relu_, sigmoid
 from kuiperinfer.layers.base import Layer
 from kuiperinfer.layers.linear import linear
 from kuiperinfer.runtime.operator import RuntimeOperator
+from kuiperinfer.runtime.options import BuildOptions
 from kuiperinfer.runtime.registry import register_layer
 
 Shape = tuple[int, ...]
@@ -110,7 +111,7 @@ class Recurrent(Layer):
         return {"h": self.proj_size or self.hidden_size, "c": self.hidden_size}
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> Recurrent:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> Recurrent:
         input_size = op.param_int("input_size", Status.kParameterMissingInChannel)
         hidden_size = op.param_int("hidden_size", Status.kParameterMissingOutChannel)
         num_layers = op.param_int("num_layers", default=1)
@@ -278,12 +279,12 @@ class RNN(Recurrent):
     """Whether the nonlinearity is relu (set per instance by create), else tanh."""
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> RNN:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> RNN:
         nonlinearity = op.param_str("nonlinearity", default="tanh")
         if nonlinearity not in ("tanh", "relu"):
             raise op.error(f"nonlinearity must be 'tanh' or 'relu', got {nonlinearity!r}",
                            Status.kParameterInvalidValue)
-        layer = super().create(op)
+        layer = super().create(op, options)
         layer.relu = nonlinearity == "relu"
         return layer
 

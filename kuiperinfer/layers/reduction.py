@@ -18,6 +18,7 @@ from kuiperinfer.errors import ParseParameterAttrStatus as Status
 from kuiperinfer.layers.base import NonParamLayer, keeps_batch
 from kuiperinfer.pnnx.ir import numpy_dtype
 from kuiperinfer.runtime.operator import RuntimeOperator
+from kuiperinfer.runtime.options import BuildOptions
 from kuiperinfer.runtime.registry import register_layer
 
 Axes = tuple[int, ...] | None
@@ -42,7 +43,7 @@ class ReduceLayer(NonParamLayer):
         self.axes, self.keepdim = axes, keepdim
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> ReduceLayer:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> ReduceLayer:
         layer = cls(op.name, _axes(op), op.param_bool("keepdim", default=False))
         layer.batch_independent = keeps_samples_apart(op, layer.axes)
         return layer
@@ -69,7 +70,7 @@ class Reduce(ReduceLayer):
         self.function, self.dtype = function, dtype
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> Reduce:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> Reduce:
         name = op.type.rsplit(".", 1)[-1]
         if name in _EXTREME:
             function, dtype = _EXTREME[name], None
@@ -114,7 +115,7 @@ class Variance(ReduceLayer):
         self.correction, self.root = correction, root
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> Variance:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> Variance:
         if op.has_param("correction"):
             correction = op.param_float("correction", Status.kParameterInvalidValue)
         else:
@@ -144,7 +145,7 @@ class Norm(ReduceLayer):
         self.p = p
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> Norm:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> Norm:
         p = 2.0 if op.param_value("p") == "fro" else op.param_number("p", default=2.0)
         if not isinstance(p, (int, float)) or isinstance(p, bool) or math.isnan(p):
             raise op.error(f"unsupported norm p={op.param_value('p')!r}", Status.kParameterInvalidValue)
@@ -182,7 +183,7 @@ class MaxMin(ReduceLayer):
         self.dim, self.largest, self.with_indices = dim, largest, with_indices
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> MaxMin:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> MaxMin:
         dim = op.param_int("dim", Status.kParameterMissingDim, default=None)
         layer = cls(op.name, dim, op.param_bool("keepdim", default=False), op.type == "torch.max",
                     dim is not None and len(op.output_operands) > 1)
@@ -213,7 +214,7 @@ class ArgMaxMin(ReduceLayer):
         self.dim, self.largest = dim, largest
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> ArgMaxMin:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> ArgMaxMin:
         layer = cls(op.name, op.param_int("dim", Status.kParameterMissingDim, default=None),
                     op.param_bool("keepdim", default=False), op.type == "torch.argmax")
         layer.batch_independent = keeps_samples_apart(op, layer.axes)
@@ -238,7 +239,7 @@ class TopK(NonParamLayer):
         self.k, self.dim, self.largest = k, dim, largest
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> TopK:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> TopK:
         k = op.param_int("k", Status.kParameterInvalidValue)
         if k < 0:
             raise op.error(f"k must not be negative, got {k}", Status.kParameterInvalidValue)
@@ -270,7 +271,7 @@ class Cumulative(NonParamLayer):
         self.dim, self.function, self.dtype = dim, function, dtype
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> Cumulative:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> Cumulative:
         function = np.cumsum if op.type == "torch.cumsum" else np.cumprod
         dtype = numpy_dtype(op.output_operands[0].type) if op.output_operands else None
         layer = cls(op.name, op.param_int("dim", Status.kParameterMissingDim), function, dtype)

@@ -27,6 +27,7 @@ from kuiperinfer.errors import ParseParameterAttrStatus as Status
 from kuiperinfer.kernels.interpolate import interpolate
 from kuiperinfer.layers.base import NonParamLayer
 from kuiperinfer.runtime.operator import RuntimeOperator
+from kuiperinfer.runtime.options import BuildOptions
 from kuiperinfer.runtime.registry import register_layer
 
 # PyTorch mode -> (interpolation kernel, number of spatial axes it needs; None: any)
@@ -64,7 +65,7 @@ class Interpolate(NonParamLayer):
         self.recompute_scale_factor = recompute_scale_factor
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> Interpolate:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> Interpolate:
         if op.type in _FIXED_MODES:
             mode, align_corners = _FIXED_MODES[op.type]
         else:
@@ -131,7 +132,7 @@ class PixelShuffle(NonParamLayer):
         self.factor = factor
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> PixelShuffle:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> PixelShuffle:
         return cls(op.name, _read_factor(op, "upscale_factor"))
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
@@ -152,7 +153,7 @@ class PixelUnshuffle(NonParamLayer):
         self.factor = factor
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> PixelUnshuffle:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> PixelUnshuffle:
         return cls(op.name, _read_factor(op, "downscale_factor"))
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:

@@ -35,6 +35,7 @@ from kuiperinfer.errors import InferError, InferStatus
 from kuiperinfer.errors import ParseParameterAttrStatus as Status
 from kuiperinfer.layers.base import NonParamLayer
 from kuiperinfer.runtime.operator import RuntimeOperator
+from kuiperinfer.runtime.options import BuildOptions
 from kuiperinfer.runtime.registry import register_layer
 
 MODES = ("bilinear", "nearest", "bicubic")
@@ -143,7 +144,7 @@ class GridSample(NonParamLayer):
         self.mode, self.padding_mode, self.align_corners = mode, padding_mode, align_corners
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> GridSample:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> GridSample:
         if len(op.input_operands_seq) != 2:
             raise op.error(f"F.grid_sample takes the input and the grid, got {len(op.input_operands_seq)} inputs",
                            Status.kParameterInvalidValue)
@@ -186,7 +187,7 @@ class AffineGrid(NonParamLayer):
         self.size, self.size_input, self.align_corners = size, size_input, align_corners
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> AffineGrid:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> AffineGrid:
         size_input = op.input_index("size")
         size = None
         if size_input is None:

@@ -20,6 +20,7 @@ from kuiperinfer.layers.comparison import Argument
 from kuiperinfer.pnnx.param_file import DEFAULT_MAX_TENSOR_BYTES
 from kuiperinfer.runtime.batching import Batch
 from kuiperinfer.runtime.operator import RuntimeOperator
+from kuiperinfer.runtime.options import BuildOptions
 from kuiperinfer.runtime.registry import register_layer
 
 
@@ -34,7 +35,7 @@ class Flatten(NonParamLayer):
         self.start_dim, self.end_dim = start_dim, end_dim
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> Flatten:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> Flatten:
         default_start = 1 if op.type == "nn.Flatten" else 0
         layer = cls(op.name, op.param_int("start_dim", Status.kParameterMissingDim, default=default_start),
                     op.param_int("end_dim", Status.kParameterMissingDim, default=-1))
@@ -75,7 +76,7 @@ class Reshape(NonParamLayer):
         self.batch_independent = batch_follows  # each sample reshaped alone
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> Reshape:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> Reshape:
         shape = op.param_ints("shape", status=Status.kParameterMissingShape, default=None)
         if shape is None:
             if len(op.input_operands_seq) < 2:
@@ -125,7 +126,7 @@ class ReshapeAs(NonParamLayer):
         self.other = other
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> ReshapeAs:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> ReshapeAs:
         other = op.input_index("other", 1)
         if other is None or other >= len(op.input_operands_seq):
             raise op.error("missing input 'other'", Status.kParameterMissingShape)
@@ -152,7 +153,7 @@ class Permute(NonParamLayer):
         self.batch_independent = dims[0] % len(dims) == 0  # the batch stays in front
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> Permute:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> Permute:
         dims = op.param_ints("dims", status=Status.kParameterMissingDim)
         if sorted(d % len(dims) for d in dims) != list(range(len(dims))):
             raise op.error(f"dims {dims} are not a permutation", Status.kParameterInvalidValue)
@@ -174,7 +175,7 @@ class Transpose(NonParamLayer):
         self.dim0, self.dim1 = dim0, dim1
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> Transpose:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> Transpose:
         if op.type in ("torch.t", "Tensor.t"):
             return cls(op.name, 0, -1)
         layer = cls(op.name, op.param_int("dim0", Status.kParameterMissingDim),
@@ -198,7 +199,7 @@ class Unflatten(NonParamLayer):
         self.dim, self.sizes = dim, sizes
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> Unflatten:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> Unflatten:
         key = "unflattened_size" if op.type == "nn.Unflatten" else "sizes"
         sizes = op.param_ints(key, status=Status.kParameterMissingShape)
         if sizes.count(-1) > 1:
@@ -228,7 +229,7 @@ class Squeeze(NonParamLayer):
         self.dims = dims
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> Squeeze:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> Squeeze:
         return cls(op.name, op.param_ints("dim", status=Status.kParameterMissingDim, default=None))
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
@@ -248,7 +249,7 @@ class Unsqueeze(NonParamLayer):
         self.dim = dim
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> Unsqueeze:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> Unsqueeze:
         layer = cls(op.name, op.param_int("dim", Status.kParameterMissingDim))
         layer.batch_independent = keeps_batch(op, layer.dim, new_dim=True)
         return layer
@@ -272,7 +273,7 @@ class Expand(NonParamLayer):
         self.sizes, self.sizes_input, self.like_input = sizes, sizes_input, like_input
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> Expand:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> Expand:
         if op.type == "Tensor.expand_as":
             other = op.input_index("other", 1)
             if other is None:
@@ -333,7 +334,7 @@ class Repeat(NonParamLayer):
         self.sizes = sizes
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> Repeat:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> Repeat:
         key = "sizes" if op.type == "Tensor.repeat" else "dims"
         return cls(op.name, op.param_ints(key, status=Status.kParameterMissingShape))
 
@@ -352,7 +353,7 @@ class RepeatInterleave(NonParamLayer):
         self.repeats, self.dim = repeats, dim
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> RepeatInterleave:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> RepeatInterleave:
         repeats = Argument.of(op, "repeats", 1)
         if repeats.index is None and (isinstance(repeats.value, bool) or not isinstance(repeats.value, int)
                                       or repeats.value < 0):
@@ -402,7 +403,7 @@ class AsStrided(NonParamLayer):
         self.size, self.stride, self.offset = size, stride, offset
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> AsStrided:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> AsStrided:
         size = op.param_ints("size", status=Status.kParameterMissingShape)
         stride = op.param_ints("stride", len(size), Status.kParameterMissingStride)
         offset = op.param_int("storage_offset", Status.kParameterInvalidValue, default=0)
@@ -437,7 +438,7 @@ class Flip(NonParamLayer):
         self.dims = dims
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> Flip:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> Flip:
         return cls(op.name, op.param_ints("dims", status=Status.kParameterMissingDim))
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
@@ -453,7 +454,7 @@ class Roll(NonParamLayer):
         self.shifts, self.dims = shifts, dims
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> Roll:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> Roll:
         shifts = op.param_ints("shifts", status=Status.kParameterMissingShape)
         dims = op.param_ints("dims", status=Status.kParameterMissingDim, default=None)
         if len(shifts) != (1 if dims is None else len(dims)):
@@ -489,7 +490,7 @@ class ChannelShuffle(NonParamLayer):
         self.whole_inputs = () if groups is not None else (1,)
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> ChannelShuffle:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> ChannelShuffle:
         if op.type == "nn.ChannelShuffle":
             groups = op.param_int("groups", Status.kParameterMissingGroups)
             if groups < 1:
@@ -529,7 +530,7 @@ class Size(NonParamLayer):
         """How many dimensions pnnx recorded for the input (0: unknown)."""
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> Size:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> Size:
         if len(op.input_operands_seq) not in (1, 2):
             raise op.error(f"Tensor.size takes the tensor and at most a dim, got {len(op.input_operands_seq)} inputs",
                            Status.kParameterMissingDim)

@@ -15,8 +15,9 @@ import numpy as np
 from kuiperinfer.errors import InferError, InferStatus
 from kuiperinfer.errors import ParseParameterAttrStatus as Status
 from kuiperinfer.kernels.compiled.softmax import softmax_rows
-from kuiperinfer.layers.base import NonParamLayer, compiled, keeps_batch
+from kuiperinfer.layers.base import NonParamLayer, keeps_batch
 from kuiperinfer.runtime.operator import RuntimeOperator
+from kuiperinfer.runtime.options import BuildOptions
 from kuiperinfer.runtime.registry import register_layer
 
 
@@ -43,7 +44,7 @@ class DimSoftmaxLayer(NonParamLayer):
         self.dim = dim
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> DimSoftmaxLayer:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> DimSoftmaxLayer:
         dim = op.param_int("dim", Status.kParameterMissingDim)
         shape = op.input_operands_seq[0].shapes if op.input_operands_seq else []
         if shape and not -len(shape) <= dim < len(shape):
@@ -70,9 +71,9 @@ class Softmax(DimSoftmaxLayer):
     (:func:`~kuiperinfer.kernels.compiled.softmax.softmax_rows`) when the optimiser chose it."""
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> DimSoftmaxLayer:
-        layer = super().create(op)
-        if compiled(op):
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> DimSoftmaxLayer:
+        layer = super().create(op, options)
+        if options.compiled:
             layer.function = layer.compiled_function
         return layer
 
@@ -94,7 +95,7 @@ class Softmax2d(Softmax):
     """Softmax over the channels of a (N, C, H, W) or (C, H, W) input: dim -3."""
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> Softmax2d:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> Softmax2d:
         return cls(op.name, -3)
 
 

@@ -32,6 +32,7 @@ from kuiperinfer.errors import InferError, InferStatus
 from kuiperinfer.errors import ParseParameterAttrStatus as Status
 from kuiperinfer.layers.base import NonParamLayer, declared_rank, keeps_batch
 from kuiperinfer.runtime.operator import RuntimeOperator
+from kuiperinfer.runtime.options import BuildOptions
 from kuiperinfer.runtime.registry import register_layer
 
 NORMS = ("backward", "forward", "ortho")
@@ -86,7 +87,7 @@ class FFT(NonParamLayer):
         self.kind, self.sizes, self.dims, self.norm = kind, sizes, dims, norm
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> FFT:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> FFT:
         name = op.type.rsplit(".", 1)[-1]
         kind = name.rstrip("2n")
         if name.endswith("2") or name.endswith("n"):
@@ -169,7 +170,7 @@ class FFTShift(NonParamLayer):
         self.inverse = inverse
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> FFTShift:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> FFTShift:
         if len(op.input_operands_seq) not in (1, 2):
             raise op.error(f"{op.type} takes the input and its dims, got {len(op.input_operands_seq)} inputs",
                            Status.kParameterInvalidValue)
@@ -258,7 +259,7 @@ class STFT(NonParamLayer):
         self.window_input = window_input
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> STFT:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> STFT:
         n_fft, hop, win = _window_lengths(op)
         center = op.param_bool("center", Status.kParameterInvalidValue, default=True)
         pad_mode = op.param_str("pad_mode", Status.kParameterInvalidValue, default="reflect")
@@ -336,7 +337,7 @@ class ISTFT(NonParamLayer):
         self.length, self.return_complex, self.window_input = length, return_complex, window_input
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> ISTFT:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> ISTFT:
         n_fft, hop, win = _window_lengths(op, inverse=True)
         length = op.param_int("length", Status.kParameterInvalidValue, default=None)
         if length is not None and length < 0:
@@ -433,7 +434,7 @@ class ATenSTFT(NonParamLayer):
         self.inverse = inverse
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> ATenSTFT:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> ATenSTFT:
         inverse = op.type == "aten::istft"
         counts = (len(ATEN_ISTFT_ARGUMENTS),) if inverse else (len(ATEN_STFT_ARGUMENTS) - 1, len(ATEN_STFT_ARGUMENTS))
         if len(op.input_operands_seq) not in counts:
@@ -521,7 +522,7 @@ class Spectrogram(_TorchaudioLayer):
         self.stft, self.pad, self.window_norm, self.power = stft, pad, window_norm, power
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> Spectrogram:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> Spectrogram:
         common = cls.read_common(op, inverse=False)
         pad_mode = op.param_str("pad_mode", Status.kParameterInvalidValue, default="reflect")
         if pad_mode not in _PAD_MODES:
@@ -567,7 +568,7 @@ class InverseSpectrogram(_TorchaudioLayer):
         self.istft, self.pad, self.length, self.window_norm = istft, pad, length, window_norm
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> InverseSpectrogram:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> InverseSpectrogram:
         common = cls.read_common(op, inverse=True)
         length = op.param_int("length", Status.kParameterInvalidValue, default=None)
         if length is not None and length < 0:
@@ -610,7 +611,7 @@ class Complex(NonParamLayer):
         self.real, self.imag = real, imag
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> Complex:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> Complex:
         real, imag = op.input_index("real", 0), op.input_index("imag", 1)
         if real is None or imag is None:
             raise op.error("torch.complex needs the inputs real and imag", Status.kParameterMissingUnknown)
@@ -631,7 +632,7 @@ class ViewAsComplex(NonParamLayer):
     """``(..., 2)`` float pairs as complex numbers (a view where the memory allows)."""
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> ViewAsComplex:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> ViewAsComplex:
         layer = cls(op.name)
         layer.batch_independent = declared_rank(op) >= 2   # a 1-d input's pairs are its only dimension
         return layer
@@ -650,7 +651,7 @@ class ViewAsReal(NonParamLayer):
     batch_independent = True
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> ViewAsReal:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> ViewAsReal:
         return cls(op.name)
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
@@ -672,7 +673,7 @@ class RealImag(NonParamLayer):
         self.imaginary = imaginary
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> RealImag:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> RealImag:
         return cls(op.name, op.type == "torch.imag")
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
@@ -697,7 +698,7 @@ class ConjAngle(NonParamLayer):
         self.angle = angle
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> ConjAngle:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> ConjAngle:
         return cls(op.name, op.type == "aten::angle")
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:

@@ -12,6 +12,7 @@ from kuiperinfer.layers.base import NonParamLayer, declared_rank
 from kuiperinfer.pnnx.ir import numpy_dtype
 from kuiperinfer.runtime.batching import Batch, sequence_flow
 from kuiperinfer.runtime.operator import RuntimeOperator
+from kuiperinfer.runtime.options import BuildOptions
 from kuiperinfer.runtime.registry import register_layer
 
 
@@ -25,7 +26,7 @@ class Constant(NonParamLayer):
         self.value = value
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> Constant:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> Constant:
         if len(op.attribute) != 1:
             raise op.error(f"expected one attribute, found {sorted(op.attribute)}", Status.kAttrMissingWeight)
         (key, attribute), = op.attribute.items()
@@ -41,7 +42,7 @@ class Constant(NonParamLayer):
 @register_layer("prim::TupleConstruct")
 class TupleConstruct(NonParamLayer):
     @classmethod
-    def create(cls, op: RuntimeOperator) -> TupleConstruct:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> TupleConstruct:
         return cls(op.name)
 
     def batch_flow(self, inputs: Sequence[Batch]) -> Batch | None:
@@ -55,7 +56,7 @@ class TupleConstruct(NonParamLayer):
 @register_layer("prim::ListConstruct")
 class ListConstruct(NonParamLayer):
     @classmethod
-    def create(cls, op: RuntimeOperator) -> ListConstruct:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> ListConstruct:
         return cls(op.name)
 
     def batch_flow(self, inputs: Sequence[Batch]) -> Batch | None:
@@ -71,7 +72,7 @@ class TupleUnpack(NonParamLayer):
     """A tuple's items, or a tensor's slices along dimension 0."""
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> TupleUnpack:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> TupleUnpack:
         layer = cls(op.name)
         # pnnx records shapes of tensors only: a tuple's items keep their samples apart, a
         # tensor is taken apart along the batch

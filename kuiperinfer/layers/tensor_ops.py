@@ -15,6 +15,7 @@ from kuiperinfer.errors import ParseParameterAttrStatus as Status
 from kuiperinfer.kernels.layout import concatenate_channels, is_channels_last
 from kuiperinfer.layers.base import NonParamLayer, keeps_batch
 from kuiperinfer.runtime.operator import RuntimeOperator
+from kuiperinfer.runtime.options import BuildOptions
 from kuiperinfer.runtime.registry import register_layer
 
 
@@ -34,7 +35,7 @@ def _tensor_list(inputs: Sequence[Any]) -> Sequence[np.ndarray]:
 @register_layer("torch.cat", "torch.concat", "torch.concatenate")
 class Cat(DimLayer):
     @classmethod
-    def create(cls, op: RuntimeOperator) -> Cat:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> Cat:
         layer = cls(op.name, op.param_int("dim", Status.kParameterMissingDim))
         layer.batch_independent = keeps_batch(op, layer.dim)
         return layer
@@ -52,7 +53,7 @@ class Stack(DimLayer):
     """Join same-shaped tensors along a new dimension ``dim``."""
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> Stack:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> Stack:
         return cls(op.name, op.param_int("dim", Status.kParameterMissingDim, default=0))
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
@@ -68,7 +69,7 @@ class Split(DimLayer):
         self.sections = sections
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> Split:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> Split:
         key = "split_size_or_sections" if op.has_param("split_size_or_sections") else "indices"
         if not op.has_param(key):
             raise op.error("missing parameter 'split_size_or_sections'", Status.kParameterMissingShape)
@@ -104,7 +105,7 @@ class Chunk(DimLayer):
         self.chunks = chunks
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> Chunk:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> Chunk:
         chunks = op.param_int("chunks", Status.kParameterMissingShape)
         if chunks < 1:
             raise op.error(f"chunks must be positive, got {chunks}", Status.kParameterInvalidValue)
@@ -129,7 +130,7 @@ class TensorSplit(DimLayer):
         self.sections, self.indices = sections, indices
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> TensorSplit:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> TensorSplit:
         dim = op.param_int("dim", Status.kParameterMissingDim, default=0)
         if op.has_param("indices"):
             return cls(op.name, dim, None, op.param_ints("indices", status=Status.kParameterMissingShape))
@@ -160,7 +161,7 @@ class Unbind(DimLayer):
         self.count = count
 
     @classmethod
-    def create(cls, op: RuntimeOperator) -> Unbind:
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> Unbind:
         return cls(op.name, op.param_int("dim", Status.kParameterMissingDim, default=0), len(op.output_operands))
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:

@@ -257,8 +257,8 @@ def _is_depthwise_of(conv: RuntimeOperator | None, channels: int) -> bool:
 def _pointwise(conv: RuntimeOperator) -> Pointwise:
     """The 1x1 ``conv``'s weight, bias and fused activation, for a fused operator's plan."""
     has_bias = conv.param_bool("bias", default=conv.has_weight("bias"))
-    return Pointwise(conv.weight("weight", copy=False), conv.weight("bias", copy=False) if has_bias else None,
-                     convolution_plan(conv).activation)
+    return Pointwise(conv.name, conv.weight("weight", copy=False),
+                     conv.weight("bias", copy=False) if has_bias else None, convolution_plan(conv).activation)
 
 
 def fuse_pointwise_depthwise(graph: RuntimeGraph) -> int:

@@ -1,10 +1,10 @@
-"""The calibration table: each quantizable operator's activation range, for ``int8``.
+"""The calibration table: the activation range of each product ``int8`` computes.
 
 ``kuiper quantize`` (:func:`kuiperinfer.quantization.quantize`) writes it beside the model and
 ``load(..., precision="int8", calibration=TABLE)`` reads it, as ncnn's ``.table`` files are
 read by ``ncnn2int8``. It is text a user may read and edit::
 
-    kuiperinfer calibration 1
+    kuiperinfer calibration 2
     model 3f5c...e1            # SHA-256 of the .pnnx.param it was calibrated on
     method percentile
     samples 100
@@ -12,9 +12,12 @@ read by ``ncnn2int8``. It is text a user may read and edit::
     convbn2d_1 -4.25 6.0       # the input's calibrated range: low high
     ...
 
-One line per operator of the optimised graph whose layer multiplies by a weight (its
-``quantizable`` layers), by operator name; ``#`` starts a comment. The weights' scales are
-not in it: they are computed from the weights at load.
+One line per operator that multiplies by a weight (a convolution but a depthwise one, a
+linear layer: the :attr:`~kuiperinfer.layers.base.Layer.products` of the layers), by its name
+in the .param file, as pnnx wrote it: the optimiser's fused operators ask for the ranges of
+the operators they replace by those names, so one table serves the model optimised or not.
+``#`` starts a comment. The weights' scales are not in it: they are computed from the
+weights at load.
 """
 
 from __future__ import annotations
@@ -29,7 +32,9 @@ from kuiperinfer.errors import CalibrationError
 from kuiperinfer.kernels.matrix.int8 import activation_parameters
 from kuiperinfer.kernels.matrix.precision import FP32, Int8, Precision
 
-HEADER = "kuiperinfer calibration 1"
+HEADER = "kuiperinfer calibration 2"
+EARLIER = ("kuiperinfer calibration 1",)
+"""Headers of earlier versions, whose tables named the operators of the optimised graph."""
 KEEP = "fp32"
 
 
@@ -81,6 +86,10 @@ class CalibrationTable:
         table, header = cls(model=""), {}
         lines = [(number, line.split("#", 1)[0].split()) for number, line in enumerate(text.splitlines(), 1)]
         lines = [(number, words) for number, words in lines if words]
+        if lines and " ".join(lines[0][1]) in EARLIER:
+            raise CalibrationError(f"a table of an earlier kuiperinfer ({' '.join(lines[0][1])!r}), which named "
+                                   f"the optimised graph's operators: calibrate the model again with `kuiper "
+                                   f"quantize`", path, lines[0][0])
         if not lines or " ".join(lines[0][1]) != HEADER:
             raise CalibrationError(f"not a calibration table: it must start with {HEADER!r}", path, 1)
         for number, words in lines[1:]:

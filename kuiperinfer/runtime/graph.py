@@ -25,7 +25,7 @@ dimension 0 and at which batch sizes it runs (:attr:`batching`,
 fixes the batch where they are not.
 
 Threads: a run uses the threads of the graph's :class:`~kuiperinfer.kernels.parallel.ThreadPool`
-(``workers`` of them, the caller's and the pool's helpers), with BLAS limited to one thread. A batch of several
+(``threads`` of them, the caller's and the pool's helpers), with BLAS limited to one thread. A batch of several
 samples is cut into chunks of contiguous samples, one per thread, that the threads take as
 they come free, each running a chunk through the whole graph; the outputs are joined along
 dimension 0. This happens only when the graph is batch-independent. Other graphs, and
@@ -54,9 +54,6 @@ from kuiperinfer.errors import (
     KuiperError,
     OperatorError,
 )
-from kuiperinfer.kernels import jit
-from kuiperinfer.kernels.matrix.precision import FP32
-from kuiperinfer.kernels.matrix.precision import precision as choose_precision
 from kuiperinfer.kernels.parallel import ThreadPool, one_thread
 from kuiperinfer.pnnx.ir import INPUT_TYPE, OUTPUT_TYPE, Graph, numpy_dtype, shape_text
 from kuiperinfer.runtime.attribute import RuntimeAttribute
@@ -64,12 +61,11 @@ from kuiperinfer.runtime.batching import Batching, Carrier, analyse
 from kuiperinfer.runtime.calibration import CalibrationTable, model_digest
 from kuiperinfer.runtime.operand import RuntimeOperand
 from kuiperinfer.runtime.operator import RuntimeOperator
+from kuiperinfer.runtime.options import LoadOptions
 from kuiperinfer.runtime.parameter import RuntimeParameter
 from kuiperinfer.runtime.registry import LayerRegisterer
 
 TUPLE_TYPES = ("prim::TupleConstruct", "prim::ListConstruct")
-KERNELS = ("compiled", "reference")
-"""The kernels a graph's layers may run: Numba's compiled ones, or the NumPy references."""
 
 
 class GraphState(IntEnum):
@@ -84,40 +80,15 @@ class RuntimeGraph:
     """A PNNX model ready to run. Usually made by :func:`kuiperinfer.load`."""
 
     def __init__(self, param_path: str | os.PathLike | None = None,
-                 bin_path: str | os.PathLike | None = None, *, workers: int = 1, spin: str = "auto",
-                 pool: ThreadPool | None = None, kernels: str = "compiled", max_tensor_bytes: int | None = None,
-                 seed: int = 0, precision: str = "fp32",
-                 calibration: str | os.PathLike | CalibrationTable | None = None):
-        if workers < 1:
-            raise GraphError(f"workers must be at least 1, got {workers}")
-        if kernels not in KERNELS:
-            raise GraphError(f"kernels must be one of {KERNELS}, got {kernels!r}")
-        try:
-            self.pool = pool or ThreadPool(workers, spin)
-            """The threads the runs use: the graph's own, or one it shares with other graphs."""
-        except ValueError as error:
-            raise GraphError(str(error)) from None
-        self.kernels = kernels if jit.AVAILABLE else "reference"
-        """Which kernels the layers run: ``compiled`` (Numba's; the NumPy references where
-        Numba cannot be imported) or ``reference``, the NumPy ones."""
-        try:
-            self.precision = choose_precision(precision)
-            """What the products compute and how this machine computes it
-            (:mod:`kuiperinfer.kernels.matrix.precision`)."""
-        except KuiperError as error:
-            raise GraphError(str(error)) from None
-        if (precision == "int8") != (calibration is not None):
-            raise GraphError("precision 'int8' needs a calibration table (make one with `kuiper quantize MODEL "
-                             "--calibrate IMAGES -o TABLE`)" if calibration is None else
-                             f"a calibration table is for precision 'int8', not {precision!r}")
-        if calibration is not None and not isinstance(calibration, CalibrationTable):
-            calibration = CalibrationTable.read(calibration)
-        self.calibration = calibration
-        """The int8 activation ranges by operator (:mod:`kuiperinfer.runtime.calibration`), or None."""
-        self.max_tensor_bytes = max_tensor_bytes
-        """Largest weight or operand the model may declare (None: the reader's default)."""
-        self.seed = seed
-        """Seed of the random operators' generators (torch.randn, ...; see layers/randomness.py)."""
+                 bin_path: str | os.PathLike | None = None, options: LoadOptions | None = None, **values: Any):
+        self.options = LoadOptions.of(options, **values)
+        """The load options, checked and resolved (:class:`~kuiperinfer.runtime.options.LoadOptions`;
+        keywords replace fields of ``options``)."""
+        self.pool = self.options.pool or ThreadPool(self.options.threads, self.options.spin)
+        """The threads the runs use: the graph's own, or one it shares with other graphs."""
+        self.precision = self.options.products()
+        """What the products compute and how this machine computes it
+        (:mod:`kuiperinfer.kernels.matrix.precision`)."""
         self.param_path = None if param_path is None else os.fspath(param_path)
         self.bin_path = None if bin_path is None else os.fspath(bin_path)
         self.graph_state = GraphState.NeedInit
@@ -141,11 +112,10 @@ class RuntimeGraph:
         if graph is None:
             if self.param_path is None:
                 raise GraphError("RuntimeGraph.init() needs a param path or a pnnx Graph")
-            graph = Graph.load(self.param_path, self.bin_path, max_tensor_bytes=self.max_tensor_bytes)
+            graph = Graph.load(self.param_path, self.bin_path, max_tensor_bytes=self.options.max_tensor_bytes)
         self.operators, self.operands = [], {}
         for pnnx_op in graph.ops:
             op = RuntimeOperator(pnnx_op.name, pnnx_op.type, pnnx_op.line or None)
-            op.seed, op.kernels, op.precision = self.seed, self.kernels, self.precision
             self._init_operands(pnnx_op, op)
             op.params = {k: RuntimeParameter.from_pnnx(p) for k, p in pnnx_op.params.items()}
             op.attribute = {k: RuntimeAttribute(a) for k, a in pnnx_op.attrs.items()}
@@ -210,15 +180,15 @@ class RuntimeGraph:
         if self.graph_state == GraphState.NeedInit:
             self.init()
         self.check()
-        if self.calibration is not None:
-            self._check_calibrated_model()
-            for op in self.operators:
-                op.precision = self.calibration.precision_of(op.name) or FP32
+        calibration = self.options.calibration
+        if calibration is not None:
+            self._check_calibrated_model(calibration)
+        options = self.options.build()
         for op in self.operators:
             if op.type not in (INPUT_TYPE, OUTPUT_TYPE):
-                op.layer = LayerRegisterer.create_layer(op)
-        if self.calibration is not None:
-            self._check_calibration()
+                op.layer = LayerRegisterer.create_layer(op, options)
+        if calibration is not None:
+            self._check_calibration(calibration)
         self.operators = self._topological_order()
         self._plan = [op for op in self.operators if op.layer is not None]
         self._release = self._release_plan(self._plan)
@@ -229,25 +199,25 @@ class RuntimeGraph:
             self._fits[carrier.step].append(carrier)
         self.graph_state = GraphState.Complete
 
-    def _check_calibrated_model(self) -> None:
-        if self.param_path is not None and self.calibration.model != model_digest(self.param_path):
+    def _check_calibrated_model(self, calibration: CalibrationTable) -> None:
+        if self.param_path is not None and calibration.model != model_digest(self.param_path):
             raise CalibrationError("the calibration table was made on another model (its 'model' digest is "
                                    "not this .param file's): calibrate this model with `kuiper quantize`",
                                    self.param_path)
 
-    def _check_calibration(self) -> None:
-        """Every quantizable operator in the table, and no other."""
-        quantizable = {op.name: op for op in self.operators if getattr(op.layer, "quantizable", False)}
-        if not quantizable:
+    def _check_calibration(self, calibration: CalibrationTable) -> None:
+        """Every product int8 computes in the table, and no other."""
+        products = {name: op for op in self.operators for name in getattr(op.layer, "products", ())}
+        if not products:
             raise CalibrationError("the model has no operator int8 computes (convolutions, linear layers): "
                                    "load it in fp32 or bf16", self.param_path)
-        missing = [f"{op.name!r} ({op.type})" for name, op in quantizable.items() if name not in self.calibration.names]
-        unknown = sorted(self.calibration.names - quantizable.keys())
+        missing = [f"{name!r} ({op.type})" for name, op in products.items() if name not in calibration.names]
+        unknown = sorted(calibration.names - products.keys())
         if missing or unknown:
             said = f"no range for {', '.join(missing[:5])}" if missing else \
-                f"ranges for operators this graph does not quantize: {', '.join(map(repr, unknown[:5]))}"
-            raise CalibrationError(f"the calibration table does not fit this graph: {said}; calibrate the model "
-                                   f"loaded with the same options (optimize) with `kuiper quantize`", self.param_path)
+                f"ranges for operators this model does not quantize: {', '.join(map(repr, unknown[:5]))}"
+            raise CalibrationError(f"the calibration table does not fit this model: {said}; calibrate it "
+                                   f"with `kuiper quantize`", self.param_path)
 
     def _topological_order(self) -> list[RuntimeOperator]:
         """Depth-first post-order from every source, reversed (as KuiperInfer does), iteratively."""
@@ -492,7 +462,7 @@ class RuntimeGraph:
         return [_row_major(output) for output in outputs]
 
     @property
-    def workers(self) -> int:
+    def threads(self) -> int:
         """Threads a run uses, the caller's included (1: every run in the calling thread)."""
         return self.pool.threads
 
@@ -538,12 +508,12 @@ class RuntimeGraph:
 
     def _batch_chunks(self, values: Sequence[np.ndarray]) -> list[slice]:
         """Contiguous chunks of the batch for the threads to take ([] when the run stays whole)."""
-        if self.workers < 2 or not self.batching.independent:
+        if self.threads < 2 or not self.batching.independent:
             return []
         if any(v.ndim == 0 for v in values) or len({v.shape[0] for v in values}) != 1:
             return []
         batch = values[0].shape[0]
-        parts = min(self.workers, batch)
+        parts = min(self.threads, batch)
         if parts < 2:
             return []
         bounds = [batch * i // parts for i in range(parts + 1)]
@@ -563,12 +533,12 @@ class RuntimeGraph:
             with one_thread():
                 pieces[index] = list(_flatten(self._run_pass([v[rows] for v in values], outputs, rows)))
 
-        self.pool.share(range(len(chunks)), lambda index: context.copy().run(run_chunk, index), self.workers)
+        self.pool.share(range(len(chunks)), lambda index: context.copy().run(run_chunk, index), self.threads)
         joined = []
         for name, parts in zip(self.output_names, zip(*pieces)):
             if any(np.ndim(o) == 0 for o in parts):
                 raise InferError(f"output {name!r} has no batch dimension to join the chunks of the "
-                                 f"batch on; load the model with workers=1")
+                                 f"batch on; load the model with threads=1")
             joined.append(np.concatenate(parts, axis=0))
         return joined
 

@@ -15,7 +15,6 @@ from typing import Any
 import numpy as np
 
 from kuiperinfer.errors import LayerCreateError, ParseParameterAttrStatus, WeightError
-from kuiperinfer.kernels.matrix.precision import FP32
 from kuiperinfer.runtime.attribute import RuntimeAttribute
 from kuiperinfer.runtime.operand import RuntimeOperand
 from kuiperinfer.runtime.parameter import RuntimeParameter
@@ -55,16 +54,9 @@ class RuntimeOperator:
         self.output_operands: list[RuntimeOperand] = []
         self.params: dict[str, RuntimeParameter] = {}
         self.attribute: dict[str, RuntimeAttribute] = {}
-        self.seed = 0
-        """The graph's seed, for the generators of random operators."""
         self.plan: Any = None
         """The graph optimiser's plan for this operator: what it fused in and which forms it
         chose (a frozen dataclass its layer defines); None for an operator as pnnx wrote it."""
-        self.kernels = "reference"
-        """Which kernels its layer runs: ``compiled`` or the NumPy ``reference`` (the graph's
-        ``kernels`` option)."""
-        self.precision = FP32
-        """What its products compute (the graph's ``precision`` option)."""
 
     @property
     def output_operators(self) -> list[RuntimeOperator]:

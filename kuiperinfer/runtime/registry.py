@@ -8,7 +8,9 @@ without building anything: the optimiser asks ``LayerRegisterer.layer_class(op.t
 for class-level facts such as :attr:`Layer.shape_only <kuiperinfer.layers.base.Layer.shape_only>`.
 
 The runtime knows layers only through this table and two members every layer has: the
-classmethod ``create(op)`` (KuiperInfer's ``GetInstance``) and ``forward(inputs)``. The
+classmethod ``create(op, options)`` (KuiperInfer's ``GetInstance``; ``options`` are the
+:class:`~kuiperinfer.runtime.options.BuildOptions`, as ncnn's ``Option`` reaches
+``create_pipeline``) and ``forward(inputs)``. The
 package names the module of its layers (:meth:`LayerRegisterer.add_source`), which the
 registry imports when it is first asked for a layer, so that importing the package stays
 light and the runtime imports no layer itself.
@@ -26,6 +28,7 @@ from kuiperinfer.errors import KuiperError, LayerCreateError, RegistryError, Unk
 
 if TYPE_CHECKING:
     from kuiperinfer.runtime.operator import RuntimeOperator
+    from kuiperinfer.runtime.options import BuildOptions
 
 L = TypeVar("L", bound=type)
 
@@ -96,13 +99,17 @@ class LayerRegisterer:
         return close
 
     @classmethod
-    def create_layer(cls, op: RuntimeOperator) -> Any:
-        """Create the layer of ``op`` through its registered class's ``create``."""
+    def create_layer(cls, op: RuntimeOperator, options: BuildOptions | None = None) -> Any:
+        """Create the layer of ``op`` through its registered class's ``create``, with the
+        build ``options`` (default: NumPy reference kernels, fp32, seed 0)."""
         layer_class = cls._table().get(op.type)
         if layer_class is None:
             raise UnknownOperatorError(op.name, op.type, cls.closest(op.type))
+        if options is None:
+            from kuiperinfer.runtime.options import BuildOptions
+            options = BuildOptions()
         try:
-            return layer_class.create(op)
+            return layer_class.create(op, options)
         except KuiperError:
             raise
         except Exception as exc:  # a creator's bug or an unforeseen parameter form

@@ -11,7 +11,7 @@ from kuiperinfer.runtime.operator import RuntimeOperator
 
 class Double(NonParamLayer):
     @classmethod
-    def create(cls, op):
+    def create(cls, op, options):
         return cls(op.name)
 
     def forward(self, inputs):

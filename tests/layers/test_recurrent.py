@@ -240,12 +240,12 @@ def test_rnn_unbatched(kwargs, use, with_states, tmp_path):
     (True, "output", True), (True, "unpacked", False), (False, "output", False)])
 def test_only_a_batch_first_output_sequence_lets_the_batch_split(batch_first, use, separable, tmp_path):
     """h_n and c_n lead with the layers, the sequence without batch_first with the time steps:
-    the graph then runs the batch whole. Split or not, two workers give PyTorch's result."""
+    the graph then runs the batch whole. Split or not, two threads give PyTorch's result."""
     torch.manual_seed(0)
     rnn = nn.GRU(INPUT, HIDDEN, batch_first=batch_first)
     model = Uses(rnn, use)
     path = export(model, inputs(rnn, 1, 7, False), tmp_path)
-    graph = kuiperinfer.load(path, workers=2)
+    graph = kuiperinfer.load(path, threads=2)
     assert graph.batching.independent == separable
     x = inputs(rnn, 4 if batch_first else 1, 7, False, seed=1)[0]
     assert_matches(graph.run(x.numpy()), torch_outputs(model, [x]))

@@ -3,7 +3,6 @@ operators share their parts, give the single-thread results."""
 
 from __future__ import annotations
 
-import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -43,10 +42,10 @@ class RecordingGraph(RuntimeGraph):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.threads: set[str] = set()
+        self.ran_on: set[str] = set()
 
     def run_node(self, op, inputs):
-        self.threads.add(threading.current_thread().name)
+        self.ran_on.add(threading.current_thread().name)
         return super().run_node(op, inputs)
 
 
@@ -54,7 +53,7 @@ class RecordingGraph(RuntimeGraph):
 def small_net(tmp_path_factory):
     torch.manual_seed(0)
     model = SmallNet().eval()
-    return model, export(model, (torch.rand(1, 3, 12, 12),), tmp_path_factory.mktemp("workers"))
+    return model, export(model, (torch.rand(1, 3, 12, 12),), tmp_path_factory.mktemp("threads"))
 
 
 def images(batch: int, seed: int = 0) -> np.ndarray:
@@ -63,18 +62,18 @@ def images(batch: int, seed: int = 0) -> np.ndarray:
 
 def test_load_defaults(small_net):
     _, param = small_net
-    assert kuiperinfer.load(param).workers == (os.cpu_count() or 1)
-    assert kuiperinfer.load(param, optimize=False).workers == (os.cpu_count() or 1)   # options are separate
-    assert kuiperinfer.load(param, optimize=False, workers=3).workers == 3
+    assert kuiperinfer.load(param).threads == parallel.cores()
+    assert kuiperinfer.load(param, optimize=False).threads == parallel.cores()   # options are separate
+    assert kuiperinfer.load(param, optimize=False, threads=3).threads == 3
     assert kuiperinfer.load(param).batching.independent
 
 
-@pytest.mark.parametrize("workers", [2, 3])
+@pytest.mark.parametrize("threads", [2, 3])
 @pytest.mark.parametrize("batch", [1, 2, 3, 8])
-def test_workers_give_the_single_thread_results(small_net, batch, workers):
+def test_threads_give_the_single_thread_results(small_net, batch, threads):
     model, param = small_net
-    serial = kuiperinfer.load(param, workers=1)
-    parallel = kuiperinfer.load(param, workers=workers)
+    serial = kuiperinfer.load(param, threads=1)
+    parallel = kuiperinfer.load(param, threads=threads)
     x = images(batch)
     expected = serial.run(x)
     got = parallel.run(x)
@@ -87,15 +86,15 @@ def test_workers_give_the_single_thread_results(small_net, batch, workers):
 
 def test_batch_chunks_are_taken_by_the_engines_threads(small_net):
     _, param = small_net
-    graph = RecordingGraph(param, workers=2)
+    graph = RecordingGraph(param, threads=2)
     graph.build()
     graph.run(images(1))
-    assert graph.threads == {threading.current_thread().name}
+    assert graph.ran_on == {threading.current_thread().name}
     for _ in range(20):   # a helper that wakes late may leave every chunk to the caller
         graph.run(images(8))
-        if any(name.startswith("kuiper-intra-op") for name in graph.threads):
+        if any(name.startswith("kuiper-intra-op") for name in graph.ran_on):
             break
-    assert any(name.startswith("kuiper-intra-op") for name in graph.threads)
+    assert any(name.startswith("kuiper-intra-op") for name in graph.ran_on)
 
 
 @pytest.mark.parametrize("fn", [
@@ -106,12 +105,12 @@ def test_batch_chunks_are_taken_by_the_engines_threads(small_net):
 def test_graph_mixing_samples_runs_whole(tmp_path, fn):
     module = Lambda(fn)
     param = export(module, (torch.rand(2, 3, 4),), tmp_path)
-    graph = RecordingGraph(param, workers=2)
+    graph = RecordingGraph(param, threads=2)
     graph.build()
     assert not graph.batching.independent
     x = torch.randn(6, 3, 4, generator=torch.Generator().manual_seed(1))
     np.testing.assert_allclose(graph(x.numpy()), fn(x).numpy(), atol=1e-5, rtol=1e-4)
-    assert graph.threads == {threading.current_thread().name}
+    assert graph.ran_on == {threading.current_thread().name}
 
 
 def test_a_vector_viewed_as_complex_runs_whole(tmp_path):
@@ -119,18 +118,18 @@ def test_a_vector_viewed_as_complex_runs_whole(tmp_path):
     param = tmp_path / "m.pnnx.param"
     param.write_text("7767517\n3 2\npnnx.Input in0 0 1 in0 #in0=(2)f32\n"
                      "torch.view_as_complex op 1 1 in0 out #in0=(2)f32\npnnx.Output output 1 0 out\n")
-    graph = kuiperinfer.load(param, workers=2)
+    graph = kuiperinfer.load(param, threads=2)
     assert not graph.batching.independent
     with pytest.raises(kuiperinfer.KuiperError, match="last dimension of 2"):
         graph(np.arange(4, dtype=np.float32))
     assert graph(np.array([1.0, 2.0], np.float32)) == 1 + 2j
 
 
-def test_many_threads_share_one_workers_graph(small_net):
+def test_many_callers_share_one_graph_of_two_threads(small_net):
     _, param = small_net
-    graph = kuiperinfer.load(param, workers=2)
+    graph = kuiperinfer.load(param, threads=2)
     inputs = [images(batch, seed=batch) for batch in (1, 2, 3, 5, 8, 4, 7, 6)]
-    expected = [kuiperinfer.load(param, workers=1).run(x) for x in inputs]
+    expected = [kuiperinfer.load(param, threads=1).run(x) for x in inputs]
 
     def calls(i: int) -> list[list[np.ndarray]]:
         return [graph.run(inputs[i]) for _ in range(10)]
@@ -151,16 +150,16 @@ def test_blas_threads_restored_after_split_runs(small_net):
 
     _, param = small_net
     before = blas_threads()
-    graph = kuiperinfer.load(param, workers=2)
+    graph = kuiperinfer.load(param, threads=2)
     with ThreadPoolExecutor(4) as pool:
         list(pool.map(lambda _: graph.run(images(8)), range(8)))
     assert blas_threads() == before
 
 
-def test_workers_must_be_positive(small_net):
+def test_threads_must_be_positive(small_net):
     _, param = small_net
-    with pytest.raises(kuiperinfer.KuiperError, match="workers"):
-        kuiperinfer.load(param, workers=0)
+    with pytest.raises(kuiperinfer.KuiperError, match="threads"):
+        kuiperinfer.load(param, threads=0)
 
 
 class PerSampleShapes(nn.Module):
@@ -199,7 +198,7 @@ def test_single_samples_share_their_large_operators_among_the_threads(tmp_path, 
         directory = tmp_path / str(size)
         directory.mkdir()
         param = export(model, (torch.rand(1, 3, size, size),), directory)
-        graph = kuiperinfer.load(param, workers=2)
+        graph = kuiperinfer.load(param, threads=2)
         x = torch.randn(1, 3, size, size, generator=torch.Generator().manual_seed(size))
         with torch.no_grad():
             expected = model(x).numpy()
@@ -209,11 +208,11 @@ def test_single_samples_share_their_large_operators_among_the_threads(tmp_path, 
 
 
 def test_threads_calling_a_graph_of_large_operators_get_the_serial_results(tmp_path):
-    """Single samples share their large operators among the workers (and BLAS is limited
-    meanwhile) while other threads run batches split over the same workers."""
+    """Single samples share their large operators among the threads (and BLAS is limited
+    meanwhile) while other threads run batches split over the same threads."""
     model = nn.Sequential(nn.Conv2d(3, 32, 3, padding=1), nn.ReLU(), nn.Conv2d(32, 32, 3, padding=1),
                           nn.ReLU(), nn.Conv2d(32, 32, 3, stride=2, padding=1), nn.Flatten(1), nn.Linear(32 * 32 * 32, 10))
-    graph = kuiperinfer.load(export(model, (torch.rand(1, 3, 64, 64),), tmp_path), workers=2)
+    graph = kuiperinfer.load(export(model, (torch.rand(1, 3, 64, 64),), tmp_path), threads=2)
     inputs = [np.random.default_rng(i).standard_normal((1 + i % 2, 3, 64, 64)).astype(np.float32) for i in range(12)]
     expected = [graph(x) for x in inputs]
     got: list = [None] * len(inputs)

@@ -1,0 +1,138 @@
+"""A precision is a definition: every operator the optimiser fuses computes, in bf16 and in
+int8, what the operators it replaces compute in that precision.
+
+Each block below makes the optimiser write one kind of fused operator (or plan); it runs
+loaded with and without the optimiser, in each reduced precision (int8 with one calibration
+table, which holds for both), and the outputs must agree to float32 rounding: a fused form
+sums in another order, and a float32 difference of one unit flips a bf16 or int8 rounding
+only where a value lies on the boundary, which these fixed inputs do not hit.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from oracle import export
+
+import kuiperinfer
+
+SCALE_TOLERANCE = 1e-5
+"""Largest difference allowed, relative to the largest output value."""
+
+
+class SqueezeExcitation(nn.Module):
+    """torchvision's form: adaptive average pool, 1x1 conv, ReLU, 1x1 conv, Hardsigmoid, multiply."""
+
+    def __init__(self, channels: int = 64, squeezed: int = 16):
+        super().__init__()
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.fc1, self.fc2 = nn.Conv2d(channels, squeezed, 1), nn.Conv2d(squeezed, channels, 1)
+        with torch.no_grad():   # weights as trained ones are: gates that depend on the input
+            self.fc1.weight.mul_(8)
+            self.fc2.weight.mul_(4)
+
+    def forward(self, x):
+        return x * F.hardsigmoid(self.fc2(F.relu(self.fc1(self.pool(x)))))
+
+
+class InvertedResidual(nn.Module):
+    """A 1x1 expansion read only by a depthwise convolution, a 1x1 projection, the residual."""
+
+    def __init__(self, channels: int = 16, expanded: int = 48):
+        super().__init__()
+        self.expand = nn.Conv2d(channels, expanded, 1)
+        self.depthwise = nn.Conv2d(expanded, expanded, 3, padding=1, groups=expanded)
+        self.project = nn.Conv2d(expanded, channels, 1)
+
+    def forward(self, x):
+        return x + self.project(F.relu6(self.depthwise(F.relu6(self.expand(x)))))
+
+
+class ResidualConvolutions(nn.Module):
+    """Zero padding before a convolution, activations after, a residual added to a convolution's
+    output, and 3x3 convolutions wide enough for Winograd."""
+
+    def __init__(self, channels: int = 32):
+        super().__init__()
+        self.first = nn.Conv2d(channels, channels, 3)
+        self.second = nn.Conv2d(channels, channels, 3, padding=1)
+
+    def forward(self, x):
+        y = F.relu(self.first(F.pad(x, (1, 1, 1, 1))))
+        return F.relu(self.second(y) + x)
+
+
+class TransformerBlock(nn.Module):
+    """Linear layers with a fused GELU, written-out attention, the addition before a LayerNorm."""
+
+    def __init__(self, dim: int = 32, heads: int = 4):
+        super().__init__()
+        self.heads = heads
+        self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+        self.up, self.down = nn.Linear(dim, 2 * dim), nn.Linear(2 * dim, dim)
+        self.norm = nn.LayerNorm(dim)
+
+    def forward(self, x):
+        n, length, dim = x.shape
+        q, k, v = self.qkv(x).reshape(n, length, 3, self.heads, dim // self.heads).permute(2, 0, 3, 1, 4).unbind(0)
+        attention = torch.softmax(q @ k.transpose(-2, -1) * (dim // self.heads) ** -0.5, dim=-1)
+        y = self.norm(x + self.proj((attention @ v).transpose(1, 2).reshape(n, length, dim)))
+        return y + self.down(F.gelu(self.up(y)))
+
+
+BLOCKS = {
+    "squeeze_excitation": (SqueezeExcitation, (2, 64, 14, 14), {"kuiper.SqueezeExcitation"}),
+    "pointwise_depthwise": (InvertedResidual, (2, 16, 12, 12), {"kuiper.PointwiseDepthwise"}),
+    "convolution_plans": (ResidualConvolutions, (2, 32, 16, 16), {"nn.Conv2d"}),
+    "transformer": (TransformerBlock, (2, 10, 32), {"kuiper.Attention", "nn.Linear", "nn.LayerNorm"}),
+}
+
+
+@pytest.fixture(scope="module")
+def blocks(tmp_path_factory):
+    """Each block exported, with its calibration table and inputs."""
+    made = {}
+
+    def block(name: str):
+        if name not in made:
+            make, shape, _ = BLOCKS[name]
+            torch.manual_seed(0)
+            folder = tmp_path_factory.mktemp(name)
+            param = export(make().eval(), (torch.rand(1, *shape[1:]),), folder)
+            rng = np.random.default_rng(1)
+            np.save(folder / "calibrate.npy", rng.standard_normal((8, *shape[1:])).astype(np.float32))
+            kuiperinfer.quantize(param, folder / "calibrate.npy", method="minmax", output=folder / "table")
+            made[name] = param, folder / "table", rng.standard_normal(shape).astype(np.float32)
+        return made[name]
+
+    return block
+
+
+@pytest.mark.parametrize("precision", ["bf16", "int8"])
+@pytest.mark.parametrize("name", BLOCKS)
+def test_fused_operators_compute_the_precision_of_what_they_replace(blocks, name, precision):
+    param, table, x = blocks(name)
+    options = {"precision": precision, "calibration": table if precision == "int8" else None, "threads": 1}
+    fused = kuiperinfer.load(param, **options)
+    assert BLOCKS[name][2] <= {op.type for op in fused.operators}   # the optimiser did fuse
+    assert any(op.plan is not None for op in fused.operators)
+    plain = kuiperinfer.load(param, optimize=False, **options)
+    exact = kuiperinfer.load(param, optimize=False, threads=1)
+    got, expected, fp32 = fused(x), plain(x), exact(x)
+    scale = np.abs(expected).max()
+    assert np.abs(got - expected).max() <= SCALE_TOLERANCE * scale
+    assert np.abs(expected - fp32).max() > 10 * SCALE_TOLERANCE * scale   # fused operators in fp32 would fail
+
+
+def test_one_calibration_table_names_the_operators_as_pnnx_wrote_them(blocks):
+    """The fused squeeze-and-excitation asks the table for both of its convolutions."""
+    param, table, _ = blocks("squeeze_excitation")
+    fused = kuiperinfer.load(param, precision="int8", calibration=table)
+    plain = kuiperinfer.load(param, precision="int8", calibration=table, optimize=False)
+    (gate,) = [op for op in fused.operators if op.type == "kuiper.SqueezeExcitation"]
+    convolutions = [op.name for op in plain.operators if op.type == "nn.Conv2d"]
+    assert gate.layer.products == tuple(convolutions)
+    assert {name for name in table.read_text().split() if name in convolutions} == set(convolutions)
