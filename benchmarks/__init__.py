@@ -2,7 +2,7 @@
 
     python -m benchmarks [--models resnet18,vit_tiny,...] [--engines kuiperinfer,openvino,...]
                          [--precisions fp32,bf16,int8] [--batches 1,8] [--runs N] [--block B]
-                         [--warmup W] [--threads N] [--busy N] [--memory-runs N] [--no-kernels]
+                         [--warmup-runs W] [--threads N] [--busy N] [--memory-runs N] [--no-kernels]
                          [--no-agreement] [--out bench-results/] [--cache DIR]
     python -m benchmarks.kernels [-k TEXT] [--rounds N]
     python -m benchmarks.onnxruntime_profile MODEL [--batch N] [--threads N]

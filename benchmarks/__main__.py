@@ -79,7 +79,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--runs", type=int, default=20, help="timed runs per engine (default 20)")
     parser.add_argument("--block", type=int, default=5,
                         help="runs an engine makes before the next one takes over (default 5)")
-    parser.add_argument("--warmup", type=int, default=2, help="untimed runs per engine after loading (default 2)")
+    parser.add_argument("--warmup-runs", type=int, default=2, help="untimed runs per engine after loading (default 2)")
     parser.add_argument("--threads", type=int, default=None,
                         help="pin every engine to this many threads (default: each engine's own default)")
     parser.add_argument("--busy", type=int, default=0,
@@ -103,8 +103,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error(f"--precisions: choose from {', '.join(KUIPER_PRECISIONS)}")
     if args.runs < 1 or args.block < 1 or (args.threads is not None and args.threads < 1):
         parser.error("--runs, --block and --threads must be positive")
-    if args.warmup < 0 or args.memory_runs < 0 or args.busy < 0:
-        parser.error("--warmup, --memory-runs and --busy must not be negative")
+    if args.warmup_runs < 0 or args.memory_runs < 0 or args.busy < 0:
+        parser.error("--warmup-runs, --memory-runs and --busy must not be negative")
     return args
 
 
@@ -154,7 +154,7 @@ def bench_case(model: BenchModel, batch: int, files: dict[str, Path | str], rows
                args: argparse.Namespace) -> dict[str, Any]:
     """Time one model at one batch in every row; a row that fails is reported, not fatal."""
     inputs = model.sample_inputs(batch)
-    processes, failed = start_all(rows, model.name, files, args.threads, inputs, args.warmup)
+    processes, failed = start_all(rows, model.name, files, args.threads, inputs, args.warmup_runs)
     try:
         times, settled = time_alternating(processes, args.runs, args.block) if processes else ({}, {})
     finally:
@@ -252,7 +252,8 @@ def markdown(report: dict[str, Any]) -> str:
     lines = [f"`{report['command']}` on {m['cpu']} ({m['cpus']} CPUs).", "",
              f"**Mode: {mode_text(report['busy'])}.** {threads_text(report)}. Each engine and precision in its own "
              f"process, loaded once, timed in alternating blocks of {report['block']} runs (order rotating, one "
-             f"engine computing at a time), {report['runs']} timed runs each after {report['warmup']} warm-up runs. "
+             f"engine computing at a time), {report['runs']} timed runs each after {report['warmup_runs']} "
+             f"warm-up runs. "
              f"numpy {m['numpy']} ({m['blas']}), {versions}.", ""]
     ran = {(row["engine"], row["precision"]) for case in report["cases"] for row in case["rows"]}
     precisions = [f"kuiperinfer's {p} here: {m[f'kuiperinfer_{p}']}." for p in ("bf16", "int8")
@@ -300,7 +301,8 @@ def main(argv: list[str] | None = None) -> int:
     rows, skipped = engine_rows(args)
     report: dict[str, Any] = {
         "command": "python -m benchmarks " + shlex.join(sys.argv[1:] if argv is None else argv),
-        "threads": args.threads, "busy": args.busy, "runs": args.runs, "block": args.block, "warmup": args.warmup,
+        "threads": args.threads, "busy": args.busy, "runs": args.runs, "block": args.block,
+        "warmup_runs": args.warmup_runs,
         "machine": machine(), "skipped": skipped, "calibration": {}, "kernels": [], "cases": [], "agreement": []}
     todo = cases(args)
     models = list(dict.fromkeys(model for model, _ in todo))

@@ -176,9 +176,9 @@ def make_engine(engine: str, model: BenchModel, param: Path | None, onnx_path: P
         import kuiperinfer
         from kuiperinfer.benchmark import blas_description
 
-        graph = kuiperinfer.load(param, precision=precision, calibration=calibration, workers=threads)
+        graph = kuiperinfer.load(param, precision=precision, calibration=calibration, threads=threads)
         return Engine(lambda inputs: graph.run(*inputs.values())[0],
-                      f"{graph.workers} workers, BLAS {blas_description()}", graph.precision.name)
+                      f"{graph.threads} threads, BLAS {blas_description()}", graph.precision.name)
     if engine == "onnxruntime":
         session = onnxruntime_session(onnx_path, threads)
         return Engine(lambda inputs: session.run(None, inputs)[0],

@@ -2,7 +2,7 @@
 
 Each case is a name, a setup function returning a zero-argument callable, and the work of
 one call: multiply-adds (printed as GMAC/s) or values (printed as ns per value). It is timed
-single-threaded (BLAS limited to one thread, kuiperinfer loaded with one worker) as the best
+single-threaded (BLAS limited to one thread, kuiperinfer loaded with one thread) as the best
 of a few rounds, each long enough for the clock. The cases go through public, stable entry
 points only, so that they survive rewrites of the kernels: NumPy's matrix product, the rate
 the other cases compare with, and whole layers, each a one-operator model written as pnnx
@@ -153,7 +153,7 @@ names of its inputs ("x" is the model's input), its output shape and its weights
 
 def model(shape: tuple[int, ...], ops: list[Operator], alone: str = "") -> Callable[[], Any]:
     """``graph.run`` of a model of the operators ``ops`` (the last one's output is the model's),
-    loaded through ``kuiperinfer.load`` with one worker, on one random float32 input of ``shape``.
+    loaded through ``kuiperinfer.load`` with one thread, on one random float32 input of ``shape``.
 
     With ``alone``, the call is instead the layer's ``forward`` of the operator of that name
     in the optimised graph (what the optimiser made of it) on a channels-last input, as
@@ -178,7 +178,7 @@ def model(shape: tuple[int, ...], ops: list[Operator], alone: str = "") -> Calla
         for name, *_, weights in ops:
             for key, value in weights.items():
                 archive.writestr(f"{name}.{key}", np.ascontiguousarray(value, np.float32).tobytes())
-    graph = kuiperinfer.load(path / "m.pnnx.param", workers=1)
+    graph = kuiperinfer.load(path / "m.pnnx.param", threads=1)
     x = np.random.default_rng(0).standard_normal(shape, dtype=np.float32)
     if alone:
         layer = next(op.layer for op in graph.operators if op.name == alone)

@@ -1,9 +1,9 @@
 """Latency, throughput and peak memory of a model's forward pass.
 
-:func:`benchmark` times ``runs`` forward passes after ``warmup`` untimed ones, while
+:func:`benchmark` times ``runs`` forward passes after ``warmup_runs`` untimed ones, while
 :class:`PeakMemory` notes the peak of the resident set size.
 
-    result = benchmark(graph, [images], runs=50, warmup=5)
+    result = benchmark(graph, [images], runs=50, warmup_runs=5)
     result.median_s, result.throughput, result.peak_rss_growth
 """
 
@@ -106,7 +106,7 @@ class BenchmarkResult:
     """Timed runs of one batch size (seconds, bytes)."""
 
     batch: int
-    warmup: int
+    warmup_runs: int
     latencies_s: tuple[float, ...]
     peak_rss_growth: int
     """How far the resident set size rose during the runs above its size before them."""
@@ -136,26 +136,26 @@ class BenchmarkResult:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data for JSON, times in milliseconds."""
-        return {"batch": self.batch, "runs": len(self.latencies_s), "warmup": self.warmup,
+        return {"batch": self.batch, "runs": len(self.latencies_s), "warmup_runs": self.warmup_runs,
                 "latency_ms": {"min": self.min_s * 1e3, "median": self.median_s * 1e3,
                                "p90": self.p90_s * 1e3, "mean": self.mean_s * 1e3},
                 "throughput_items_per_s": self.throughput,
                 "peak_rss_growth_bytes": self.peak_rss_growth, "memory_method": self.memory_method}
 
 
-def benchmark(graph: RuntimeGraph, inputs: Sequence[Any], runs: int = 20, warmup: int = 3,
+def benchmark(graph: RuntimeGraph, inputs: Sequence[Any], runs: int = 20, warmup_runs: int = 3,
               progress: Progress | None = None) -> BenchmarkResult:
-    """Time ``runs`` forward passes of ``graph`` on ``inputs`` after ``warmup`` untimed ones.
+    """Time ``runs`` forward passes of ``graph`` on ``inputs`` after ``warmup_runs`` untimed ones.
 
     The batch size (for the throughput) is the first dimension of the first input. The
     memory is watched from before the first warm-up run: the allocator keeps much of
     what a forward pass touched for the next one, so the timed runs alone would hide it.
     """
-    if runs < 1 or warmup < 0:
-        raise ValueError(f"need runs >= 1 and warmup >= 0, got runs={runs} warmup={warmup}")
+    if runs < 1 or warmup_runs < 0:
+        raise ValueError(f"need runs >= 1 and warmup_runs >= 0, got runs={runs} warmup_runs={warmup_runs}")
     latencies = []
     with PeakMemory() as memory:
-        for _ in range(warmup):
+        for _ in range(warmup_runs):
             graph.run(*inputs)
         for done in range(1, runs + 1):
             start = time.perf_counter()
@@ -164,7 +164,7 @@ def benchmark(graph: RuntimeGraph, inputs: Sequence[Any], runs: int = 20, warmup
             if progress is not None:
                 progress(done, runs)
     shape = np.shape(inputs[0]) if inputs else ()
-    return BenchmarkResult(int(shape[0]) if shape else 1, warmup, tuple(latencies),
+    return BenchmarkResult(int(shape[0]) if shape else 1, warmup_runs, tuple(latencies),
                            memory.growth, memory.method)
 
 

@@ -82,13 +82,13 @@ RESULT_SUFFIXES = (".parquet", ".jsonl")
 
 # -- threads and actors ------------------------------------------------------------------
 
-def actor_threads() -> int:
+def actor_threads() -> int | None:
     """Threads for a model in this process: inside a Ray actor, the whole CPUs Ray reserved
-    for it (at least 1); elsewhere, every CPU of the machine."""
+    for it (at least 1); elsewhere None, the load's default (every CPU the process may use)."""
     if _in_actor():
         reserved = ray.get_runtime_context().get_assigned_resources().get("CPU", 0)
         return max(1, int(reserved))
-    return os.cpu_count() or 1
+    return None
 
 
 def _in_actor() -> bool:
@@ -123,20 +123,18 @@ def actor_cpus(actors: int) -> int:
     return max(1, min(cpus) // math.ceil(actors / len(cpus)))
 
 
-def load_model(model: ModelPath = None, threads: int | None = None, precision: str = "fp32",
-               calibration: ModelPath = None) -> kuiperinfer.RuntimeGraph:
-    """``model`` loaded to run on ``threads`` threads (default :func:`actor_threads`) in
-    ``precision`` with ``calibration`` (see :func:`kuiperinfer.load`): its
-    workers, each a slice of the batch. In a Ray actor, whose process is the model's alone,
+def load_model(model: ModelPath = None, **load_options: Any) -> kuiperinfer.RuntimeGraph:
+    """``model`` loaded with ``load_options`` (:func:`kuiperinfer.load`'s), on :func:`actor_threads`
+    threads unless they say ``threads``. In a Ray actor, whose process is the model's alone,
     BLAS runs one thread from now on (:func:`~kuiperinfer.kernels.parallel.blas_threads`,
-    held for the actor's life), so that workers x BLAS threads stays within the actor's CPUs,
-    also in what the actor computes around the runs.
+    held for the actor's life), so that the model's threads x BLAS threads stays within the
+    actor's CPUs, also in what the actor computes around the runs.
     """
-    threads = threads or actor_threads()
+    if load_options.get("threads") is None:
+        load_options["threads"] = actor_threads()
     if _in_actor():
         blas_threads.hold(1)
-    return kuiperinfer.load(efficientnet_lite0_path() if model is None else model, workers=threads,
-                            precision=precision, calibration=calibration)
+    return kuiperinfer.load(efficientnet_lite0_path() if model is None else model, **load_options)
 
 
 # -- the callable classes for map_batches ------------------------------------------------
@@ -144,7 +142,7 @@ def load_model(model: ModelPath = None, threads: int | None = None, precision: s
 class Predictor:
     """Runs a model on batches of NumPy columns: the callable class for ``map_batches``.
 
-    Each actor loads ``model`` once, on ``threads`` threads (default :func:`actor_threads`).
+    Each actor loads ``model`` once, with ``load_options`` (:func:`load_model`).
     A batch has a column per model input named after it (``graph.input_names``), each row
     an array of the input's shape without the batch dimension: a tensor column, or nested
     lists as parquet stores them. The rows go through the model in one forward pass, or one
@@ -155,9 +153,8 @@ class Predictor:
     output replaces a column of the same name.
     """
 
-    def __init__(self, model: ModelPath = None, *, threads: int | None = None, precision: str = "fp32",
-                 calibration: ModelPath = None):
-        self.graph = load_model(model, threads, precision, calibration)
+    def __init__(self, model: ModelPath = None, **load_options: Any):
+        self.graph = load_model(model, **load_options)
 
     def __call__(self, batch: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         missing = [name for name in self.graph.input_names if name not in batch]
@@ -188,17 +185,17 @@ class ImageClassifier:
     first) and ``error``: null for an image that was classified; for one that could not be
     decoded, why, and the other three are null.
 
-    ``model``, ``labels``, ``preprocess`` and ``outputs`` are as for Classifier, ``precision``
-    and ``calibration`` as for :func:`kuiperinfer.load`; the bundled
-    model (``model=None``) comes with its authors' preprocessing and the ImageNet labels.
+    ``model``, ``labels``, ``preprocess`` and ``outputs`` are as for Classifier, ``load_options``
+    as for :func:`load_model`; the bundled model (``model=None``) comes with its authors'
+    preprocessing and the ImageNet labels.
     """
 
     def __init__(self, model: ModelPath = None, *, labels: Sequence[str] | str | None = None,
                  preprocess: Preprocess | None = None, top_k: int = 5, outputs: OutputKind = "auto",
-                 threads: int | None = None, precision: str = "fp32", calibration: ModelPath = None):
+                 **load_options: Any):
         if top_k < 1:
             raise ValueError(f"top_k must be at least 1, got {top_k}")
-        graph = load_model(model, threads, precision, calibration)
+        graph = load_model(model, **load_options)
         options = {"labels": labels, "preprocess": preprocess, "outputs": outputs}
         self.classifier = Classifier.bundled(graph, **options) if model is None else Classifier(graph, **options)
         self.top_k = top_k
@@ -313,17 +310,16 @@ def classify(images: ray.data.Dataset, *, actors: int | None = None, batch_size:
     """``images`` (from :func:`read_image_files` or ``read_images``) classified by a pool of
     ``actors`` :class:`ImageClassifier` (default :func:`default_actors`), each reserving
     :func:`actor_cpus` CPUs and running ``batch_size`` images a forward pass. ``options``
-    go to ImageClassifier (model, labels, preprocess, top_k, outputs, precision, calibration)."""
+    go to ImageClassifier (model, labels, preprocess, top_k, outputs and load options)."""
     return _map_on_actors(images, ImageClassifier, options, actors, batch_size)
 
 
 def predict(dataset: ray.data.Dataset, model: ModelPath = None, *, actors: int | None = None,
-            batch_size: int = 8, precision: str = "fp32", calibration: ModelPath = None) -> ray.data.Dataset:
-    """``dataset`` run through ``model`` in ``precision`` (with ``calibration``) by a pool of ``actors``
+            batch_size: int = 8, **load_options: Any) -> ray.data.Dataset:
+    """``dataset`` run through ``model`` loaded with ``load_options`` by a pool of ``actors``
     :class:`Predictor` (default :func:`default_actors`), each reserving :func:`actor_cpus`
     CPUs and running ``batch_size`` rows a forward pass."""
-    options = {"model": model, "precision": precision, "calibration": calibration}
-    return _map_on_actors(dataset, Predictor, options, actors, batch_size)
+    return _map_on_actors(dataset, Predictor, {"model": model, **load_options}, actors, batch_size)
 
 
 def _map_on_actors(dataset: ray.data.Dataset, predictor: type, options: dict[str, Any],

@@ -32,7 +32,7 @@ def no_openvino(monkeypatch):
 def run_benchmark(monkeypatch, tmp_path, cache, *argv):
     """The benchmark's table and JSON for the model at batch 1, one timed run per row."""
     monkeypatch.setattr(signal, "signal", lambda *args: None)   # main's SIGTERM handler stays out of pytest
-    main(["--models", MODEL.name, "--batches", "1", "--runs", "1", "--warmup", "0", "--memory-runs", "0",
+    main(["--models", MODEL.name, "--batches", "1", "--runs", "1", "--warmup-runs", "0", "--memory-runs", "0",
           "--no-kernels", "--out", str(tmp_path), "--cache", str(cache), *argv])
     return (tmp_path / "latest.md").read_text(), json.loads((tmp_path / "latest.json").read_text())
 

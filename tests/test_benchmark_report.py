@@ -32,7 +32,7 @@ def report(busy=0, kernels=(), skipped=(), agreement=(), calibration=None):
     failed = {"model": "x", "batch": 8, "rows": [
         {"engine": "kuiperinfer", "precision": "fp32", "failed": "UnsupportedOperator: nn.Foo\n(no layer)"},
         row("onnxruntime", "fp32", 2.0, 50 * MB, 1 * MB, None)]}
-    return {"command": "python -m benchmarks", "threads": None, "busy": busy, "runs": 3, "block": 2, "warmup": 1,
+    return {"command": "python -m benchmarks", "threads": None, "busy": busy, "runs": 3, "block": 2, "warmup_runs": 1,
             "machine": {"cpu": "cpu", "cpus": 2, "numpy": "2", "blas": "blas", "onnxruntime": "1", "openvino": "3",
                         "torch": "2", "kuiperinfer_bf16": "bf16 inputs multiplied in float32",
                         "kuiperinfer_int8": "int8 activations and weights, dequantized, multiplied in float32"},

@@ -174,7 +174,7 @@ def test_predictor_stacks_nested_lists_and_keeps_the_other_columns():
     as_lists = pa.array([row.tolist() for row in rows]).to_numpy(zero_copy_only=False)   # as Ray converts
     assert as_lists.dtype == object and as_lists.shape == (3,)
     out = predict({"id": np.arange(3), "pnnx_input_0": as_lists})
-    graph = kuiperinfer.load(DEMO, workers=1)
+    graph = kuiperinfer.load(DEMO, threads=1)
     assert list(out) == ["id", *graph.output_names]
     np.testing.assert_array_equal(out["id"], np.arange(3))
     np.testing.assert_allclose(out[graph.output_names[0]], graph.run(rows)[0], rtol=1e-6, atol=1e-7)
@@ -189,11 +189,11 @@ def test_predictor_runs_the_precision_asked_for(tmp_path, precision):
         calibration = tmp_path / "demo.table"
         kuiperinfer.quantize(DEMO, tmp_path / "calibrate.npy", output=calibration)
     predict = kray.Predictor(DEMO, threads=1, precision=precision, calibration=calibration)
-    graph = kuiperinfer.load(DEMO, workers=1, precision=precision, calibration=calibration)
+    graph = kuiperinfer.load(DEMO, threads=1, precision=precision, calibration=calibration)
     name = graph.output_names[0]
     ours = predict({"pnnx_input_0": rows})[name]
     np.testing.assert_array_equal(ours, graph.run(rows)[0])
-    assert not np.allclose(ours, kuiperinfer.load(DEMO, workers=1).run(rows)[0], rtol=0, atol=1e-5)
+    assert not np.allclose(ours, kuiperinfer.load(DEMO, threads=1).run(rows)[0], rtol=0, atol=1e-5)
 
 
 def test_predictor_names_a_missing_column_and_rows_of_unequal_shapes():
@@ -255,7 +255,7 @@ def test_actor_cpus_divide_the_node_and_set_the_threads(cluster):
 
     @ray.remote
     class Probe:
-        """Reports the model's workers, and BLAS's threads here and in another thread (where
+        """Reports the model's threads, and BLAS's threads here and in another thread (where
         Ray Data calls the batches)."""
 
         def threads(self):
@@ -268,7 +268,7 @@ def test_actor_cpus_divide_the_node_and_set_the_threads(cluster):
 
             graph = kray.Predictor(DEMO).graph
             with ThreadPoolExecutor(1) as other:
-                return graph.workers, blas_threads(), other.submit(blas_threads).result()
+                return graph.threads, blas_threads(), other.submit(blas_threads).result()
 
     for cpus in (1, 2):
         probe = Probe.options(num_cpus=cpus).remote()
@@ -293,7 +293,7 @@ def test_classify_matches_single_machine_and_reports_each_broken_file(cluster, w
 
 RAY_LOG = re.compile(r"^(\x1b\[\d+m)?\((pid=|raylet|gcs_server)")
 """A line Ray's log monitor forwards from its own processes to the driver's stdout or stderr,
-at any time (a worker or actor of this or a previous run being killed, say)."""
+at any time (a thread or actor of this or a previous run being killed, say)."""
 
 
 def kuiper(capsys, *args: str) -> tuple[int, str, str]:

@@ -29,20 +29,48 @@ def add_model_argument(parser: argparse.ArgumentParser) -> None:
                              "(default: the bundled model)")
 
 
-def add_precision_argument(parser: argparse.ArgumentParser) -> None:
+def add_load_arguments(parser: argparse.ArgumentParser) -> None:
+    """The load options a command that runs a model takes: precision, calibration, threads."""
     parser.add_argument("--precision", choices=PRECISIONS, default="fp32",
                         help="what the products of convolutions and linear layers compute: fp32 (the "
                              "default); bf16, their inputs rounded to bfloat16; int8, with --calibration")
     parser.add_argument("--calibration", metavar="TABLE",
                         help="the calibration table of --precision int8 (made by kuiper quantize)")
+    parser.add_argument("--threads", type=positive_int, metavar="T",
+                        help="threads a run uses, the caller's included (default: one per CPU this process "
+                             "may use): a batch is cut into a chunk per thread, a single sample shares its "
+                             "large operators among them; BLAS runs on one thread in a run")
+
+
+def load_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The load options of ``add_load_arguments``, for :func:`kuiperinfer.load`."""
+    return {"precision": args.precision, "calibration": args.calibration, "threads": args.threads}
 
 
 def load_model(path: Path, args: argparse.Namespace, **options: Any) -> RuntimeGraph:
-    """``kuiperinfer.load`` in the command's ``--precision``, saying on stderr how this
-    machine computes a reduced one."""
-    graph = kuiperinfer.load(path, precision=args.precision, calibration=args.calibration, **options)
+    """``kuiperinfer.load`` with the command's load options (and ``options``), saying on
+    stderr how this machine computes a reduced precision."""
+    graph = kuiperinfer.load(path, **load_options(args), **options)
     tell_precision(graph)
     return graph
+
+
+def add_deprecated_alias(parser: argparse.ArgumentParser, old: str, new: str, dest: str, **kwargs: Any) -> None:
+    """``old``, an earlier spelling of the option ``new``: accepted, with a warning on stderr."""
+
+    class Alias(argparse.Action):
+        def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                     option_string: str | None = None) -> None:
+            print(f"kuiper: {old} is deprecated: use {new}", file=sys.stderr)
+            setattr(namespace, self.dest, values)
+
+    parser.add_argument(old, dest=dest, action=Alias, help=argparse.SUPPRESS, **kwargs)
+
+
+def add_input_seed_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--input-seed", type=int, default=0, metavar="S",
+                        help="seed of the random inputs (default: 0)")
+    add_deprecated_alias(parser, "--seed", "--input-seed", "input_seed", type=int)
 
 
 def tell_precision(graph: RuntimeGraph) -> None:
@@ -51,18 +79,19 @@ def tell_precision(graph: RuntimeGraph) -> None:
         print(f"precision {graph.precision.name}: {graph.precision.products}", file=sys.stderr)
 
 
-def add_timing_arguments(parser: argparse.ArgumentParser, runs: int, warmup: int) -> None:
-    """The arguments of commands that time a model on random inputs: the model, precision,
-    batch, runs, warm-up, seed."""
+def add_timing_arguments(parser: argparse.ArgumentParser, runs: int, warmup_runs: int) -> None:
+    """The arguments of commands that time a model on random inputs: the model, load options,
+    batch, runs, warm-up runs, input seed."""
     add_model_argument(parser)
-    add_precision_argument(parser)
+    add_load_arguments(parser)
     parser.add_argument("--batch", type=positive_int, metavar="N",
                         help="batch size of the random inputs (default: the one pnnx recorded)")
     parser.add_argument("--runs", type=positive_int, default=runs, metavar="R",
                         help=f"timed runs (default: {runs})")
-    parser.add_argument("--warmup", type=non_negative_int, default=warmup, metavar="W",
-                        help=f"untimed runs before them (default: {warmup})")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default: 0)")
+    parser.add_argument("--warmup-runs", type=non_negative_int, default=warmup_runs, metavar="W",
+                        help=f"untimed runs before them (default: {warmup_runs}), after the one loading makes")
+    add_deprecated_alias(parser, "--warmup", "--warmup-runs", "warmup_runs", type=non_negative_int)
+    add_input_seed_argument(parser)
 
 
 def add_json_argument(parser: argparse.ArgumentParser, what: str) -> None:
@@ -146,8 +175,8 @@ def random_inputs(graph: RuntimeGraph, batch: int | None = None, seed: int = 0,
 
 
 def timing_inputs(graph: RuntimeGraph, args: argparse.Namespace) -> list[np.ndarray]:
-    """The random inputs the commands that time a model run on (``--batch``, ``--seed``)."""
-    return list(random_inputs(graph, args.batch, args.seed).values())
+    """The random inputs the commands that time a model run on (``--batch``, ``--input-seed``)."""
+    return list(random_inputs(graph, args.batch, args.input_seed).values())
 
 
 # -- text ----------------------------------------------------------------------------

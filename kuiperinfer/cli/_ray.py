@@ -19,7 +19,7 @@ from types import ModuleType
 
 import kuiperinfer
 from kuiperinfer.cli import CommandError
-from kuiperinfer.cli._common import model_path, positive_int
+from kuiperinfer.cli._common import load_options, model_path, positive_int
 from kuiperinfer.vision import Classification, Classifier, Prediction, find_images
 
 INSTALL = "pip install 'kuiperinfer[ray]'"
@@ -38,7 +38,8 @@ def add_ray_arguments(parser: argparse.ArgumentParser) -> argparse._ArgumentGrou
                             "ray://HOST:PORT through Ray Client")
     group.add_argument("--actors", type=positive_int, metavar="N",
                        help="model actors (default: one per node); each runs on as many threads "
-                            "as the CPUs it reserves, its node's CPUs divided among its actors")
+                            "as the CPUs it reserves, its node's CPUs divided among its actors "
+                            "(unless --threads says otherwise)")
     return group
 
 
@@ -148,8 +149,7 @@ def classify_on_ray(args: argparse.Namespace, classifier: Classifier,
         model = str(model_path(args.model).resolve()) if args.model else None
         rows = kray.classify(dataset, actors=actors, batch_size=args.batch_size, model=model,
                              labels=classifier.labels, preprocess=classifier.preprocess,
-                             top_k=args.top_k, outputs=args.outputs, precision=args.precision,
-                             calibration=_absolute(args.calibration))
+                             top_k=args.top_k, outputs=args.outputs, **_load_options(args))
         batches = rows.iter_batches(batch_format="pyarrow", batch_size=None)
         if args.output:
             failed = 0
@@ -203,7 +203,7 @@ def run_on_ray(args: argparse.Namespace) -> int:
             dataset = kray.read_parquet_rows(paths, concurrency=readers)
         model_file = str(model.resolve()) if args.model else None
         outputs = kray.predict(dataset, model_file, actors=actors, batch_size=args.batch or 8,
-                               precision=args.precision, calibration=_absolute(args.calibration))
+                               **_load_options(args))
         with kray.ResultsFile(args.output) as out:
             for batch in outputs.iter_batches(batch_format="pyarrow", batch_size=None):
                 out.write(batch)
@@ -227,6 +227,10 @@ def _warn(args: argparse.Namespace, message: str) -> None:
     print(f"kuiper {args.command}: warning: {message}", file=sys.stderr)
 
 
-def _absolute(path: str | None) -> str | None:
-    """A file named on the command line as the actors find it (they may start elsewhere)."""
-    return None if path is None else str(Path(path).resolve())
+def _load_options(args: argparse.Namespace) -> dict[str, object]:
+    """The command's load options as the actors take them: the calibration table's path as
+    they find it (they may start elsewhere)."""
+    options = load_options(args)
+    if options["calibration"] is not None:
+        options["calibration"] = str(Path(options["calibration"]).resolve())
+    return options

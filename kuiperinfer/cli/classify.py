@@ -28,7 +28,7 @@ from typing import Any
 from kuiperinfer.cli import CommandError
 from kuiperinfer.cli._common import (
     add_json_argument,
-    add_precision_argument,
+    add_load_arguments,
     add_progress_argument,
     load_model,
     model_path,
@@ -72,7 +72,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--outputs", choices=OUTPUT_KINDS, default="auto",
                         help="what the model returns; logits get a softmax (default: auto, "
                              "probabilities when every row sums to 1)")
-    add_precision_argument(parser)
+    add_load_arguments(parser)
     add_json_argument(parser, "the results")
     add_progress_argument(parser)
     add_ray_arguments(parser).add_argument(

@@ -1,6 +1,6 @@
 """Time every operator of a model and show where the time goes.
 
-The model runs --warmup times untimed, then --runs times on random inputs of the
+The model runs --warmup-runs times untimed, then --runs times on random inputs of the
 declared shapes (--batch replaces the first dimension). Each operator's own wall time
 (its layer's forward, not the engine's bookkeeping around it) is added up over the
 runs. The table lists the operators, slowest first, with the milliseconds per run
@@ -11,7 +11,7 @@ in chrome://tracing to see every operator on a time line.
 
 Examples:
   kuiper profile                                  (the bundled model)
-  kuiper profile resnet18.pnnx.param --batch 8 --runs 20 --warmup 3
+  kuiper profile resnet18.pnnx.param --batch 8 --runs 20 --warmup-runs 3
   kuiper profile model.pnnx.param --trace trace.json --top 0
 """
 
@@ -37,7 +37,7 @@ from kuiperinfer.profiler import ProfileReport, ProfilingGraph, profile, write_c
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_timing_arguments(parser, runs=10, warmup=2)
+    add_timing_arguments(parser, runs=10, warmup_runs=2)
     parser.add_argument("--trace", metavar="FILE.json",
                         help="write the last run as a Chrome/Perfetto trace (Trace Event Format)")
     parser.add_argument("--top", type=non_negative_int, default=20, metavar="K",
@@ -51,14 +51,14 @@ def main(args: argparse.Namespace) -> int:
     graph = load_model(path, args, graph_class=ProfilingGraph)
     inputs = timing_inputs(graph, args)
     with progress_bar(args, "profiling", "runs") as bar:
-        result = profile(graph, inputs, args.runs, args.warmup, bar)
+        result = profile(graph, inputs, args.runs, args.warmup_runs, bar)
     if args.trace:
         write_chrome_trace(graph.runs[-1], args.trace, process_name=path.name)
     batch = inputs[0].shape[0] if inputs and inputs[0].ndim else 1
-    lines = [timing_header(path.name, batch, result.runs, args.warmup), report(result, args.top)]
+    lines = [timing_header(path.name, batch, result.runs, args.warmup_runs), report(result, args.top)]
     if args.trace:
         lines.append(f"wrote one run as a trace to {args.trace} (open it at https://ui.perfetto.dev)")
-    print_result(args, {"model": str(path), "batch": batch, "warmup": args.warmup, **result.to_dict()},
+    print_result(args, {"model": str(path), "batch": batch, "warmup_runs": args.warmup_runs, **result.to_dict()},
                  "\n".join(lines))
     return 0
 
@@ -68,7 +68,7 @@ def report(result: ProfileReport, top: int) -> str:
     per_run = 1e3 / result.runs
     inside = result.operator_s
     wall = result.wall_s * per_run
-    threads = f", added up over {result.threads} worker threads" if result.threads > 1 else ""
+    threads = f", added up over {result.threads} threads" if result.threads > 1 else ""
     lines = [f"{wall:.3f} ms per run, {inside * per_run:.3f} ms "
              f"({100 * inside / result.wall_s:.1f}%) inside operators{threads}", ""]
     shown = result.operators if top == 0 else result.operators[:top]

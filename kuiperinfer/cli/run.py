@@ -17,7 +17,7 @@ output, named after it.
 Examples:
   kuiper run                                    (the bundled model on a random input)
   kuiper run model.pnnx.param --input pnnx_input_0=image.npy --output out.npz
-  kuiper run model.pnnx.param --batch 4 --seed 1
+  kuiper run model.pnnx.param --batch 4 --input-seed 1
   kuiper run two_inputs.pnnx.param --input 0=a.npy --random
   kuiper run model.pnnx.param --ray --input rows.parquet --output outputs.parquet
 """
@@ -32,8 +32,9 @@ import numpy as np
 import kuiperinfer
 from kuiperinfer.cli import CommandError
 from kuiperinfer.cli._common import (
+    add_input_seed_argument,
+    add_load_arguments,
     add_model_argument,
-    add_precision_argument,
     load_model,
     model_path,
     positive_int,
@@ -53,11 +54,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch", "--batch-size", type=positive_int, metavar="N",
                         help="batch size of the random inputs (default: the one pnnx recorded); "
                              "with --ray, rows per forward pass (default: 8)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default: 0)")
+    add_input_seed_argument(parser)
     parser.add_argument("--output", "-o", metavar="FILE.npz",
                         help="write the outputs to this .npz file instead of printing them "
                              "(with --ray: FILE.parquet or FILE.jsonl)")
-    add_precision_argument(parser)
+    add_load_arguments(parser)
     add_ray_arguments(parser)
 
 
@@ -73,7 +74,7 @@ def main(args: argparse.Namespace) -> int:
         raise CommandError("--batch sets the batch size of random inputs, and no input is random "
                            "here (add --random to fill the inputs not given)")
     if fill_randomly:
-        inputs.update(random_inputs(graph, args.batch, args.seed, only=missing))
+        inputs.update(random_inputs(graph, args.batch, args.input_seed, only=missing))
     outputs = graph.run(inputs)
     if args.output:
         with open(args.output, "wb") as f:

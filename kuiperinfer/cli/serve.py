@@ -25,13 +25,19 @@ Examples:
 from __future__ import annotations
 
 import argparse
-import os
 import signal
 import socket
 from pathlib import Path
 
 from kuiperinfer.cli import CommandError
-from kuiperinfer.cli._common import add_precision_argument, non_negative_int, positive_int, tell_precision
+from kuiperinfer.cli._common import (
+    add_deprecated_alias,
+    add_load_arguments,
+    load_options,
+    non_negative_int,
+    positive_int,
+    tell_precision,
+)
 from kuiperinfer.models import default_model_path
 
 SERVE_INSTALL = "pip install starlette uvicorn"
@@ -53,12 +59,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="requests a model may have waiting; more are answered 503 (default: 64)")
     parser.add_argument("--max-body-mb", type=_positive_float, default=64.0, metavar="MB",
                         help="largest request body accepted, in MiB (default: 64)")
-    parser.add_argument("--workers", type=positive_int, metavar="N",
-                        help="threads the models' runs share (default: one per CPU)")
     parser.add_argument("--drain-timeout", type=_non_negative_float, default=30.0, metavar="S",
                         help="seconds to wait for requests in flight when stopping (default: 30)")
     parser.add_argument("--access-log", action="store_true", help="log every request")
-    add_precision_argument(parser)
+    add_load_arguments(parser)   # its --threads: the threads the models' runs share
+    add_deprecated_alias(parser, "--workers", "--threads", "threads", type=positive_int)
 
 
 def _non_negative_float(text: str) -> float:
@@ -104,10 +109,11 @@ def main(args: argparse.Namespace) -> int:
                              batch_window=args.batch_window_ms / 1000, max_queue=args.max_queue,
                              max_body_bytes=int(args.max_body_mb * 1024 * 1024))
     from kuiperinfer.kernels.parallel import ThreadPool
+    from kuiperinfer.runtime.options import LoadOptions
 
-    pool = ThreadPool(args.workers or os.cpu_count() or 1)   # one for all the models: they share the cores
-    models = [ServedModel.load(path, name, pool=pool, precision=args.precision, calibration=args.calibration)
-              for name, path in model_arguments(args.models)]
+    options = LoadOptions(**load_options(args))
+    options = LoadOptions.of(options, pool=ThreadPool(options.threads))   # one for all the models: they share the cores
+    models = [ServedModel.load(path, name, options=options) for name, path in model_arguments(args.models)]
     app = create_app(models, settings)
     listener = _listen(args.host, args.port)
     host, port = listener.getsockname()[:2]

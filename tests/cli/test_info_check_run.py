@@ -267,7 +267,7 @@ def test_commands_without_a_model_use_the_bundled_efficientnet(capsys):
 
 
 def test_run_writes_the_outputs_by_name(capsys, tmp_path):
-    code, out, _ = run(capsys, "run", str(DEMO), "--batch", "3", "--seed", "7", "--output", str(tmp_path / "out.npz"))
+    code, out, _ = run(capsys, "run", str(DEMO), "--batch", "3", "--input-seed", "7", "--output", str(tmp_path / "out.npz"))
     assert code == 0 and out == f"wrote 1 output(s) to {tmp_path / 'out.npz'}: 12\n"
     saved = np.load(tmp_path / "out.npz")
     assert saved.files == ["12"]

@@ -22,7 +22,7 @@ needs_dot = pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz's d
 # -- kuiper profile ----------------------------------------------------------------------
 
 def test_profile_table_lists_every_operator_by_time(capsys):
-    code, out, err = run(capsys, "profile", str(DEMO), "--runs", "3", "--warmup", "1", "--top", "0")
+    code, out, err = run(capsys, "profile", str(DEMO), "--runs", "3", "--warmup-runs", "1", "--top", "0")
     assert code == 0 and err == ""
     lines = out.splitlines()
     assert lines[0] == "demo_cnn.pnnx.param: batch 1, 3 timed runs after 1 warm-up runs"
@@ -47,18 +47,18 @@ def test_profile_top_and_batch(capsys):
     assert "batch 2, 2 timed runs after 2 warm-up runs" in out
     assert re.search(rf"^\.\.\. {len(COMPUTED) - 3} more operators, \d+\.\d% of the time \(--top 0 lists all\)$",
                      out, re.M)
-    # with two worker threads the batch is cut into a chunk of one sample per thread
-    split = kuiperinfer.load(DEMO).workers > 1
+    # with two threads the batch is cut into a chunk of one sample per thread
+    split = kuiperinfer.load(DEMO).threads > 1
     assert ("(1,16,32,32)" if split else "(2,16,32,32)") in out
 
 
-def test_profile_adds_up_the_time_of_every_worker_thread(capsys):
+def test_profile_adds_up_the_time_of_every_thread(capsys):
     """Each of the bundled model's samples takes milliseconds, so the helper takes the second
     one (the demo model's take a fraction of one, which the caller may finish first)."""
-    code, out, _ = run(capsys, "profile", "--runs", "3", "--warmup", "1", "--top", "1", "--batch", "2")
+    code, out, _ = run(capsys, "profile", "--runs", "3", "--warmup-runs", "1", "--top", "1", "--batch", "2")
     assert code == 0
-    threads = kuiperinfer.load(DEMO).workers
-    assert ("added up over 2 worker threads" in out) == (threads > 1)
+    threads = kuiperinfer.load(DEMO).threads
+    assert ("added up over 2 threads" in out) == (threads > 1)
 
 
 def test_profile_trace_is_one_run_in_trace_event_format(capsys, tmp_path):
@@ -82,7 +82,7 @@ def test_profile_json(capsys, tmp_path):
     code, out, _ = run(capsys, "profile", str(DEMO), "--runs", "2", "--json", "--trace", str(tmp_path / "t.json"))
     assert code == 0 and (tmp_path / "t.json").exists()
     data = json.loads(out)                                 # nothing but the JSON on stdout
-    assert data["runs"] == 2 and data["batch"] == 1 and data["warmup"] == 2
+    assert data["runs"] == 2 and data["batch"] == 1 and data["warmup_runs"] == 2
     assert sorted(op["name"] for op in data["operators"]) == sorted(COMPUTED)
     assert data["operator_ms_per_run"] <= data["wall_ms_per_run"]
     assert sum(t["operators"] for t in data["types"]) == len(COMPUTED)
@@ -97,7 +97,7 @@ def test_profile_progress_bar_over_runs(capsys):
 
 @pytest.mark.parametrize("argv, message", [
     (["--runs", "0"], "argument --runs: must be at least 1, got 0"),
-    (["--warmup", "-1"], "argument --warmup: must be 0 or more, got -1"),
+    (["--warmup-runs", "-1"], "argument --warmup-runs: must be 0 or more, got -1"),
     (["--top", "x"], "argument --top: expected a whole number, got 'x'"),
 ])
 def test_profile_refuses_bad_options(capsys, argv, message):
@@ -107,11 +107,11 @@ def test_profile_refuses_bad_options(capsys, argv, message):
 # -- kuiper bench ------------------------------------------------------------------------
 
 def test_bench_reports_latency_throughput_and_memory(capsys):
-    code, out, err = run(capsys, "bench", str(DEMO), "--runs", "4", "--warmup", "1", "--batch", "2")
+    code, out, err = run(capsys, "bench", str(DEMO), "--runs", "4", "--warmup-runs", "1", "--batch", "2")
     assert code == 0 and err == ""
     lines = out.splitlines()
     assert lines[0] == "demo_cnn.pnnx.param: batch 2, 4 timed runs after 1 warm-up runs"
-    assert lines[1].startswith("BLAS:        ")
+    assert re.fullmatch(rf"threads: +{kuiperinfer.load(DEMO).threads}, BLAS .+, 1 thread in a run", lines[1])
     assert re.fullmatch(r"load: +\d+\.\d ms, \+\d+(\.\d)? (B|KiB|MiB) resident set \(its warm-up run included\)",
                         lines[2])
     numbers = re.fullmatch(r"latency: +min (\S+) ms  median (\S+) ms  p90 (\S+) ms  mean (\S+) ms", lines[3])
@@ -122,11 +122,25 @@ def test_bench_reports_latency_throughput_and_memory(capsys):
                         r"\(.+\)", lines[5])
 
 
+def test_bench_threads_are_the_runs_threads(capsys):
+    """--threads T loads the model on T threads; BLAS stays on one thread in the runs."""
+    code, out, _ = run(capsys, "bench", str(DEMO), "--runs", "2", "--threads", "1", "--json")
+    assert code == 0
+    data = json.loads(out)
+    assert data["threads"] == 1 and data["blas"].endswith(", 1 thread")
+
+
+def test_earlier_spellings_of_options_still_work_and_warn(capsys):
+    code, out, err = run(capsys, "profile", str(DEMO), "--runs", "2", "--warmup", "1", "--seed", "3", "--json")
+    assert code == 0 and json.loads(out)["warmup_runs"] == 1
+    assert "--warmup is deprecated: use --warmup-runs" in err and "--seed is deprecated: use --input-seed" in err
+
+
 def test_bench_json(capsys):
     code, out, _ = run(capsys, "bench", str(DEMO), "--runs", "3", "--json")
     assert code == 0
     data = json.loads(out)
-    assert (data["batch"], data["runs"], data["warmup"]) == (1, 3, 3)
+    assert (data["batch"], data["runs"], data["warmup_runs"]) == (1, 3, 3)
     latency = data["latency_ms"]
     assert latency["min"] <= latency["median"] <= latency["p90"]
     assert data["throughput_items_per_s"] == pytest.approx(1e3 / latency["mean"])
@@ -134,18 +148,13 @@ def test_bench_json(capsys):
     assert data["load_ms"] > 0 and isinstance(data["load_rss_growth_bytes"], int)
 
 
-def test_bench_threads_limits_the_blas(capsys):
-    code, out, _ = run(capsys, "bench", str(DEMO), "--runs", "1", "--threads", "1")
-    assert code == 0 and re.search(r"^BLAS: .*, 1 thread$", out, re.M)
-
-
 def test_bench_progress_bar(capsys):
-    code, _, err = run(capsys, "bench", str(DEMO), "--runs", "2", "--warmup", "0", "--progress")
+    code, _, err = run(capsys, "bench", str(DEMO), "--runs", "2", "--warmup-runs", "0", "--progress")
     assert code == 0 and err.startswith("\rbenchmarking [") and err.endswith("] 2/2 runs\n")
 
 
 def test_benchmark_result_statistics():
-    result = BenchmarkResult(batch=4, warmup=0, latencies_s=(0.004, 0.001, 0.002, 0.003, 0.010),
+    result = BenchmarkResult(batch=4, warmup_runs=0, latencies_s=(0.004, 0.001, 0.002, 0.003, 0.010),
                              peak_rss_growth=0, memory_method="test")
     assert (result.min_s, result.median_s, result.mean_s) == (0.001, 0.003, 0.004)
     assert result.p90_s == pytest.approx(0.0076)            # between the two largest, as numpy's percentile
@@ -155,7 +164,7 @@ def test_benchmark_result_statistics():
 def test_benchmark_runs_the_graph():
     graph = kuiperinfer.load(DEMO)
     calls = []
-    result = benchmark(graph, [np.zeros((3, 3, 64, 64), np.float32)], runs=2, warmup=0,
+    result = benchmark(graph, [np.zeros((3, 3, 64, 64), np.float32)], runs=2, warmup_runs=0,
                        progress=lambda done, total: calls.append(done))
     assert calls == [1, 2] and result.batch == 3 and len(result.latencies_s) == 2
     with pytest.raises(ValueError):
