@@ -41,7 +41,7 @@ from kuiperinfer.pnnx.ir import Attribute, Graph, Operand, Operator, Parameter, 
 
 __all__ = ["MAGIC", "MAX_OPERATORS", "MAX_OPERANDS", "MAX_LINE_BYTES", "MAX_LINE_TOKENS",
            "DEFAULT_MAX_TENSOR_BYTES",
-           "read_param", "parse_param", "format_param", "write_param",
+           "read_param", "parse_param", "format_param",
            "parse_parameter", "encode_parameter", "parameter_text", "format_float"]
 
 MAGIC = "7767517"
@@ -111,12 +111,6 @@ def format_param(graph: Graph) -> str:
                 tokens.append(f"#{operand.name}=({_format_dims(operand)}){suffix_of(operand.type)}")
         lines.append(" ".join(tokens))
     return "\n".join(lines) + "\n"
-
-
-def write_param(graph: Graph, path: str | os.PathLike) -> None:
-    """Write :func:`format_param` of ``graph`` to ``path`` (UTF-8, ``\\n`` line ends)."""
-    with open(path, "wb") as f:
-        f.write(format_param(graph).encode("utf-8"))
 
 
 def _pad24(text: str) -> str:
