@@ -56,37 +56,37 @@ class ParamType(IntEnum):
 
 _ARRAY_OF = {ParamType.INT: ParamType.INT_ARRAY, ParamType.FLOAT: ParamType.FLOAT_ARRAY,
              ParamType.STRING: ParamType.STRING_ARRAY, ParamType.COMPLEX: ParamType.COMPLEX_ARRAY}
+_ELEMENT_OF = {array: element for element, array in _ARRAY_OF.items()}
+_SCALARS = {ParamType.INT: ((int, np.integer), int),
+            ParamType.FLOAT: ((int, float, np.integer, np.floating), float),
+            ParamType.STRING: (str, str),
+            ParamType.COMPLEX: ((int, float, complex, np.number), complex)}
+"""Per scalar type, the Python and numpy types it accepts (never a bool) and how it converts them."""
+
+
+def _scalar(kind: ParamType, v: Any) -> Any:
+    accepted, convert = _SCALARS[kind]
+    if isinstance(v, accepted) and not isinstance(v, bool):
+        return convert(v)
+    raise GraphError(f"a {kind.name.lower()} parameter cannot hold {v!r}")
 
 
 def _coerce(ptype: ParamType, value: Any) -> Any:
     """Check ``value`` fits ``ptype`` and normalise it (ints widen to float/complex)."""
-    def scalar(kind: ParamType, v: Any) -> Any:
-        if kind == ParamType.INT and isinstance(v, (int, np.integer)) and not isinstance(v, bool):
-            return int(v)
-        if kind == ParamType.FLOAT and isinstance(v, (int, float, np.integer, np.floating)) \
-                and not isinstance(v, bool):
-            return float(v)
-        if kind == ParamType.STRING and isinstance(v, str):
-            return v
-        if kind == ParamType.COMPLEX and isinstance(v, (int, float, complex, np.number)) \
-                and not isinstance(v, bool):
-            return complex(v)
-        raise GraphError(f"a {kind.name.lower()} parameter cannot hold {v!r}")
-
+    if ptype in _SCALARS:
+        return _scalar(ptype, value)
+    element = _ELEMENT_OF.get(ptype)
+    if element is not None:
+        if not isinstance(value, (list, tuple)):
+            raise GraphError(f"a {ptype.name.lower()} parameter needs a list, not {value!r}")
+        return [_scalar(element, v) for v in value]
     if ptype == ParamType.NONE:
         if value is not None:
             raise GraphError(f"a None parameter cannot hold {value!r}")
         return None
-    if ptype == ParamType.BOOL:
-        if not isinstance(value, (bool, np.bool_)):
-            raise GraphError(f"a bool parameter cannot hold {value!r}")
-        return bool(value)
-    if ptype in (ParamType.INT, ParamType.FLOAT, ParamType.STRING, ParamType.COMPLEX):
-        return scalar(ptype, value)
-    element = {v: k for k, v in _ARRAY_OF.items()}[ptype]
-    if not isinstance(value, (list, tuple)):
-        raise GraphError(f"a {ptype.name.lower()} parameter needs a list, not {value!r}")
-    return [scalar(element, v) for v in value]
+    if not isinstance(value, (bool, np.bool_)):
+        raise GraphError(f"a bool parameter cannot hold {value!r}")
+    return bool(value)
 
 
 def _infer_type(value: Any) -> ParamType:
@@ -134,6 +134,8 @@ class Parameter:
     def __init__(self, value: Any = None, type: int | None = None, *, text: str | None = None):
         if type is None:
             ptype = _infer_type(value)
+        elif isinstance(type, ParamType):
+            ptype = type
         elif type in ParamType._value2member_map_:
             ptype = ParamType(type)
         else:
