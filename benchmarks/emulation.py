@@ -4,9 +4,13 @@ to measure forms the engine does not run yet.
 :func:`bf16_products` makes every product of a layer that holds weights (convolutions but
 depthwise ones, linear layers) a sum of products of bfloat16 parts accumulated in float32:
 one part is kuiperinfer's ``bf16`` precision (inputs rounded to bfloat16), two parts with
-three products (hi*hi + hi*lo + lo*hi) the fp32-accurate form the matrix engine can compute
-from bf16 products, three parts with six products a closer one
-(:func:`kuiperinfer.kernels.matrix.bf16.split_product` is the same for one product).
+three products (hi*hi + hi*lo + lo*hi) the fp32-accurate form a matrix engine can compute
+from bf16 products, three parts with six products a closer one.
+
+A float32 is the sum of bfloat16 parts, ``x = hi + lo (+ ...)``: each part is the rounding
+of what the parts before it left, so two parts hold 16 of the mantissa bits and three all
+24. The products of part pairs ``(i, j)`` with ``i + j < parts`` recover a float32 product
+to about 2^-16, or 2^-24.
 """
 
 from __future__ import annotations
@@ -29,7 +33,10 @@ def bf16_parts(x: torch.Tensor, parts: int) -> list[torch.Tensor]:
     return pieces
 
 
-def _split(product, x: torch.Tensor, weight: torch.Tensor, parts: int) -> torch.Tensor:
+def split_product(product, x: torch.Tensor, weight: torch.Tensor, parts: int) -> torch.Tensor:
+    """``product(x, weight)`` (a bilinear function: torch.matmul, a convolution) from
+    ``parts`` bfloat16 parts of both, the products of part pairs ``(i, j)`` with
+    ``i + j < parts`` accumulated in float32."""
     x_parts, w_parts = bf16_parts(x, parts), bf16_parts(weight, parts)
     return sum(product(x_parts[i], w_parts[j]) for i in range(parts) for j in range(parts - i))
 
@@ -63,7 +70,7 @@ def bf16_products(model: nn.Module, parts: int = 1) -> Iterator[nn.Module]:
     patched = []
     for module in filter(_changed, model.modules()):
         def forward(x, m=module):
-            out = _split(partial(_product, m), x, m.weight, parts)
+            out = split_product(partial(_product, m), x, m.weight, parts)
             if m.bias is None:
                 return out
             return out + (m.bias if isinstance(m, nn.Linear) else m.bias.reshape(1, -1, *(1,) * (out.dim() - 2)))

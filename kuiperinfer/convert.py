@@ -43,7 +43,8 @@ from pathlib import Path
 from typing import Any
 
 from kuiperinfer.errors import ConversionError
-from kuiperinfer.pnnx.ir import DATA_TYPES, INPUT_TYPE
+from kuiperinfer.pnnx.dtypes import DATA_TYPES
+from kuiperinfer.pnnx.ir import INPUT_TYPE
 from kuiperinfer.settings import cache_dir
 
 ONNX_SUFFIXES = (".onnx",)

@@ -23,7 +23,7 @@ from pathlib import Path
 from kuiperinfer.errors import KuiperError
 from kuiperinfer.inspect import shape_text
 from kuiperinfer.pnnx.ir import INPUT_TYPE, OUTPUT_TYPE, Graph, Operator
-from kuiperinfer.pnnx.param_file import read_param
+from kuiperinfer.pnnx.param_file import parameter_text, read_param
 
 RENDERED_FORMATS = ("svg", "png", "pdf")
 """Formats that need the ``dot`` program; ``.dot`` and ``.gv`` files are written directly."""
@@ -112,7 +112,7 @@ def _node_attributes(op: Operator) -> str:
     _, fill = family_of(op.type)
     details = [op.name]
     if op.type == EXPRESSION_TYPE and "expr" in op.params:
-        details.append(_shortened(op.params["expr"].to_string(), EXPRESSION_WIDTH))
+        details.append(_shortened(parameter_text(op.params["expr"]), EXPRESSION_WIDTH))
     label = _html_label(op.type, details + ([shapes] if shapes else []))
     return f"label={label}, fillcolor={_quote(fill)}, tooltip={_quote(f'{op.type} {op.name}')}"
 

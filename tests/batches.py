@@ -20,7 +20,7 @@ from oracle import assert_matches
 
 import kuiperinfer
 from kuiperinfer.errors import KuiperError
-from kuiperinfer.pnnx.ir import numpy_dtype
+from kuiperinfer.pnnx.dtypes import numpy_dtype
 from kuiperinfer.runtime.graph import RuntimeGraph
 
 BATCHES = (1, 3, 8)

@@ -37,7 +37,7 @@ from kuiperinfer.errors import (
     UnknownOperatorError,
 )
 from kuiperinfer.expression import FUNCTIONS, compile_expression
-from kuiperinfer.pnnx import Graph, StoreZipWriter
+from kuiperinfer.pnnx import StoreZipWriter, load_graph
 from kuiperinfer.runtime.graph import RuntimeGraph
 from kuiperinfer.runtime.registry import LayerRegisterer
 
@@ -285,7 +285,7 @@ def test_a_cycle_made_in_memory_is_a_graph_error(tmp_path):
     """The text cannot hold a cycle (inputs must be produced above); a graph built in memory can."""
     text = ("7767517\n4 3\npnnx.Input in 0 1 x\nF.relu a 1 1 x y\nF.relu b 1 1 y z\n"
             "pnnx.Output out 1 0 z\n")
-    pnnx_graph = Graph.load(write_param(tmp_path, text))
+    pnnx_graph = load_graph(write_param(tmp_path, text))
     a, b = pnnx_graph.ops[1], pnnx_graph.ops[2]
     a.inputs[0] = b.outputs[0]           # a reads z, which b makes from a's y
     with pytest.raises(GraphError, match="'z' is not produced by any earlier operator"):
@@ -305,7 +305,7 @@ def test_declared_size_limit_is_configurable_and_checked_before_allocation(tmp_p
     text = _replace("@weight=(5,4)f32", "@weight=(5,4000)f32")
     path = write_param(tmp_path, text)
     with pytest.raises(ParamSyntaxError, match="max_tensor_bytes"):
-        Graph.load(path, max_tensor_bytes=1000)
+        load_graph(path, max_tensor_bytes=1000)
     # a declared 4 EiB tensor is refused at once, by the default limit
     huge = _replace("@weight=(5,4)f32", "@weight=(1024,1024,1024,1024,1024,1024)f32")
     start = time.perf_counter()

@@ -1,6 +1,7 @@
-"""Precisions: bfloat16 rounding and split products against PyTorch and float64, the CPU's
-matrix features, the ``precision`` option, and every layer that multiplies held to a
-PyTorch model computing the same definition (benchmarks/emulation.py)."""
+"""Precisions: bfloat16 rounding against PyTorch, the split products of PyTorch's emulation
+(benchmarks/emulation.py) against float64, the CPU's matrix features (and the AMX tile
+state tools/matrix_features.py asks for), the ``precision`` option, and every layer that
+multiplies held to a PyTorch model computing the same definition (the emulation)."""
 
 from __future__ import annotations
 
@@ -13,14 +14,15 @@ from batches import assert_same_at_every_batch
 from oracle import Holder, assert_matches, export
 
 import kuiperinfer
-from benchmarks.emulation import bf16_products
+from benchmarks.emulation import bf16_parts, bf16_products, split_product
 from benchmarks.networks import torch_outputs
 from kuiperinfer.errors import KuiperError
 from kuiperinfer.kernels.layout import nchw
 from kuiperinfer.kernels.matrix import features
-from kuiperinfer.kernels.matrix.bf16 import round_bf16, split_bf16, split_product
+from kuiperinfer.kernels.matrix.bf16 import round_bf16
 from kuiperinfer.kernels.matrix.features import MatrixFeatures, cpu_flags
 from kuiperinfer.kernels.matrix.precision import FP32, precision
+from tools import matrix_features
 
 # -- bfloat16 -------------------------------------------------------------------------------
 
@@ -54,7 +56,7 @@ def test_round_bf16_keeps_the_memory_layout() -> None:
 @pytest.mark.parametrize("parts, bound", [(1, 2 ** -8), (2, 2 ** -16), (3, 2 ** -24)])
 def test_bf16_parts_add_up_to_the_value(parts: int, bound: float) -> None:
     x = np.random.default_rng(2).standard_normal(5000).astype(np.float32) * 100
-    total = np.sum(np.stack(split_bf16(x, parts)).astype(np.float64), axis=0)
+    total = torch.stack(bf16_parts(torch.from_numpy(x), parts)).double().sum(0).numpy()
     assert np.max(np.abs(total - x) / np.abs(x)) <= bound
 
 
@@ -65,7 +67,8 @@ def test_split_products_recover_float32(shape, parts, low, high) -> None:
     rng = np.random.default_rng(m * k * n)
     a, b = rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((k, n)).astype(np.float32)
     exact = a.astype(np.float64) @ b.astype(np.float64)
-    error = np.max(np.abs(split_product(a, b, parts) - exact)) / np.max(np.abs(exact))
+    product = split_product(torch.matmul, torch.from_numpy(a), torch.from_numpy(b), parts).numpy()
+    error = np.max(np.abs(product - exact)) / np.max(np.abs(exact))
     assert error <= high
     if m * k * n > 1:   # rounding really happened (one exact product of one pair may not show it)
         assert error >= low
@@ -90,7 +93,7 @@ def test_features_are_read_from_cpuinfo() -> None:
     zen4 = MatrixFeatures.from_flags(frozenset({"avx512_bf16", "avx512_vnni", "amx_bf16"}))   # no amx_tile
     assert (zen4.amx_bf16, zen4.bf16_products, zen4.vnni) == (False, "AVX512-BF16", True)
     assert MatrixFeatures.from_flags(frozenset({"avx2", "avx_vnni"})).vnni
-    assert MatrixFeatures().bf16_products is None and "no matrix" in MatrixFeatures().describe()
+    assert MatrixFeatures().bf16_products is None
     assert cpu_flags("") == frozenset()
 
 
@@ -99,9 +102,18 @@ def test_this_machine() -> None:
         flags = cpu_flags(file.read())
     found = features.detect()
     assert found == MatrixFeatures.from_flags(flags)
-    # the tile state is granted exactly where the CPU has AMX, once per process
-    assert features.request_tile_state() is found.amx_bf16
-    assert features.request_tile_state() is found.amx_bf16
+
+
+def test_the_tile_state_is_granted_exactly_where_the_cpu_has_amx(capsys) -> None:
+    found = features.detect()
+    assert matrix_features.request_tile_state() is found.amx_bf16
+    assert matrix_features.request_tile_state() is found.amx_bf16   # asked once per process
+    assert matrix_features.describe(MatrixFeatures(avx512_bf16=True, vnni=True)) == "AVX512-BF16, VNNI"
+    assert "no matrix" in matrix_features.describe(MatrixFeatures())
+    assert matrix_features.main() == 0
+    printed = capsys.readouterr().out
+    assert matrix_features.describe(found) in printed
+    assert ("granted" in printed) is found.amx_bf16
 
 
 # -- the option ---------------------------------------------------------------------------------

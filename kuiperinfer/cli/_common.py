@@ -18,7 +18,7 @@ from kuiperinfer.cli._progress import ProgressBar
 from kuiperinfer.inspect import shape_text
 from kuiperinfer.kernels.matrix.precision import PRECISIONS
 from kuiperinfer.models import default_model_path
-from kuiperinfer.pnnx.ir import numpy_dtype
+from kuiperinfer.pnnx.dtypes import numpy_dtype
 from kuiperinfer.runtime.graph import RuntimeGraph
 
 # -- arguments -----------------------------------------------------------------------

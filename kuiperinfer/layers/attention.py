@@ -25,7 +25,7 @@ from kuiperinfer.kernels.matrix.precision import FP32
 from kuiperinfer.layers.base import Layer, NonParamLayer, declared_rank
 from kuiperinfer.layers.linear import linear
 from kuiperinfer.layers.softmax import softmax
-from kuiperinfer.pnnx.ir import numpy_dtype
+from kuiperinfer.pnnx.dtypes import numpy_dtype
 from kuiperinfer.runtime.operator import RuntimeOperator
 from kuiperinfer.runtime.options import BuildOptions
 from kuiperinfer.runtime.registry import register_layer

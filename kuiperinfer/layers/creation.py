@@ -28,7 +28,7 @@ from kuiperinfer.errors import InferError, InferStatus
 from kuiperinfer.errors import ParseParameterAttrStatus as Status
 from kuiperinfer.layers.base import NonParamLayer
 from kuiperinfer.layers.comparison import Argument
-from kuiperinfer.pnnx.ir import DATA_TYPES, numpy_dtype
+from kuiperinfer.pnnx.dtypes import DATA_TYPES, numpy_dtype
 from kuiperinfer.pnnx.param_file import DEFAULT_MAX_TENSOR_BYTES
 from kuiperinfer.runtime.batching import Batch
 from kuiperinfer.runtime.operator import RuntimeOperator

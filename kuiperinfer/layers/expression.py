@@ -17,7 +17,7 @@ from kuiperinfer.errors import ParseParameterAttrStatus as Status
 from kuiperinfer.expression import FUNCTIONS, Call, Expression, List, OpCode, compile_expression, walk
 from kuiperinfer.kernels.elementwise import InplaceActivation
 from kuiperinfer.layers.base import ActivationPlan, NonParamLayer
-from kuiperinfer.pnnx.ir import numpy_dtype
+from kuiperinfer.pnnx.dtypes import numpy_dtype
 from kuiperinfer.runtime.batching import Batch, sequence_flow
 from kuiperinfer.runtime.operator import RuntimeOperator
 from kuiperinfer.runtime.options import BuildOptions

@@ -9,7 +9,7 @@ import numpy as np
 
 from kuiperinfer.errors import ParseParameterAttrStatus as Status
 from kuiperinfer.layers.base import NonParamLayer, declared_rank
-from kuiperinfer.pnnx.ir import numpy_dtype
+from kuiperinfer.pnnx.dtypes import numpy_dtype
 from kuiperinfer.runtime.batching import Batch, sequence_flow
 from kuiperinfer.runtime.operator import RuntimeOperator
 from kuiperinfer.runtime.options import BuildOptions

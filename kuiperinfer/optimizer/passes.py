@@ -79,7 +79,7 @@ from kuiperinfer.optimizer.rewrite import (
     set_weight,
     sole_consumer,
 )
-from kuiperinfer.pnnx.ir import numpy_dtype
+from kuiperinfer.pnnx.dtypes import numpy_dtype
 from kuiperinfer.runtime.graph import GraphState, RuntimeGraph
 from kuiperinfer.runtime.operator import RuntimeOperator
 from kuiperinfer.runtime.registry import LayerRegisterer

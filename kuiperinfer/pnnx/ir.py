@@ -9,132 +9,32 @@ stored zip archive holding the raw bytes of every attribute, one entry named
 
 :class:`Graph` ties them together::
 
-    graph = Graph.load("model.pnnx.param")          # finds model.pnnx.bin beside it
+    graph = load_graph("model.pnnx.param")          # finds model.pnnx.bin beside it
     conv = graph.ops[1]
     conv.params["stride"].value                     # [1, 1]
     conv.attrs["weight"].numpy()                    # read-only float32 view, no copy
-    graph.save("copy.pnnx.param", "copy.pnnx.bin")  # byte-identical to pnnx's own writer
+    save_graph(graph, "copy.pnnx.param")            # byte-identical to pnnx's own writer
 
-Reading and writing the text live in :mod:`kuiperinfer.pnnx.param_file`, the archive
-in :mod:`kuiperinfer.pnnx.storezip`.
+This module holds the data and knows no file: the element types are in
+:mod:`kuiperinfer.pnnx.dtypes`, the ``.param`` text (its lines and the text of every
+parameter value) in :mod:`kuiperinfer.pnnx.param_file`, the archive in
+:mod:`kuiperinfer.pnnx.storezip`, and reading and writing the pair in
+:mod:`kuiperinfer.pnnx.loading`.
 """
 
 from __future__ import annotations
 
-import os
-import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from enum import IntEnum
-from fractions import Fraction
 from typing import Any
 
 import numpy as np
 
-from kuiperinfer.errors import BinArchiveError, GraphError, ModelFormatError
+from kuiperinfer.errors import GraphError
+from kuiperinfer.pnnx.dtypes import bf16_to_float32, dtype_from_numpy, itemsize, storage_dtype, suffix_of
 
-__all__ = [
-    "DataType", "DATA_TYPES", "dtype_from_suffix", "suffix_of", "numpy_dtype",
-    "storage_dtype", "itemsize", "dtype_from_numpy", "bf16_to_float32",
-    "ParamType", "Parameter", "format_float", "Attribute", "Operand", "Operator", "Graph",
-    "default_bin_path",
-]
-
-
-# --------------------------------------------------------------------------- data types
-
-@dataclass(frozen=True)
-class DataType:
-    """One row of pnnx's element-type table.
-
-    ``numpy`` is the numpy dtype of the *values* (``None`` where numpy has none:
-    ``null``, ``c32`` and ``bf16``). ``storage`` is the numpy dtype that views the raw
-    little-endian bytes without copying: for ``bf16`` that is ``uint16`` (the top half
-    of a float32), for ``c32`` a structured pair of float16 ``(real, imag)``. ``torch``
-    and ``name`` are pnnx's PyTorch and NumPy spellings; ``onnx`` is ONNX's
-    ``TensorProto.DataType`` number (None where ONNX has no such type).
-    """
-
-    code: int
-    suffix: str
-    itemsize: int
-    numpy: np.dtype | None
-    storage: np.dtype | None
-    torch: str
-    name: str
-    onnx: int | None
-
-
-_C32 = np.dtype([("real", "<f2"), ("imag", "<f2")])
-
-DATA_TYPES: tuple[DataType, ...] = (
-    DataType(0, "null", 0, None, None, "null", "null", None),
-    DataType(1, "f32", 4, np.dtype("<f4"), np.dtype("<f4"), "torch.float", "float32", 1),
-    DataType(2, "f64", 8, np.dtype("<f8"), np.dtype("<f8"), "torch.double", "float64", 11),
-    DataType(3, "f16", 2, np.dtype("<f2"), np.dtype("<f2"), "torch.half", "float16", 10),
-    DataType(4, "i32", 4, np.dtype("<i4"), np.dtype("<i4"), "torch.int", "int32", 6),
-    DataType(5, "i64", 8, np.dtype("<i8"), np.dtype("<i8"), "torch.long", "int64", 7),
-    DataType(6, "i16", 2, np.dtype("<i2"), np.dtype("<i2"), "torch.short", "int16", 5),
-    DataType(7, "i8", 1, np.dtype("i1"), np.dtype("i1"), "torch.int8", "int8", 3),
-    DataType(8, "u8", 1, np.dtype("u1"), np.dtype("u1"), "torch.uint8", "uint8", 2),
-    DataType(9, "bool", 1, np.dtype("?"), np.dtype("?"), "torch.bool", "bool", 9),
-    DataType(10, "c64", 8, np.dtype("<c8"), np.dtype("<c8"), "torch.complex64", "csingle", 14),
-    DataType(11, "c128", 16, np.dtype("<c16"), np.dtype("<c16"), "torch.complex128", "cdouble", 15),
-    DataType(12, "c32", 4, None, _C32, "torch.complex32", "chalf", None),
-    DataType(13, "bf16", 2, None, np.dtype("<u2"), "torch.bfloat16", "bfloat16", 16),
-)
-
-_BY_CODE = {t.code: t for t in DATA_TYPES}
-_BY_SUFFIX = {t.suffix: t for t in DATA_TYPES}
-
-
-def dtype_from_suffix(suffix: str) -> int:
-    """The type code of a suffix such as ``f32``; ``null`` is 0. Unknown: ModelFormatError."""
-    t = _BY_SUFFIX.get(suffix)
-    if t is None:
-        known = " ".join(x.suffix for x in DATA_TYPES)
-        raise ModelFormatError(f"unknown dtype suffix {suffix!r} (known: {known})")
-    return t.code
-
-
-def suffix_of(code: int) -> str:
-    """The suffix pnnx writes for a type code; ``null`` for 0 and unknown codes (as pnnx)."""
-    t = _BY_CODE.get(code)
-    return t.suffix if t is not None else "null"
-
-
-def numpy_dtype(code: int) -> np.dtype | None:
-    """The numpy dtype of the values, or None (null, unknown, c32, bf16)."""
-    t = _BY_CODE.get(code)
-    return t.numpy if t is not None else None
-
-
-def storage_dtype(code: int) -> np.dtype | None:
-    """The numpy dtype that views the stored bytes as they are (bf16 -> uint16, c32 -> pair of f16)."""
-    t = _BY_CODE.get(code)
-    return t.storage if t is not None else None
-
-
-def itemsize(code: int) -> int:
-    """Bytes per element; 0 for null and unknown codes (as pnnx's ``type_to_elemsize``)."""
-    t = _BY_CODE.get(code)
-    return t.itemsize if t is not None else 0
-
-
-def dtype_from_numpy(dtype: Any) -> int:
-    """The type code of a numpy dtype (byte order ignored); 0 when pnnx has no such type."""
-    dtype = np.dtype(dtype)
-    if dtype == _C32:
-        return 12
-    for t in DATA_TYPES:
-        if t.numpy is not None and t.numpy.kind == dtype.kind and t.numpy.itemsize == dtype.itemsize:
-            return t.code
-    return 0
-
-
-def bf16_to_float32(raw: np.ndarray) -> np.ndarray:
-    """Decode bfloat16 bit patterns (uint16) to float32: they are the float32's high half."""
-    return (np.asarray(raw, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
+__all__ = ["ParamType", "Parameter", "Attribute", "Operand", "Operator", "Graph",
+           "INPUT_TYPE", "OUTPUT_TYPE", "shape_text"]
 
 
 # --------------------------------------------------------------------------- parameters
@@ -154,154 +54,39 @@ class ParamType(IntEnum):
     COMPLEX_ARRAY = 11
 
 
-_F32_SMALL = float(np.float32(0.0001))  # pnnx compares against 0.0001f, a float32 constant
-_NUMBER = r"-?[0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?"
-_INT_RE = re.compile(r"-?[0-9]+\Z")
-_FLOAT_RE = re.compile(_NUMBER + r"\Z")
-_COMPLEX_RE = re.compile(rf"({_NUMBER})([+-])({_NUMBER})j\Z")
-
-
-def _strtof_equals(text: str, f: np.float32) -> bool:
-    """Does C's ``strtof(text)`` give exactly the finite float32 ``f``?
-
-    Decided exactly, so no double rounding can fool it: ``text`` must lie in the interval
-    of reals that round to ``f``, half-way to each neighbour; on an edge, ties go to the
-    even significand.
-    """
-    x = Fraction(float(f))
-    with np.errstate(over="ignore"):
-        down = np.nextafter(f, np.float32(-np.inf))
-        up = np.nextafter(f, np.float32(np.inf))
-    # Past the largest float there is no neighbour: mirror the gap on the other side.
-    gap_down = x - Fraction(float(down)) if np.isfinite(down) else Fraction(float(up)) - x
-    gap_up = Fraction(float(up)) - x if np.isfinite(up) else gap_down
-    low, high = x - gap_down / 2, x + gap_up / 2
-    q = Fraction(text)
-    if low < q < high:
-        return True
-    even = int(np.array(f, dtype=np.float32).view(np.uint32)) & 1 == 0
-    return even and q in (low, high)
-
-
-def _compact_exponent(text: str) -> str:
-    """``1.000000e-05`` -> ``1.000000e-5``, ``1.0e+06`` -> ``1.0e6`` (pnnx's short exponent)."""
-    mantissa, _, exponent = text.partition("e")
-    return f"{mantissa}e{int(exponent)}"
-
-
-def format_float(value: float) -> str:
-    """A float the way pnnx writes it (``float_to_string`` of the pnnx 20261020 build).
-
-    The value is first rounded to float32, as pnnx holds it. Then: ``0.0`` for zero;
-    for |f| < 1e-4 or >= 1e6 ``%e`` (``%.8e`` if ``%e`` does not read back to the same
-    float32) with the exponent shortened (``1.000000e-5``, ``1.23456780e7``); otherwise
-    ``%g``, or if that does not read back ``%.9g`` (``0.333333343``) unless that has more
-    than 9 decimals, which goes to the short ``%.8e`` (``3.82674076e-2``); then ``.0`` on
-    whole numbers. ``inf``, ``-inf`` stay words; NaN comes out as ``nan.0`` (pnnx
-    appends ``.0`` to it too).
-
-    pnnx's source for this build was not at hand: these rules were fitted to, and
-    checked against, what that build wrote for ~900 float32 values of every magnitude.
-    """
-    with np.errstate(over="ignore"):
-        f = np.float32(value)
-    if f == 0:
-        return "0.0"
-    if np.isnan(f):
-        return ("-" if np.signbit(f) else "") + "nan.0"
-    if np.isinf(f):
-        return "-inf" if f < 0 else "inf"
-    d = float(f)
-    if abs(d) < _F32_SMALL or abs(d) >= 1000000.0:
-        text = f"{d:e}"
-        if not _strtof_equals(text, f):
-            text = f"{d:.8e}"
-        return _compact_exponent(text)
-    text = f"{d:g}"
-    if not _strtof_equals(text, f):
-        text = f"{d:.9g}"
-        if len(text.lstrip("-")) > 11:  # more than 9 decimals, as 0.0382674076: pnnx goes to %e
-            return _compact_exponent(f"{d:.8e}")
-    if not any(c in text for c in ".eE"):
-        text += ".0"
-    return text
-
-
-def _format_c_e(value: float) -> str:
-    """C's ``%e`` of a float32 promoted to double (``inf``/``nan`` as glibc spells them)."""
-    with np.errstate(over="ignore"):
-        f = np.float32(value)
-    if np.isnan(f):
-        return ("-" if np.signbit(f) else "") + "nan"
-    return f"{float(f):e}"
-
-
-def _format_complex(value: complex) -> str:
-    """pnnx writes a complex as ``%e+%ej``: ``1.000000e+00+-2.000000e+00j`` for 1-2j."""
-    return f"{_format_c_e(value.real)}+{_format_c_e(value.imag)}j"
-
-
-def _starts_like_number(text: str) -> bool:
-    """pnnx's test: a digit, or ``-`` followed by a digit."""
-    c0 = text[:1]
-    if c0.isdigit() and c0.isascii():
-        return True
-    c1 = text[1:2]
-    return c0 == "-" and c1.isdigit() and c1.isascii()
-
-
-def _classify(text: str) -> tuple[ParamType, Any]:
-    """One scalar (or list element) by pnnx's rules; a number that is malformed stays a string."""
-    if not _starts_like_number(text):
-        return ParamType.STRING, text
-    if text.endswith("j"):
-        m = _COMPLEX_RE.match(text)
-        if m is not None:
-            imag = float(m.group(3))
-            return ParamType.COMPLEX, complex(float(m.group(1)), -imag if m.group(2) == "-" else imag)
-        return ParamType.STRING, text
-    if "." in text or "e" in text:
-        if _FLOAT_RE.match(text):
-            return ParamType.FLOAT, float(text)
-        return ParamType.STRING, text
-    if _INT_RE.match(text):
-        return ParamType.INT, int(text)
-    return ParamType.STRING, text
-
-
 _ARRAY_OF = {ParamType.INT: ParamType.INT_ARRAY, ParamType.FLOAT: ParamType.FLOAT_ARRAY,
              ParamType.STRING: ParamType.STRING_ARRAY, ParamType.COMPLEX: ParamType.COMPLEX_ARRAY}
+_ELEMENT_OF = {array: element for element, array in _ARRAY_OF.items()}
+_SCALARS = {ParamType.INT: ((int, np.integer), int),
+            ParamType.FLOAT: ((int, float, np.integer, np.floating), float),
+            ParamType.STRING: (str, str),
+            ParamType.COMPLEX: ((int, float, complex, np.number), complex)}
+"""Per scalar type, the Python and numpy types it accepts (never a bool) and how it converts them."""
+
+
+def _scalar(kind: ParamType, v: Any) -> Any:
+    accepted, convert = _SCALARS[kind]
+    if isinstance(v, accepted) and not isinstance(v, bool):
+        return convert(v)
+    raise GraphError(f"a {kind.name.lower()} parameter cannot hold {v!r}")
 
 
 def _coerce(ptype: ParamType, value: Any) -> Any:
     """Check ``value`` fits ``ptype`` and normalise it (ints widen to float/complex)."""
-    def scalar(kind: ParamType, v: Any) -> Any:
-        if kind == ParamType.INT and isinstance(v, (int, np.integer)) and not isinstance(v, bool):
-            return int(v)
-        if kind == ParamType.FLOAT and isinstance(v, (int, float, np.integer, np.floating)) \
-                and not isinstance(v, bool):
-            return float(v)
-        if kind == ParamType.STRING and isinstance(v, str):
-            return v
-        if kind == ParamType.COMPLEX and isinstance(v, (int, float, complex, np.number)) \
-                and not isinstance(v, bool):
-            return complex(v)
-        raise GraphError(f"a {kind.name.lower()} parameter cannot hold {v!r}")
-
+    if ptype in _SCALARS:
+        return _scalar(ptype, value)
+    element = _ELEMENT_OF.get(ptype)
+    if element is not None:
+        if not isinstance(value, (list, tuple)):
+            raise GraphError(f"a {ptype.name.lower()} parameter needs a list, not {value!r}")
+        return [_scalar(element, v) for v in value]
     if ptype == ParamType.NONE:
         if value is not None:
             raise GraphError(f"a None parameter cannot hold {value!r}")
         return None
-    if ptype == ParamType.BOOL:
-        if not isinstance(value, (bool, np.bool_)):
-            raise GraphError(f"a bool parameter cannot hold {value!r}")
-        return bool(value)
-    if ptype in (ParamType.INT, ParamType.FLOAT, ParamType.STRING, ParamType.COMPLEX):
-        return scalar(ptype, value)
-    element = {v: k for k, v in _ARRAY_OF.items()}[ptype]
-    if not isinstance(value, (list, tuple)):
-        raise GraphError(f"a {ptype.name.lower()} parameter needs a list, not {value!r}")
-    return [scalar(element, v) for v in value]
+    if not isinstance(value, (bool, np.bool_)):
+        raise GraphError(f"a bool parameter cannot hold {value!r}")
+    return bool(value)
 
 
 def _infer_type(value: Any) -> ParamType:
@@ -336,25 +121,28 @@ class Parameter:
     ``type`` is a :class:`ParamType` (an int: 0 None, 1 bool, 2 int, 3 float, 4 string,
     5 int array, 6 float array, 7 string array, 10 complex, 11 complex array) and
     ``value`` the matching Python value (None, bool, int, float, str, list[int],
-    list[float], list[str], complex, list[complex]).
+    list[float], list[str], complex, list[complex]); without ``type`` the type is
+    inferred from the value.
 
-    A parameter read from a file keeps its original ``text``, and :meth:`to_string`
-    returns that text, so reading and writing a file never changes it; :meth:`encode`
-    always formats ``value`` the way pnnx does.
+    ``text`` is the text the parameter was read from (the reader passes it), None for one
+    built in memory; :mod:`kuiperinfer.pnnx.param_file` writes that text back, so reading
+    and writing a file never changes it, and formats ``value`` the way pnnx does otherwise.
     """
 
     __slots__ = ("_type", "_value", "_text")
 
-    def __init__(self, value: Any = None, type: int | None = None):
+    def __init__(self, value: Any = None, type: int | None = None, *, text: str | None = None):
         if type is None:
             ptype = _infer_type(value)
+        elif isinstance(type, ParamType):
+            ptype = type
         elif type in ParamType._value2member_map_:
             ptype = ParamType(type)
         else:
             raise GraphError(f"no parameter type {type!r} (pnnx has {[int(t) for t in ParamType]})")
         self._type = ptype
         self._value = _coerce(ptype, value)
-        self._text: str | None = None
+        self._text = text
 
     @property
     def type(self) -> ParamType:
@@ -371,53 +159,6 @@ class Parameter:
         """The text this parameter was parsed from, or None if it was built in memory."""
         return self._text
 
-    @classmethod
-    def parse(cls, text: str) -> Parameter:
-        """Read a value as pnnx's ``Parameter::parse_from_string`` does, in this order.
-
-        1. contains ``%`` -> string; 2. ``None``, ``()``, ``[]`` -> None;
-        3. ``True``/``False`` -> bool; 4. starts with ``(`` or ``[`` -> a list of the
-        text between the first and last character split on ``,``, each element by
-        rules 5-6; 5. does not start with a digit or ``-digit`` -> string (so ``inf``,
-        ``nan``, ``torch.float``, ``ij,jk->ik`` are strings); 6. contains ``.`` or ``e``
-        -> float, else int.
-
-        Where pnnx would silently read a prefix or lose data, this keeps it instead:
-        ``a+bj`` is a complex (pnnx's own writer makes those; its reader would keep only
-        ``a``); a text that starts like a number but is not one (``3x``, ``1.5.2``) stays
-        a string; a list mixing ints and floats is a float array; a list with any string
-        element (``[size(@0,0),-1]``) is a string array of the raw elements.
-        """
-        p = cls.__new__(cls)
-        p._text = text
-        p._type, p._value = _parse_value(text)
-        return p
-
-    def encode(self) -> str:
-        """``value`` formatted exactly as pnnx's ``Parameter::encode_to_string``."""
-        t, v = self._type, self._value
-        if t == ParamType.NONE:
-            return "None"
-        if t == ParamType.BOOL:
-            return "True" if v else "False"
-        if t == ParamType.INT:
-            return str(v)
-        if t == ParamType.FLOAT:
-            return format_float(v)
-        if t == ParamType.STRING:
-            return v
-        if t == ParamType.COMPLEX:
-            return _format_complex(v)
-        fmt = {ParamType.INT_ARRAY: str, ParamType.FLOAT_ARRAY: format_float,
-               ParamType.STRING_ARRAY: str, ParamType.COMPLEX_ARRAY: _format_complex}[t]
-        return "(" + ",".join(fmt(x) for x in v) + ")"
-
-    def to_string(self) -> str:
-        """The text to write: the original text if parsed, else :meth:`encode`."""
-        return self._text if self._text is not None else self.encode()
-
-    __str__ = to_string
-
     def __repr__(self) -> str:
         return f"Parameter({self._value!r}, type={self._type.name})"
 
@@ -429,26 +170,6 @@ class Parameter:
     def __hash__(self) -> int:
         v = self._value
         return hash((self._type, tuple(v) if isinstance(v, list) else v))
-
-
-def _parse_value(text: str) -> tuple[ParamType, Any]:
-    if "%" in text:
-        return ParamType.STRING, text
-    if text in ("None", "()", "[]"):
-        return ParamType.NONE, None
-    if text in ("True", "False"):
-        return ParamType.BOOL, text == "True"
-    if text[:1] in ("(", "["):
-        elements = [_classify(e) for e in text[1:-1].split(",")]
-        kinds = {k for k, _ in elements}
-        if ParamType.STRING in kinds:
-            return ParamType.STRING_ARRAY, text[1:-1].split(",")
-        if kinds == {ParamType.INT}:
-            return ParamType.INT_ARRAY, [v for _, v in elements]
-        if ParamType.COMPLEX in kinds:
-            return ParamType.COMPLEX_ARRAY, [complex(v) for _, v in elements]
-        return ParamType.FLOAT_ARRAY, [float(v) for _, v in elements]
-    return _classify(text)
 
 
 # --------------------------------------------------------------------------- attributes
@@ -627,14 +348,12 @@ class Operator:
         return f"Operator({self.type!r}, {self.name!r})"
 
 
-def default_bin_path(param_path: str | os.PathLike) -> str:
-    """The archive beside a .param: ``x.pnnx.param`` -> ``x.pnnx.bin``."""
-    path = os.fspath(param_path)
-    return (path[:-len(".param")] if path.endswith(".param") else path) + ".bin"
-
-
 class Graph:
-    """A whole pnnx graph (``Graph`` of ir.h): operators in file order and their operands."""
+    """A whole pnnx graph (``Graph`` of ir.h): operators in file order and their operands.
+
+    ``param_path`` and ``bin_path`` are the files it was read from (None for a graph built
+    in memory).
+    """
 
     def __init__(self) -> None:
         self.ops: list[Operator] = []
@@ -667,98 +386,6 @@ class Graph:
                 return operand
         return None
 
-    @classmethod
-    def load(cls, param_path: str | os.PathLike, bin_path: str | os.PathLike | None = None,
-             *, max_tensor_bytes: int | None = None) -> Graph:
-        """Read a ``.pnnx.param`` and its ``.pnnx.bin`` (default: the .bin beside it).
-
-        Attribute data stays in the memory-mapped archive (zero-copy views). A graph
-        without attributes needs no archive. ``max_tensor_bytes`` (default
-        :data:`kuiperinfer.pnnx.param_file.DEFAULT_MAX_TENSOR_BYTES`) refuses absurd
-        declared tensor sizes before anything is allocated. Raises
-        :class:`~kuiperinfer.errors.ParamSyntaxError` or
-        :class:`~kuiperinfer.errors.BinArchiveError`.
-        """
-        from kuiperinfer.pnnx import param_file
-        from kuiperinfer.pnnx.storezip import StoreZipReader
-
-        graph = param_file.read_param(param_path, max_tensor_bytes=max_tensor_bytes)
-        graph.bin_path = default_bin_path(param_path) if bin_path is None else os.fspath(bin_path)
-
-        pending = [(op, key, attr) for op in graph.ops for key, attr in op.attrs.items()
-                   if attr.data is None]
-        for _, _, attr in pending:  # no bytes to read: null type or empty shape
-            if attr.nbytes() == 0 and (attr.type == 0 or not attr.shape):
-                attr.data = b""
-        pending = [item for item in pending if item[2].data is None]
-        if not pending:
-            return graph
-        if not os.path.exists(graph.bin_path):
-            op, key, _ = pending[0]
-            raise BinArchiveError(f"archive not found; it must hold {len(pending)} attribute(s), "
-                                  f"first {op.name + '.' + key!r}", graph.bin_path)
-        with StoreZipReader(graph.bin_path) as archive:
-            for op, key, attr in pending:
-                entry = op.name + "." + key
-                expected = attr.nbytes()
-                shape = ",".join(map(str, attr.shape))
-                where = (f"operator {op.name!r} ({op.type}, {graph.param_path}:{op.line}) "
-                         f"attribute {key!r} ({shape}){suffix_of(attr.type)}")
-                if entry not in archive:
-                    raise BinArchiveError(f"{where}: entry {entry!r} is missing "
-                                          f"(expected {expected} bytes)", graph.bin_path)
-                actual = archive.size(entry)
-                if actual != expected:
-                    raise BinArchiveError(f"{where}: expected {expected} bytes, entry {entry!r} "
-                                          f"has {actual} bytes", graph.bin_path)
-                attr.data = archive.view(entry)
-        return graph
-
-    def save(self, param_path: str | os.PathLike, bin_path: str | os.PathLike | None = None) -> None:
-        """Write the graph as pnnx does: the .param text and the stored-zip .bin.
-
-        For a graph read from a pnnx export both files come out byte-identical. Each file
-        is written beside its target and renamed into place, so saving over the archive
-        a graph was loaded from is safe.
-        """
-        from kuiperinfer.pnnx import param_file
-        from kuiperinfer.pnnx.storezip import StoreZipWriter
-
-        param_path = os.fspath(param_path)
-        bin_path = default_bin_path(param_path) if bin_path is None else os.fspath(bin_path)
-        text = param_file.format_param(self).encode("utf-8")
-
-        bin_tmp = _temp_beside(bin_path)
-        try:
-            with StoreZipWriter(bin_tmp) as writer:
-                for op, key, attr in _sorted_attrs(self):
-                    if attr.data is None:
-                        raise GraphError(f"operator {op.name!r} attribute {key!r} has no data")
-                    writer.write_file(op.name + "." + key, attr.data)
-            param_tmp = _temp_beside(param_path)
-            try:
-                with open(param_tmp, "wb") as f:
-                    f.write(text)
-                os.replace(param_tmp, param_path)
-            finally:
-                if os.path.exists(param_tmp):
-                    os.unlink(param_tmp)
-            os.replace(bin_tmp, bin_path)
-        finally:
-            if os.path.exists(bin_tmp):
-                os.unlink(bin_tmp)
-
     def __repr__(self) -> str:
         where = f" from {self.param_path!r}" if self.param_path else ""
         return f"<Graph{where}: {len(self.ops)} operators, {len(self.operands)} operands>"
-
-
-def _temp_beside(path: str) -> str:
-    return f"{path}.tmp{os.getpid()}"
-
-
-def _sorted_attrs(graph: Graph) -> Iterable[tuple[Operator, str, Attribute]]:
-    """Every attribute in pnnx's archive order: operators in order, keys sorted."""
-    for op in graph.ops:
-        for key in sorted(op.attrs):
-            yield op, key, op.attrs[key]

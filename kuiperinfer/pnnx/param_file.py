@@ -16,6 +16,10 @@ parameters (sorted by key), ``@attr=(shape)dtype`` attributes (sorted),
 then output operand whose shape is known (``?`` is an unknown dimension). pnnx pads
 type and name to 24 columns (``%-24s %-24s %d %d``).
 
+Each parameter value is text too (``stride=(1,1)``, ``eps=1.000000e-5``):
+:func:`parse_parameter` reads one as pnnx does, :func:`encode_parameter` and
+:func:`format_float` write one as pnnx does.
+
 The reader is strict: every malformed line raises
 :class:`~kuiperinfer.errors.ParamSyntaxError` naming the file, the line and the
 problem. Blank lines after the counts are skipped.
@@ -26,14 +30,19 @@ from __future__ import annotations
 import io
 import os
 import re
-from typing import BinaryIO
+from fractions import Fraction
+from typing import Any, BinaryIO
+
+import numpy as np
 
 from kuiperinfer.errors import ModelFormatError, ParamSyntaxError
-from kuiperinfer.pnnx.ir import Attribute, Graph, Operand, Operator, Parameter, dtype_from_suffix, itemsize, suffix_of
+from kuiperinfer.pnnx.dtypes import dtype_from_suffix, itemsize, suffix_of
+from kuiperinfer.pnnx.ir import Attribute, Graph, Operand, Operator, Parameter, ParamType
 
 __all__ = ["MAGIC", "MAX_OPERATORS", "MAX_OPERANDS", "MAX_LINE_BYTES", "MAX_LINE_TOKENS",
            "DEFAULT_MAX_TENSOR_BYTES",
-           "read_param", "parse_param", "format_param", "write_param"]
+           "read_param", "parse_param", "format_param",
+           "parse_parameter", "encode_parameter", "parameter_text", "format_float"]
 
 MAGIC = "7767517"
 MAX_OPERATORS = 10_000_000
@@ -60,7 +69,7 @@ _COUNT_RE = re.compile(r"[0-9]+\Z")
 def read_param(path: str | os.PathLike, *, max_tensor_bytes: int | None = None) -> Graph:
     """Read a .param file into a :class:`Graph` whose attributes have ``data=None``.
 
-    :meth:`Graph.load` then fills the attribute data from the archive.
+    :func:`kuiperinfer.pnnx.loading.load_graph` then fills the attribute data from the archive.
     """
     path = os.fspath(path)
     try:
@@ -88,7 +97,7 @@ def format_param(graph: Graph) -> str:
         tokens += [operand.name for operand in op.inputs]
         tokens += [operand.name for operand in op.outputs]
         for key in sorted(op.params):
-            tokens.append(f"{key}={op.params[key].to_string()}")
+            tokens.append(f"{key}={parameter_text(op.params[key])}")
         for key in sorted(op.attrs):
             attr = op.attrs[key]
             dims = ",".join(str(d) for d in attr.shape)
@@ -102,12 +111,6 @@ def format_param(graph: Graph) -> str:
                 tokens.append(f"#{operand.name}=({_format_dims(operand)}){suffix_of(operand.type)}")
         lines.append(" ".join(tokens))
     return "\n".join(lines) + "\n"
-
-
-def write_param(graph: Graph, path: str | os.PathLike) -> None:
-    """Write :func:`format_param` of ``graph`` to ``path`` (UTF-8, ``\\n`` line ends)."""
-    with open(path, "wb") as f:
-        f.write(format_param(graph).encode("utf-8"))
 
 
 def _pad24(text: str) -> str:
@@ -126,6 +129,192 @@ def _format_dims(operand: Operand) -> str:
             out.append(str(d))
     return ",".join(out)
 
+
+# --------------------------------------------------------------------------- parameter values
+
+def parse_parameter(text: str) -> Parameter:
+    """Read a value as pnnx's ``Parameter::parse_from_string`` does, in this order.
+
+    1. contains ``%`` -> string; 2. ``None``, ``()``, ``[]`` -> None;
+    3. ``True``/``False`` -> bool; 4. starts with ``(`` or ``[`` -> a list of the
+    text between the first and last character split on ``,``, each element by
+    rules 5-6; 5. does not start with a digit or ``-digit`` -> string (so ``inf``,
+    ``nan``, ``torch.float``, ``ij,jk->ik`` are strings); 6. contains ``.`` or ``e``
+    -> float, else int.
+
+    Where pnnx would silently read a prefix or lose data, this keeps it instead:
+    ``a+bj`` is a complex (pnnx's own writer makes those; its reader would keep only
+    ``a``); a text that starts like a number but is not one (``3x``, ``1.5.2``) stays
+    a string; a list mixing ints and floats is a float array; a list with any string
+    element (``[size(@0,0),-1]``) is a string array of the raw elements. The parameter
+    keeps ``text``.
+    """
+    ptype, value = _parse_value(text)
+    return Parameter(value, ptype, text=text)
+
+
+def encode_parameter(parameter: Parameter) -> str:
+    """``parameter.value`` formatted exactly as pnnx's ``Parameter::encode_to_string``."""
+    t, v = parameter.type, parameter.value
+    if t == ParamType.NONE:
+        return "None"
+    if t == ParamType.BOOL:
+        return "True" if v else "False"
+    if t == ParamType.INT:
+        return str(v)
+    if t == ParamType.FLOAT:
+        return format_float(v)
+    if t == ParamType.STRING:
+        return v
+    if t == ParamType.COMPLEX:
+        return _format_complex(v)
+    fmt = {ParamType.INT_ARRAY: str, ParamType.FLOAT_ARRAY: format_float,
+           ParamType.STRING_ARRAY: str, ParamType.COMPLEX_ARRAY: _format_complex}[t]
+    return "(" + ",".join(fmt(x) for x in v) + ")"
+
+
+def parameter_text(parameter: Parameter) -> str:
+    """The text to write after ``key=``: the text the parameter was read from, else
+    :func:`encode_parameter`, so that reading and writing a file never changes it."""
+    return parameter.text if parameter.text is not None else encode_parameter(parameter)
+
+
+_F32_SMALL = float(np.float32(0.0001))  # pnnx compares against 0.0001f, a float32 constant
+_NUMBER = r"-?[0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?"
+_INT_RE = re.compile(r"-?[0-9]+\Z")
+_FLOAT_RE = re.compile(_NUMBER + r"\Z")
+_COMPLEX_RE = re.compile(rf"({_NUMBER})([+-])({_NUMBER})j\Z")
+
+
+def _strtof_equals(text: str, f: np.float32) -> bool:
+    """Does C's ``strtof(text)`` give exactly the finite float32 ``f``?
+
+    Decided exactly, so no double rounding can fool it: ``text`` must lie in the interval
+    of reals that round to ``f``, half-way to each neighbour; on an edge, ties go to the
+    even significand.
+    """
+    x = Fraction(float(f))
+    with np.errstate(over="ignore"):
+        down = np.nextafter(f, np.float32(-np.inf))
+        up = np.nextafter(f, np.float32(np.inf))
+    # Past the largest float there is no neighbour: mirror the gap on the other side.
+    gap_down = x - Fraction(float(down)) if np.isfinite(down) else Fraction(float(up)) - x
+    gap_up = Fraction(float(up)) - x if np.isfinite(up) else gap_down
+    low, high = x - gap_down / 2, x + gap_up / 2
+    q = Fraction(text)
+    if low < q < high:
+        return True
+    even = int(np.array(f, dtype=np.float32).view(np.uint32)) & 1 == 0
+    return even and q in (low, high)
+
+
+def _compact_exponent(text: str) -> str:
+    """``1.000000e-05`` -> ``1.000000e-5``, ``1.0e+06`` -> ``1.0e6`` (pnnx's short exponent)."""
+    mantissa, _, exponent = text.partition("e")
+    return f"{mantissa}e{int(exponent)}"
+
+
+def format_float(value: float) -> str:
+    """A float the way pnnx writes it (``float_to_string`` of the pnnx 20261020 build).
+
+    The value is first rounded to float32, as pnnx holds it. Then: ``0.0`` for zero;
+    for |f| < 1e-4 or >= 1e6 ``%e`` (``%.8e`` if ``%e`` does not read back to the same
+    float32) with the exponent shortened (``1.000000e-5``, ``1.23456780e7``); otherwise
+    ``%g``, or if that does not read back ``%.9g`` (``0.333333343``) unless that has more
+    than 9 decimals, which goes to the short ``%.8e`` (``3.82674076e-2``); then ``.0`` on
+    whole numbers. ``inf``, ``-inf`` stay words; NaN comes out as ``nan.0`` (pnnx
+    appends ``.0`` to it too).
+
+    pnnx's source for this build was not at hand: these rules were fitted to, and
+    checked against, what that build wrote for ~900 float32 values of every magnitude.
+    """
+    with np.errstate(over="ignore"):
+        f = np.float32(value)
+    if f == 0:
+        return "0.0"
+    if np.isnan(f):
+        return ("-" if np.signbit(f) else "") + "nan.0"
+    if np.isinf(f):
+        return "-inf" if f < 0 else "inf"
+    d = float(f)
+    if abs(d) < _F32_SMALL or abs(d) >= 1000000.0:
+        text = f"{d:e}"
+        if not _strtof_equals(text, f):
+            text = f"{d:.8e}"
+        return _compact_exponent(text)
+    text = f"{d:g}"
+    if not _strtof_equals(text, f):
+        text = f"{d:.9g}"
+        if len(text.lstrip("-")) > 11:  # more than 9 decimals, as 0.0382674076: pnnx goes to %e
+            return _compact_exponent(f"{d:.8e}")
+    if not any(c in text for c in ".eE"):
+        text += ".0"
+    return text
+
+
+def _format_c_e(value: float) -> str:
+    """C's ``%e`` of a float32 promoted to double (``inf``/``nan`` as glibc spells them)."""
+    with np.errstate(over="ignore"):
+        f = np.float32(value)
+    if np.isnan(f):
+        return ("-" if np.signbit(f) else "") + "nan"
+    return f"{float(f):e}"
+
+
+def _format_complex(value: complex) -> str:
+    """pnnx writes a complex as ``%e+%ej``: ``1.000000e+00+-2.000000e+00j`` for 1-2j."""
+    return f"{_format_c_e(value.real)}+{_format_c_e(value.imag)}j"
+
+
+def _starts_like_number(text: str) -> bool:
+    """pnnx's test: a digit, or ``-`` followed by a digit."""
+    c0 = text[:1]
+    if c0.isdigit() and c0.isascii():
+        return True
+    c1 = text[1:2]
+    return c0 == "-" and c1.isdigit() and c1.isascii()
+
+
+def _classify(text: str) -> tuple[ParamType, Any]:
+    """One scalar (or list element) by pnnx's rules; a number that is malformed stays a string."""
+    if not _starts_like_number(text):
+        return ParamType.STRING, text
+    if text.endswith("j"):
+        m = _COMPLEX_RE.match(text)
+        if m is not None:
+            imag = float(m.group(3))
+            return ParamType.COMPLEX, complex(float(m.group(1)), -imag if m.group(2) == "-" else imag)
+        return ParamType.STRING, text
+    if "." in text or "e" in text:
+        if _FLOAT_RE.match(text):
+            return ParamType.FLOAT, float(text)
+        return ParamType.STRING, text
+    if _INT_RE.match(text):
+        return ParamType.INT, int(text)
+    return ParamType.STRING, text
+
+
+def _parse_value(text: str) -> tuple[ParamType, Any]:
+    if "%" in text:
+        return ParamType.STRING, text
+    if text in ("None", "()", "[]"):
+        return ParamType.NONE, None
+    if text in ("True", "False"):
+        return ParamType.BOOL, text == "True"
+    if text[:1] in ("(", "["):
+        elements = [_classify(e) for e in text[1:-1].split(",")]
+        kinds = {k for k, _ in elements}
+        if ParamType.STRING in kinds:
+            return ParamType.STRING_ARRAY, text[1:-1].split(",")
+        if kinds == {ParamType.INT}:
+            return ParamType.INT_ARRAY, [v for _, v in elements]
+        if ParamType.COMPLEX in kinds:
+            return ParamType.COMPLEX_ARRAY, [complex(v) for _, v in elements]
+        return ParamType.FLOAT_ARRAY, [float(v) for _, v in elements]
+    return _classify(text)
+
+
+# --------------------------------------------------------------------------- reading
 
 class _Reader:
     """One pass over the file; knows the path and current line for every message."""
@@ -251,7 +440,7 @@ class _Reader:
                     raise self.error(f"operator {name!r}: parameter with an empty key in {token!r}")
                 if key in op.params:
                     raise self.error(f"operator {name!r}: duplicate parameter {key!r}")
-                op.params[key] = Parameter.parse(value)
+                op.params[key] = parse_parameter(value)
 
     def count(self, token: str, what: str) -> int:
         if not _COUNT_RE.match(token):

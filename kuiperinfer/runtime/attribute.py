@@ -15,7 +15,7 @@ import numpy as np
 from kuiperinfer.pnnx.ir import Attribute
 
 RuntimeDataType = int
-"""pnnx's dtype code of an operand or attribute (1 = f32, 3 = f16, ... see pnnx.ir)."""
+"""pnnx's dtype code of an operand or attribute (1 = f32, 3 = f16, ... see pnnx.dtypes)."""
 
 
 @dataclass

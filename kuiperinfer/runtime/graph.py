@@ -55,7 +55,9 @@ from kuiperinfer.errors import (
     OperatorError,
 )
 from kuiperinfer.kernels.parallel import ThreadPool, one_thread
-from kuiperinfer.pnnx.ir import INPUT_TYPE, OUTPUT_TYPE, Graph, numpy_dtype, shape_text
+from kuiperinfer.pnnx.dtypes import numpy_dtype
+from kuiperinfer.pnnx.ir import INPUT_TYPE, OUTPUT_TYPE, Graph, shape_text
+from kuiperinfer.pnnx.loading import load_graph
 from kuiperinfer.runtime.attribute import RuntimeAttribute
 from kuiperinfer.runtime.batching import Batching, Carrier, analyse
 from kuiperinfer.runtime.calibration import CalibrationTable, model_digest
@@ -112,7 +114,7 @@ class RuntimeGraph:
         if graph is None:
             if self.param_path is None:
                 raise GraphError("RuntimeGraph.init() needs a param path or a pnnx Graph")
-            graph = Graph.load(self.param_path, self.bin_path, max_tensor_bytes=self.options.max_tensor_bytes)
+            graph = load_graph(self.param_path, self.bin_path, max_tensor_bytes=self.options.max_tensor_bytes)
         self.operators, self.operands = [], {}
         for pnnx_op in graph.ops:
             op = RuntimeOperator(pnnx_op.name, pnnx_op.type, pnnx_op.line or None)

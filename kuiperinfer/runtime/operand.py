@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
 
 from kuiperinfer.runtime.attribute import RuntimeDataType
-
-if TYPE_CHECKING:
-    from kuiperinfer.runtime.operator import RuntimeOperator
 
 
 class RuntimeOperand:
@@ -18,18 +15,21 @@ class RuntimeOperand:
     value: a run keeps its values in an environment of its own (see
     :meth:`RuntimeGraph.run <kuiperinfer.runtime.graph.RuntimeGraph.run>`), so one
     graph serves many threads.
+
+    ``producer`` and ``consumers`` are
+    :class:`~kuiperinfer.runtime.operator.RuntimeOperator` objects, which hold their operands
+    in turn; the operand is the lower of the two and does not import the operator.
     """
 
     __slots__ = ("name", "shapes", "type", "producer", "consumers")
 
-    def __init__(self, name: str, shapes: list[int], type: RuntimeDataType,
-                 producer: RuntimeOperator | None = None):
+    def __init__(self, name: str, shapes: list[int], type: RuntimeDataType, producer: Any = None):
         self.name = name
         self.shapes = shapes
         self.type = type
         self.producer = producer
-        """The operator that writes it."""
-        self.consumers: list[RuntimeOperator] = []
+        """The operator that writes it (None until the graph sets it)."""
+        self.consumers: list[Any] = []
         """The operators that read it, once per input slot they read it in."""
 
     def __repr__(self) -> str:

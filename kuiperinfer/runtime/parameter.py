@@ -12,6 +12,9 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any
 
+from kuiperinfer.pnnx.ir import Parameter
+from kuiperinfer.pnnx.param_file import parameter_text
+
 
 class RuntimeParameterType(IntEnum):
     """KuiperInfer's parameter type tags; the numbers are pnnx's ``Parameter::type`` codes."""
@@ -41,9 +44,9 @@ class RuntimeParameter:
     """The parameter as written in the .param file."""
 
     @classmethod
-    def from_pnnx(cls, parameter: Any) -> RuntimeParameter:
+    def from_pnnx(cls, parameter: Parameter) -> RuntimeParameter:
         """Convert a :class:`kuiperinfer.pnnx.ir.Parameter`."""
         value = parameter.value
         if isinstance(value, list):
             value = tuple(value)
-        return cls(RuntimeParameterType(parameter.type), value, parameter.to_string())
+        return cls(RuntimeParameterType(parameter.type), value, parameter_text(parameter))

@@ -13,7 +13,7 @@ import numpy as np
 import kuiperinfer
 from kuiperinfer import RuntimeGraph
 from kuiperinfer.convert import CONVERTIBLE_SUFFIXES
-from kuiperinfer.pnnx.ir import numpy_dtype
+from kuiperinfer.pnnx.dtypes import numpy_dtype
 from kuiperinfer.runtime.operand import RuntimeOperand
 from kuiperinfer.serve.protocol import TensorSpec, datatype_of
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from kuiperinfer.pnnx.ir import DATA_TYPES
+from kuiperinfer.pnnx.dtypes import DATA_TYPES
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
 """The binary tensor data extension's header: bytes of JSON before the binary tensors."""

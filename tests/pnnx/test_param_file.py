@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kuiperinfer.errors import BinArchiveError, ParamSyntaxError
-from kuiperinfer.pnnx import Graph, format_param, param_file, parse_param
+from kuiperinfer.pnnx import format_param, load_graph, param_file, parse_param
 
 CONV = ("nn.Conv2d                conv                     1 1 0 1 bias=False stride=(1,1) "
         "@weight=(2,1,1,1)f32 $input=0 #0=(1,1,4,4)f32 #1=(1,2,4,4)f32")
@@ -28,7 +28,7 @@ def write(tmp_path, text, name="m.pnnx.param"):
 def syntax_error(tmp_path, text) -> ParamSyntaxError:
     path = write(tmp_path, text)
     with pytest.raises(ParamSyntaxError) as info:
-        Graph.load(path)
+        load_graph(path)
     err = info.value
     assert err.path == str(path)
     assert str(err).startswith(f"{path}:{err.line}: ")
@@ -147,7 +147,7 @@ def test_format_omits_shapeless_operands_and_unnamed_inputs():
 
 def test_load_without_attributes_needs_no_archive(tmp_path):
     path = write(tmp_path, text_of("pnnx.Input in 0 1 0", "pnnx.Output out 1 0 0"))
-    g = Graph.load(path)
+    g = load_graph(path)
     assert g.param_path == str(path) and g.bin_path == str(tmp_path / "m.pnnx.bin")
 
 
@@ -286,8 +286,8 @@ def test_declared_tensor_over_the_limit_is_refused_before_reading(tmp_path):
     assert err.line == 3 and "exceeds the limit" in err.reason
     path = write(tmp_path, text_of("pnnx.Input in 0 1 0 #0=(1000,1000)f32"))
     with pytest.raises(ParamSyntaxError, match="max_tensor_bytes"):
-        Graph.load(path, max_tensor_bytes=1_000_000)
-    assert Graph.load(path, max_tensor_bytes=4_000_000).operands[0].shape == [1000, 1000]
+        load_graph(path, max_tensor_bytes=1_000_000)
+    assert load_graph(path, max_tensor_bytes=4_000_000).operands[0].shape == [1000, 1000]
 
 
 def test_overlong_line_is_refused(tmp_path, monkeypatch):
@@ -298,7 +298,7 @@ def test_overlong_line_is_refused(tmp_path, monkeypatch):
 
 def test_missing_file_is_a_model_format_error(tmp_path):
     with pytest.raises(ParamSyntaxError, match="cannot open"):
-        Graph.load(tmp_path / "absent.pnnx.param")
+        load_graph(tmp_path / "absent.pnnx.param")
 
 
 # ---------------------------------------------------------------- the archive side of load
@@ -306,7 +306,7 @@ def test_missing_file_is_a_model_format_error(tmp_path):
 def test_attributes_without_archive(tmp_path):
     path = write(tmp_path, text_of("pnnx.Attribute a 0 1 0 @data=(2)f32"))
     with pytest.raises(BinArchiveError, match="archive not found") as info:
-        Graph.load(path)
+        load_graph(path)
     assert info.value.path == str(tmp_path / "m.pnnx.bin")
 
 
@@ -316,13 +316,13 @@ def test_missing_entry_and_wrong_size_name_operator_attribute_and_sizes(tmp_path
     with zipfile.ZipFile(tmp_path / "m.pnnx.bin", "w") as z:
         z.writestr("a.data", b"\0" * 7)
     with pytest.raises(BinArchiveError) as info:
-        Graph.load(path)
+        load_graph(path)
     msg = info.value.reason
     assert "'a'" in msg and "'data'" in msg and "expected 8 bytes" in msg and "has 7 bytes" in msg
     with zipfile.ZipFile(tmp_path / "m.pnnx.bin", "w") as z:
         z.writestr("a.data", b"\0" * 8)
     with pytest.raises(BinArchiveError, match="entry 'a.more' is missing"):
-        Graph.load(path)
+        load_graph(path)
 
 
 def test_explicit_bin_path_and_attribute_data(tmp_path):
@@ -332,6 +332,6 @@ def test_explicit_bin_path_and_attribute_data(tmp_path):
     path = write(tmp_path, text_of("pnnx.Attribute a.b 0 1 0 @c.d=(2)i16"))
     with zipfile.ZipFile(tmp_path / "weights.zip", "w") as z:
         z.writestr("a.b.c.d", np.array([7, -7], np.int16).tobytes())
-    g = Graph.load(path, tmp_path / "weights.zip")
+    g = load_graph(path, tmp_path / "weights.zip")
     assert g.ops[0].attrs["c.d"].numpy().tolist() == [7, -7]
     assert isinstance(g.ops[0].attrs["c.d"].data, memoryview)

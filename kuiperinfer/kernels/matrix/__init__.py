@@ -3,6 +3,6 @@
 A precision (:mod:`.precision`) says what the products of convolutions, linear layers and
 matrix multiplications compute, the same numbers on every machine; the CPU decides only
 how fast. :mod:`.features` says which matrix instructions this CPU has (AMX tiles,
-AVX512-BF16, VNNI) and asks Linux for the AMX tile state; :mod:`.bf16` rounds float32 to
-bfloat16 and splits it into bfloat16 parts, the NumPy references of the forms.
+AVX512-BF16, VNNI); :mod:`.bf16` rounds float32 to bfloat16 and :mod:`.int8` quantizes, the
+NumPy references of the forms.
 """

@@ -1,25 +1,16 @@
-"""Which matrix instructions this CPU has, and the AMX tile state Linux hands out on request.
+"""Which matrix instructions this CPU has.
 
 Linux reports the CPU's features as flags in ``/proc/cpuinfo``; the ones the matrix engine
 cares for are the AMX tiles and their bf16 and int8 products (``amx_tile``, ``amx_bf16``,
 ``amx_int8``), AVX-512's bf16 dot product (``avx512_bf16``) and the int8 dot products of
-VNNI (``avx512_vnni``, ``avx_vnni``). A process may use AMX tiles only after asking the
-kernel for their state (``arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)``); a forked
-process inherits it, a new one (a Ray worker) asks again: :func:`request_tile_state` asks
-once per process.
+VNNI (``avx512_vnni``, ``avx_vnni``). A precision's ``products`` says which of them this
+machine has for it (:func:`kuiperinfer.kernels.matrix.precision.precision`).
 """
 
 from __future__ import annotations
 
-import ctypes
-import os
 from dataclasses import dataclass
 from functools import cache
-
-SYS_ARCH_PRCTL = 158
-"""arch_prctl's system call number on x86-64 Linux."""
-ARCH_REQ_XCOMP_PERM = 0x1023
-XFEATURE_XTILEDATA = 18
 
 
 @dataclass(frozen=True)
@@ -43,11 +34,6 @@ class MatrixFeatures:
         """The fastest instructions multiplying bf16 here: ``"AMX"``, ``"AVX512-BF16"`` or None."""
         return "AMX" if self.amx_bf16 else "AVX512-BF16" if self.avx512_bf16 else None
 
-    def describe(self) -> str:
-        names = [name for name, present in (("AMX-BF16", self.amx_bf16), ("AMX-INT8", self.amx_int8),
-                                            ("AVX512-BF16", self.avx512_bf16), ("VNNI", self.vnni)) if present]
-        return ", ".join(names) or "no matrix instructions (no AMX, AVX512-BF16 or VNNI)"
-
 
 def cpu_flags(cpuinfo: str) -> frozenset[str]:
     """The feature flags of the first processor in the text of ``/proc/cpuinfo``."""
@@ -66,24 +52,3 @@ def detect() -> MatrixFeatures:
             return MatrixFeatures.from_flags(cpu_flags(file.read()))
     except OSError:
         return MatrixFeatures()
-
-
-_GRANTED: dict[int, bool] = {}
-"""Per process id, whether Linux granted the tile state."""
-
-
-def request_tile_state() -> bool:
-    """Ask Linux, once per process, for the AMX tile state; whether this process may use
-    the tiles (False on a CPU without AMX or a kernel that refuses)."""
-    pid = os.getpid()
-    if pid not in _GRANTED:
-        _GRANTED[pid] = detect().amx_bf16 and _arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0
-    return _GRANTED[pid]
-
-
-def _arch_prctl(code: int, argument: int) -> int:
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        return int(libc.syscall(ctypes.c_long(SYS_ARCH_PRCTL), ctypes.c_long(code), ctypes.c_ulong(argument)))
-    except (OSError, AttributeError):
-        return -1
