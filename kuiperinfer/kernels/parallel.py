@@ -5,7 +5,8 @@ Who waits on what (docs/design.md draws it):
 
 * A **caller** (any thread calling ``graph.run``) enters its graph's pool for the run
   (:meth:`ThreadPool.running`): kernels then find the pool (:func:`run_parts`,
-  :func:`threads_for`), and BLAS runs on one thread (:func:`blas_threads`).
+  :func:`threads_for`). BLAS runs on one thread while any pool exists (:func:`blas_threads`,
+  held from a pool's creation to its end, not set and restored on every run).
 * A kernel cuts a large operator into independent parts (more of them than threads) and
   calls :func:`run_parts`. The pool hands a :class:`Task` to up to ``threads - 1``
   **helpers**, and the caller and the helpers take the parts one at a time, each the next
@@ -225,7 +226,8 @@ class ThreadPool:
         self.load = load or {"auto": self.auto_load, "always": QuietMachine, "never": BusyMachine}[spin]()
         self._helpers: list[_Helper] = []
         self._helpers_lock = threading.Lock()
-        weakref.finalize(self, _stop, self._helpers)
+        blas_threads.hold(1)
+        weakref.finalize(self, _end, self._helpers)
         _POOLS.add(self)
 
     def spins(self) -> bool:
@@ -235,13 +237,12 @@ class ThreadPool:
     @contextlib.contextmanager
     def running(self) -> Iterator[None]:
         """A run of a graph in this thread: kernels share their parts among the pool's threads,
-        BLAS runs on one thread, and the machine's load is sampled once, for the whole run."""
+        and the machine's load is sampled once, for the whole run."""
         if self.spin == "auto" and self.threads > 1:
             self.load.update(1 + sum(helper.awake for helper in self._helpers), min(self.threads, cores()))
         token = _POOL.set(self)
         try:
-            with blas_threads(1):
-                yield
+            yield
         finally:
             _POOL.reset(token)
 
@@ -295,6 +296,12 @@ def _stop(helpers: list[_Helper]) -> None:
     for helper in helpers:
         helper.start(_STOP)
     helpers.clear()
+
+
+def _end(helpers: list[_Helper]) -> None:
+    """A pool's end: its helpers stop and it lets go of the BLAS limit."""
+    _stop(helpers)
+    blas_threads.release(1)
 
 
 _POOL: ContextVar[ThreadPool | None] = ContextVar("kuiper_pool", default=None)
@@ -407,11 +414,18 @@ class _BlasLimit:
                 self._apply()
 
     def hold(self, threads: int) -> None:
-        """Limit BLAS to ``threads`` for the rest of the process (a Ray actor's: the process is
-        the model's alone), as a user that never leaves."""
+        """Limit BLAS to ``threads`` until :meth:`release` (a pool's life; a Ray actor's
+        process, which is the model's alone, never releases it)."""
         with self._lock:
             self._users.append(threads)
             self._apply()
+
+    def release(self, threads: int) -> None:
+        """End a :meth:`hold` of ``threads``."""
+        with self._lock:
+            if threads in self._users:
+                self._users.remove(threads)
+                self._apply()
 
     def _apply(self) -> None:
         from threadpoolctl import ThreadpoolController
@@ -441,5 +455,6 @@ def _let_go_of_openblas() -> None:
 
 blas_threads = _BlasLimit()
 """``with blas_threads(n):`` NumPy's BLAS runs on at most ``n`` threads meanwhile, in the
-whole process (the fewest any user in any thread asks for). Runs take 1, since the pool's
-threads are the parallelism; the benchmark and Ray actors use it too."""
+whole process (the fewest any user in any thread asks for). Every :class:`ThreadPool` holds
+it at 1 while it exists, since the pool's threads are the parallelism (setting it takes tens
+of microseconds, too much to pay on every run); the benchmark and Ray actors use it too."""

@@ -52,9 +52,10 @@ FEW_ROWS = 100
 """Rows up to which a product of two rows or more is computed transposed, its output features shared among the
 threads, and judged for sharing by its weight: as if it had FEW_ROWS rows, since its time is
 the weight's reading rather than its multiply-adds."""
-PARTS_PER_THREAD = 2
-"""Parts a shared product is cut into per thread, so that a descheduled thread's part
-goes to another."""
+PARTS_PER_THREAD = 1
+"""Parts a shared product is cut into per thread: one, since each part costs a hand-off and a
+smaller product (ViT-Tiny at batch 1 on two threads: 22.7, 24.7, 27.0 ms with 1, 2, 3 parts
+per thread; docs/performance.md)."""
 
 
 def column_parts(columns: int, parts: int) -> list[tuple[int, int]]:

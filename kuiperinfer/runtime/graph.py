@@ -49,22 +49,21 @@ from kuiperinfer.errors import (
     CalibrationError,
     GraphError,
     InferError,
-    InferStatus,
     InputError,
     KuiperError,
-    OperatorError,
 )
 from kuiperinfer.kernels.parallel import ThreadPool, one_thread
 from kuiperinfer.pnnx.dtypes import numpy_dtype
 from kuiperinfer.pnnx.ir import INPUT_TYPE, OUTPUT_TYPE, Graph, shape_text
 from kuiperinfer.pnnx.loading import load_graph
 from kuiperinfer.runtime.attribute import RuntimeAttribute
-from kuiperinfer.runtime.batching import Batching, Carrier, analyse
+from kuiperinfer.runtime.batching import Batching, analyse
 from kuiperinfer.runtime.calibration import CalibrationTable, model_digest
 from kuiperinfer.runtime.operand import RuntimeOperand
 from kuiperinfer.runtime.operator import RuntimeOperator
 from kuiperinfer.runtime.options import LoadOptions
 from kuiperinfer.runtime.parameter import RuntimeParameter
+from kuiperinfer.runtime.plan import RunPlan, failure
 from kuiperinfer.runtime.registry import LayerRegisterer
 
 TUPLE_TYPES = ("prim::TupleConstruct", "prim::ListConstruct")
@@ -100,10 +99,11 @@ class RuntimeGraph:
         self.output_operators: list[RuntimeOperator] = []
         self.operands: dict[str, RuntimeOperand] = {}
         self._plan: list[RuntimeOperator] = []
-        self._release: list[list[RuntimeOperand]] = []
-        """For each step of the plan, the values its operator reads last."""
-        self._fits: list[list[Carrier]] = []
-        """For each step of the plan, the constants it reads that carry the traced batch."""
+        """The operators that compute, in execution order."""
+        self._run_plan = RunPlan((), (), ())
+        """The plan's steps over numbered slots (:mod:`kuiperinfer.runtime.plan`), bound by build()."""
+        self._hooked = type(self).run_node is not RuntimeGraph.run_node
+        """Whether a subclass overrides :meth:`run_node`, which every step then goes through."""
         self.batching = Batching(False, "the graph is not built")
         """Whether the samples are independent and which batch sizes run (set by build())."""
 
@@ -193,12 +193,10 @@ class RuntimeGraph:
             self._check_calibration(calibration)
         self.operators = self._topological_order()
         self._plan = [op for op in self.operators if op.layer is not None]
-        self._release = self._release_plan(self._plan)
         self.batching = analyse(self.graph_input_operands(), self._plan, self.graph_output_operands(),
                                 self._constant_value)
-        self._fits = [[] for _ in self._plan]
-        for carrier in self.batching.carriers:
-            self._fits[carrier.step].append(carrier)
+        self._run_plan = RunPlan(self._plan, self.graph_input_operands(), self.graph_output_operands(),
+                                 self.batching.carriers)
         self.graph_state = GraphState.Complete
 
     def _check_calibrated_model(self, calibration: CalibrationTable) -> None:
@@ -247,20 +245,6 @@ class RuntimeGraph:
                     order.append(op)
         order.reverse()
         return order
-
-    def _release_plan(self, plan: list[RuntimeOperator]) -> list[list[RuntimeOperand]]:
-        """For each step, the operands whose last consumer is that step."""
-        keep = {id(o) for o in self.graph_output_operands()}
-        last_use: dict[int, int] = {}
-        for step, op in enumerate(plan):
-            for operand in op.input_operands_seq:
-                last_use[id(operand)] = step
-        release: list[list[RuntimeOperand]] = [[] for _ in plan]
-        for operand in self.operands.values():
-            step = last_use.get(id(operand))
-            if step is not None and id(operand) not in keep:
-                release[step].append(operand)
-        return release
 
     def _constant_value(self, operand: RuntimeOperand) -> Any:
         """The value of an operand computed from constants alone, by its producers."""
@@ -460,7 +444,7 @@ class RuntimeGraph:
             if len(chunks) >= 2:
                 outputs = self._run_chunks(values, chunks)
             else:
-                outputs = list(_flatten(self._run_pass(values, self.graph_output_operands(), _whole(values))))
+                outputs = list(_flatten(self._run_pass(values, None, _whole(values))))
         return [_row_major(output) for output in outputs]
 
     @property
@@ -493,20 +477,15 @@ class RuntimeGraph:
         return {name: _row_major(found[id(operands[0])]) if len(operands) == 1
                 else tuple(_row_major(found[id(o)]) for o in operands) for name, operands in targets.items()}
 
-    def _run_pass(self, values: Sequence[Any], wanted: Sequence[RuntimeOperand], rows: slice) -> list[Any]:
+    def _run_pass(self, values: Sequence[Any], wanted: Sequence[RuntimeOperand] | None, rows: slice) -> list[Any]:
         """One pass of the plan over the graph inputs' ``values`` (the samples ``rows`` of the
-        call) in this thread, in an environment of its own; the values of the operands ``wanted``."""
-        env: dict[RuntimeOperand, Any] = dict(zip(self.graph_input_operands(), values))
-        keep = set(wanted)
-        for op, released, fits in zip(self._plan, self._release, self._fits):
-            inputs = [env[o] for o in op.input_operands_seq]
-            for carrier in fits:   # a constant that carries the traced batch, fitted to these samples
-                inputs[carrier.position] = carrier.fit(inputs[carrier.position], rows)
-            env.update(zip(op.output_operands, self.run_node(op, inputs)))
-            for operand in released:
-                if operand not in keep:
-                    del env[operand]
-        return [env[operand] for operand in wanted]
+        call) in this thread, with values of its own; the values of the operands ``wanted``
+        (None: the graph's outputs)."""
+        plan = self._run_plan
+        if wanted is None and not self._hooked and not plan.fitted:
+            return plan.run(values)
+        slots = plan.output_slots if wanted is None else [plan.slot_of(o) for o in wanted]
+        return plan.run_hooked(values, slots, rows, self.run_node)
 
     def _batch_chunks(self, values: Sequence[np.ndarray]) -> list[slice]:
         """Contiguous chunks of the batch for the threads to take ([] when the run stays whole)."""
@@ -526,14 +505,13 @@ class RuntimeGraph:
         outputs. Each chunk runs in a copy of the caller's context, so context variables (a
         profiler's current run, say) follow the work into the helper threads, and its
         operators keep to its thread."""
-        outputs = self.graph_output_operands()
         context = contextvars.copy_context()
         pieces: list[list[Any]] = [[] for _ in chunks]
 
         def run_chunk(index: int) -> None:
             rows = chunks[index]
             with one_thread():
-                pieces[index] = list(_flatten(self._run_pass([v[rows] for v in values], outputs, rows)))
+                pieces[index] = list(_flatten(self._run_pass([v[rows] for v in values], None, rows)))
 
         self.pool.share(range(len(chunks)), lambda index: context.copy().run(run_chunk, index), self.threads)
         joined = []
@@ -548,22 +526,12 @@ class RuntimeGraph:
         """Run one operator on its input values and return its output values. Override to
         trace, profile or check; call super() to compute."""
         try:
-            outputs = op.layer.forward(inputs)
-        except OperatorError as exc:
-            if exc.op_name is None:
-                raise InferError(exc.reason, op.name, op.type, exc.status) from exc
-            raise
-        except KuiperError as exc:  # e.g. an ExpressionError: say which operator it came from
-            raise InferError(str(exc), op.name, op.type) from exc
-        except Exception as exc:
-            shapes = ", ".join(shape_text(np.shape(value)) for value in inputs)
-            raise InferError(f"{type(exc).__name__}: {exc} (input shapes: {shapes})",
-                             op.name, op.type) from exc
-        if len(outputs) != len(op.output_operands):
-            raise InferError(f"layer produced {len(outputs)} outputs, the graph expects "
-                             f"{len(op.output_operands)}", op.name, op.type,
-                             InferStatus.kInferFailedOutputSizeError)
-        return outputs
+            return op.layer.forward(inputs)
+        except Exception as error:
+            told = failure(op, error, inputs)
+            if told is error:
+                raise
+            raise told from error
 
     def __call__(self, *args: Any, **kwargs: Any) -> np.ndarray | tuple[np.ndarray, ...]:
         """Run like the PyTorch module: one output as an array, several as a tuple."""
