@@ -245,3 +245,17 @@ def test_threads_calling_a_graph_of_large_operators_get_the_serial_results(tmp_p
     run_threads(work, count=4)
     for i, (ours, reference) in enumerate(zip(got, expected)):
         np.testing.assert_array_equal(ours, reference, err_msg=f"call {i}")
+
+
+def test_a_batch_cut_into_chunks_keeps_every_output_of_a_list(tmp_path):
+    """A model returning a Python list (pnnx's ``[@0,@1]`` expression) has one graph output that
+    unpacks to several arrays: each is joined over the chunks, none is dropped."""
+    module = Lambda(lambda x: [x * 2, torch.relu(x) + 1, x.sum(dim=1, keepdim=True)])
+    param = export(module, (torch.rand(1, 3, 4),), tmp_path)
+    x = torch.randn(5, 3, 4, generator=torch.Generator().manual_seed(3))
+    expected = [y.numpy() for y in module(x)]
+    for threads in (1, 2):
+        got = kuiperinfer.load(param, threads=threads).run(x.numpy())
+        assert len(got) == 3
+        for ours, theirs in zip(got, expected):
+            np.testing.assert_allclose(ours, theirs, rtol=1e-6, atol=1e-6)

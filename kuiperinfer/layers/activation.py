@@ -18,11 +18,16 @@ from kuiperinfer.errors import InferError, InferStatus
 from kuiperinfer.errors import ParseParameterAttrStatus as Status
 from kuiperinfer.kernels import elementwise
 from kuiperinfer.kernels.compiled.activation import ActivationCode
-from kuiperinfer.kernels.compiled.epilogue import finish_rows
+from kuiperinfer.kernels.compiled.epilogue import activate
 from kuiperinfer.layers.base import NonParamLayer, ParamLayer, declared_rank, functional, keeps_batch
 from kuiperinfer.runtime.operator import RuntimeOperator
 from kuiperinfer.runtime.options import BuildOptions
 from kuiperinfer.runtime.registry import register_layer
+
+EXACT = ("relu", "clip", "leaky_relu", "hardsigmoid", "hardswish")
+"""The activations the compiled pass computes as PyTorch does for every input."""
+ROW_ZEROS = np.zeros(1024, np.float32)
+"""The zero bias of :func:`~kuiperinfer.kernels.compiled.epilogue.activate`'s rows."""
 
 
 class ActivationLayer(NonParamLayer):
@@ -43,17 +48,45 @@ class ActivationLayer(NonParamLayer):
 
 class InplaceActivationLayer(ActivationLayer):
     """An activation with an in-place kernel, which the graph optimiser can fuse into the
-    layer producing its input. It computes :meth:`inplace` on a copy of the input."""
+    layer producing its input. With the compiled kernels a float32 array goes through one
+    compiled pass (:func:`~kuiperinfer.kernels.compiled.epilogue.activate`, the epilogues'
+    code); else it computes :meth:`inplace` on a copy of the input (:meth:`reference`)."""
+
+    code: ActivationCode | None = None
+    """The activation's code for the compiled pass, for those it computes exactly (the
+    piecewise-linear ones; sigmoid and SiLU use an approximation of tanh there that is not
+    PyTorch's at extreme values); None: the NumPy reference."""
 
     def inplace(self) -> elementwise.InplaceActivation:
         raise NotImplementedError
 
     @classmethod
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> InplaceActivationLayer:
+        layer = cls.read(op)
+        activation = layer.inplace()
+        if options.compiled and activation.name in EXACT:
+            layer.code = ActivationCode.of(activation)
+        return layer
+
+    @classmethod
+    def read(cls, op: RuntimeOperator) -> InplaceActivationLayer:
+        """The layer of ``op`` as its parameters say (raises LayerCreateError)."""
+        return cls(op.name)
+
+    @classmethod
     def activation_of(cls, op: RuntimeOperator) -> elementwise.InplaceActivation:
         """The in-place activation ``op`` computes, from its parameters (raises LayerCreateError)."""
-        return cls.create(op, BuildOptions()).inplace()
+        return cls.read(op).inplace()
 
     def function(self, x: np.ndarray) -> np.ndarray:
+        if self.code is not None and type(x) is np.ndarray and x.dtype == np.float32 and x.ndim \
+                and x.flags.c_contiguous:
+            out = np.empty_like(x)
+            activate(x.reshape(-1), out.reshape(-1), ROW_ZEROS, *self.code)
+            return out
+        return self.reference(x)
+
+    def reference(self, x: np.ndarray) -> np.ndarray:
         return self.inplace()(x.astype(np.result_type(x, np.float32)))
 
 
@@ -68,7 +101,7 @@ class Sigmoid(InplaceActivationLayer):
     def inplace(self) -> elementwise.InplaceActivation:
         return elementwise.InplaceActivation("sigmoid")
 
-    def function(self, x: np.ndarray) -> np.ndarray:
+    def reference(self, x: np.ndarray) -> np.ndarray:
         return elementwise.sigmoid(x)   # its first pass makes the copy
 
 
@@ -87,7 +120,7 @@ class Hardtanh(InplaceActivationLayer):
         self.min_val, self.max_val = min_val, max_val
 
     @classmethod
-    def create(cls, op: RuntimeOperator, options: BuildOptions) -> Hardtanh:
+    def read(cls, op: RuntimeOperator) -> Hardtanh:
         min_val = op.param_float("min_val", default=-1.0)
         max_val = op.param_float("max_val", default=1.0)
         if min_val > max_val:
@@ -103,7 +136,7 @@ class ReLU6(Hardtanh):
     """Hardtanh with fixed bounds 0 and 6."""
 
     @classmethod
-    def create(cls, op: RuntimeOperator, options: BuildOptions) -> ReLU6:
+    def read(cls, op: RuntimeOperator) -> ReLU6:
         return cls(op.name, 0.0, 6.0)
 
 
@@ -117,7 +150,7 @@ class LeakyReLU(InplaceActivationLayer):
         self.negative_slope = negative_slope
 
     @classmethod
-    def create(cls, op: RuntimeOperator, options: BuildOptions) -> LeakyReLU:
+    def read(cls, op: RuntimeOperator) -> LeakyReLU:
         return cls(op.name, op.param_float("negative_slope", default=0.01))
 
     def inplace(self) -> elementwise.InplaceActivation:
@@ -129,7 +162,7 @@ class RReLU(LeakyReLU):
     """Randomized leaky ReLU; at inference its slope is the mean of lower and upper."""
 
     @classmethod
-    def create(cls, op: RuntimeOperator, options: BuildOptions) -> RReLU:
+    def read(cls, op: RuntimeOperator) -> RReLU:
         lower = op.param_float("lower", default=1.0 / 8)
         upper = op.param_float("upper", default=1.0 / 3)
         return cls(op.name, (lower + upper) / 2)
@@ -257,10 +290,10 @@ class GELU(ActivationLayer):
     def function(self, x: np.ndarray) -> np.ndarray:
         if not self.compiled or x.ndim == 0 or x.dtype != np.float32:
             return self._kernel(x)
-        y = np.array(x, np.float32, order="C")
-        rows = y.reshape(-1, y.shape[-1])
-        finish_rows(rows, np.zeros(rows.shape[1], np.float32), *self._code)
-        return y
+        x = np.ascontiguousarray(x)
+        out = np.empty_like(x)
+        activate(x.reshape(-1), out.reshape(-1), ROW_ZEROS, *self._code)
+        return out
 
 
 @register_layer("nn.SiLU", "F.silu")

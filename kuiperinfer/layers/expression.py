@@ -26,6 +26,30 @@ from kuiperinfer.runtime.registry import register_layer
 ARITHMETIC = ("add", "sub", "mul", "div")
 """Outermost operations that make a new array from array operands (sizes, ``size(@0,1)``,
 and lists, ``[...]``, are Python values, not arrays)."""
+UFUNCS = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.true_divide}
+
+
+def _plain(value: Any) -> bool:
+    """A float32 array of one dimension or more, or a Python number: what the binary form takes."""
+    return type(value) in (int, float) or (type(value) is np.ndarray and value.dtype == np.float32 and value.ndim > 0)
+
+
+def binary_form(expression: Expression) -> tuple[np.ufunc, Any, Any] | None:
+    """For a formula that is one arithmetic operation on two inputs, or on an input and a
+    number (``add(@0,@1)``, ``mul(@0,0.5)``): its ufunc and operands, an operand an input's
+    index or a number in a 1-tuple; None for any other formula."""
+    program = expression.program
+    if len(program) != 3 or program[2].opcode is not OpCode.CALL or program[2].operand not in UFUNCS:
+        return None
+    operands = []
+    for instruction in program[:2]:
+        if instruction.opcode is OpCode.INPUT:
+            operands.append(instruction.operand)
+        elif instruction.opcode is OpCode.CONST and type(instruction.operand) in (int, float):
+            operands.append((instruction.operand,))
+        else:
+            return None
+    return UFUNCS[program[2].operand], operands[0], operands[1]
 
 
 @register_layer("pnnx.Expression")
@@ -40,6 +64,9 @@ class ExpressionLayer(NonParamLayer):
         """An activation the graph optimiser fused in, applied in place on the result."""
         self.ranks = tuple(ranks)
         """How many dimensions pnnx recorded for each input (0: unknown), for ``size(@i,-1)``."""
+        self.binary = binary_form(expression)
+        """The formula as one ufunc on two operands, which float32 arrays take directly, without
+        the stack program (whose type promotion gives the same result on them); or None."""
 
     @classmethod
     def create(cls, op: RuntimeOperator, options: BuildOptions) -> ExpressionLayer:
@@ -112,6 +139,13 @@ class ExpressionLayer(NonParamLayer):
             isinstance(node, List) or (isinstance(node, Call) and node.name == "size") for node in walk(tree))
 
     def forward(self, inputs: Sequence[Any]) -> list[Any]:
+        if self.binary is not None:
+            ufunc, first, second = self.binary
+            a = inputs[first] if type(first) is int else first[0]
+            b = inputs[second] if type(second) is int else second[0]
+            if _plain(a) and _plain(b) and (type(a) is np.ndarray or type(b) is np.ndarray):
+                result = ufunc(a, b)
+                return [result if self.activation is None else self.activation(result)]
         try:
             result = self.expression.evaluate(inputs)
         except ExpressionError as exc:  # an InferError, so that the graph names the operator

@@ -39,7 +39,7 @@ import contextlib
 import contextvars
 import difflib
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from enum import IntEnum
 from typing import Any
 
@@ -431,8 +431,7 @@ class RuntimeGraph:
             return False
         zeros = [np.zeros([max(1, size) for size in o.shapes], numpy_dtype(o.type) or np.float32) for o in operands]
         try:
-            with np.errstate(all="ignore"):  # zeros may divide by zero where real inputs do not
-                self._execute(zeros)
+            self._execute(zeros)   # which keeps quiet where zeros divide by zero
         except KuiperError:
             return False
         return True
@@ -452,9 +451,12 @@ class RuntimeGraph:
         """Threads a run uses, the caller's included (1: every run in the calling thread)."""
         return self.pool.threads
 
-    def _threads(self) -> contextlib.AbstractContextManager[None]:
-        """A run's threads: the pool's, for the kernels to share, with BLAS on one thread."""
-        return self.pool.running()
+    @contextlib.contextmanager
+    def _threads(self) -> Iterator[None]:
+        """A run's threads, the pool's, for the kernels to share; NumPy's floating-point
+        warnings off for the run (PyTorch gives inf and NaN without a word too)."""
+        with self.pool.running(), np.errstate(all="ignore"):
+            yield
 
     def _fetch(self, values: Sequence[np.ndarray], names: list[str]) -> dict[str, Any]:
         """The values of the operands and operators ``names``, from one whole run."""
@@ -514,10 +516,12 @@ class RuntimeGraph:
                 pieces[index] = list(_flatten(self._run_pass([v[rows] for v in values], None, rows)))
 
         self.pool.share(range(len(chunks)), lambda index: context.copy().run(run_chunk, index), self.threads)
+        names = self.output_names
         joined = []
-        for name, parts in zip(self.output_names, zip(*pieces)):
+        for index, parts in enumerate(zip(*pieces)):   # by position: a list value unpacks to several
             if any(np.ndim(o) == 0 for o in parts):
-                raise InferError(f"output {name!r} has no batch dimension to join the chunks of the "
+                name = repr(names[index]) if len(names) == len(pieces[0]) else f"number {index}"
+                raise InferError(f"output {name} has no batch dimension to join the chunks of the "
                                  f"batch on; load the model with threads=1")
             joined.append(np.concatenate(parts, axis=0))
         return joined

@@ -36,6 +36,18 @@ def finish_transposed(out_t: np.ndarray, out: np.ndarray, bias: np.ndarray, star
 
 
 @kernel
+def activate(x: np.ndarray, out: np.ndarray, zeros: np.ndarray, code: int, a: np.float32, b: np.float32) -> None:
+    """``out = activation(x)`` over the flat arrays ``x`` and ``out``, a row of ``len(zeros)``
+    values at a time (the zeros are :func:`finish_row`'s bias)."""
+    step = zeros.shape[0]
+    for start in range(0, x.shape[0], step):
+        stop = min(x.shape[0], start + step)
+        row = out[start:stop]
+        row[:] = x[start:stop]
+        finish_row(row, zeros, code, a, b)
+
+
+@kernel
 def add_residual_rows(out: np.ndarray, residual: np.ndarray, code: int, a: np.float32, b: np.float32) -> None:
     """``out = activation(out + residual)`` in place, both (P, K): the residual row is the bias
     :func:`finish_row` adds."""
