@@ -42,13 +42,15 @@ HEADER_LENGTH = "Inference-Header-Content-Length"
 
 @dataclass
 class Server:
-    """A `kuiper serve` process: its address, the process, and what it printed so far."""
+    """A `kuiper serve` process: its addresses, the process, and what it printed so far."""
 
     host: str
     port: int
     process: subprocess.Popen
     output: list[str]
     reader: threading.Thread
+    grpc_port: int | None = None
+    metrics_port: int | None = None
 
     @property
     def url(self) -> str:
@@ -62,10 +64,13 @@ class Server:
 
 
 @contextlib.contextmanager
-def running_server(models: Sequence[str], *options: str, timeout: float = 120.0) -> Iterator[Server]:
-    """`kuiper serve MODELS --port 0 OPTIONS` on 127.0.0.1, ready; stopped with SIGTERM after."""
+def running_server(models: Sequence[str], *options: str, timeout: float = 120.0,
+                   ready: bool = True) -> Iterator[Server]:
+    """`kuiper serve MODELS OPTIONS` on 127.0.0.1, HTTP, gRPC and metrics each on a free port
+    unless OPTIONS say otherwise; once it answers (ready, or with ``ready`` False live);
+    stopped with SIGTERM after."""
     command = [sys.executable, "-m", "kuiperinfer.cli", "serve", *models, "--host", "127.0.0.1",
-               "--port", "0", *options]
+               "--port", "0", "--grpc-port", "0", "--metrics-port", "0", *options]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     output: list[str] = []
     lines: queue.Queue[str] = queue.Queue()
@@ -78,9 +83,9 @@ def running_server(models: Sequence[str], *options: str, timeout: float = 120.0)
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
     try:
-        server = Server("127.0.0.1", _announced_port(process, lines, output, timeout), process,
-                        output, reader)
-        _wait_ready(server, timeout)
+        ports = _announced_ports(process, lines, output, timeout)
+        server = Server("127.0.0.1", ports["http"], process, output, reader, ports.get("grpc"), ports.get("metrics"))
+        _wait_ready(server, timeout, "/v2/health/ready" if ready else "/v2/health/live")
         yield server
     finally:
         if process.poll() is None:
@@ -94,9 +99,10 @@ def running_server(models: Sequence[str], *options: str, timeout: float = 120.0)
         process.stdout.close()
 
 
-def _announced_port(process: subprocess.Popen, lines: queue.Queue[str], output: list[str],
-                    timeout: float) -> int:
-    """The port in the server's ``serving on http://HOST:PORT/v2`` line."""
+def _announced_ports(process: subprocess.Popen, lines: queue.Queue[str], output: list[str],
+                     timeout: float) -> dict[str, int]:
+    """The ports in the server's ``serving on http://HOST:PORT/v2, gRPC HOST:PORT, metrics
+    http://HOST:PORT/metrics`` line."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
@@ -107,25 +113,29 @@ def _announced_port(process: subprocess.Popen, lines: queue.Queue[str], output: 
             continue
         found = re.search(r"serving on http://\S+?:(\d+)/v2", line)
         if found:
-            return int(found.group(1))
+            ports = {"http": int(found.group(1))}
+            for name, pattern in (("grpc", r"gRPC \S+?:(\d+)"), ("metrics", r"metrics http://\S+?:(\d+)/")):
+                if match := re.search(pattern, line):
+                    ports[name] = int(match.group(1))
+            return ports
     process.kill()
     process.wait()
     time.sleep(0.1)
     raise RuntimeError("kuiper serve did not start:\n" + "".join(output))
 
 
-def _wait_ready(server: Server, timeout: float) -> None:
+def _wait_ready(server: Server, timeout: float, path: str = "/v2/health/ready") -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         with contextlib.suppress(OSError):
             connection = http.client.HTTPConnection(server.host, server.port, timeout=5)
-            connection.request("GET", "/v2/health/ready")
+            connection.request("GET", path)
             if connection.getresponse().status == 200:
                 connection.close()
                 return
             connection.close()
         time.sleep(0.05)
-    raise RuntimeError(f"kuiper serve at {server.url} did not become ready in {timeout} s")
+    raise RuntimeError(f"kuiper serve at {server.url} did not answer {path} in {timeout} s")
 
 
 def binary_request(input_name: str, array: np.ndarray) -> tuple[bytes, dict[str, str]]:

@@ -129,20 +129,32 @@ class ModelServer:
 
     # -- the server's life ---------------------------------------------------------------
 
-    def load_repository(self) -> dict[str, str]:
-        """Load every model of the repository, before :meth:`start`; the reasons of those
-        that failed, by name (they are UNAVAILABLE, the others READY)."""
-        failed = {}
+    def add(self, source: ModelSource) -> ServedModel:
+        """Load a model to serve, before :meth:`start` (its errors raised), keeping its source
+        to load it again on request."""
+        if source.name in self._models:
+            raise ValueError(f"two models have the same name: {source.name}")
+        model = self.loader(source)
+        self._serve(self._entry_for(source.name, source), model)
+        return model
+
+    def load_repository(self) -> dict[str, ServedModel | str]:
+        """Load every model of the repository, before :meth:`start`: each model loaded, or the
+        reason it failed (it is then UNAVAILABLE and the others serve), by name."""
+        loaded: dict[str, ServedModel | str] = {}
         for name in self.repository.names() if self.repository else []:
+            if name in self._models:
+                raise ValueError(f"two models have the same name: {name} (given, and in the model repository)")
             entry = self._entry_for(name, None)
             try:
-                source = self.repository.source(name)
-                entry.source = source
-                self._serve(entry, self.loader(source))
+                entry.source = self.repository.source(name)
+                loaded[name] = self.loader(entry.source)
             except Exception as exc:  # noqa: BLE001  (any failure is the model's reason; the others serve)
                 entry.state, entry.reason = UNAVAILABLE, _reason(exc)
-                failed[name] = entry.reason
-        return failed
+                loaded[name] = entry.reason
+            else:
+                self._serve(entry, loaded[name])
+        return loaded
 
     async def start(self) -> None:
         """Start the models' batchers, then the front ends (call in the serving event loop)."""
@@ -177,7 +189,7 @@ class ModelServer:
     def stats(self) -> dict[str, tuple[ModelStats, int]]:
         """Each model's statistics and its requests queued now, by name (for the metrics)."""
         return {name: (e.stats, e.batcher.pending if e.batcher is not None else 0)
-                for name, e in self._models.items()}
+                for name, e in list(self._models.items())}   # a copy: another thread may ask
 
     # -- health and metadata --------------------------------------------------------------
 
