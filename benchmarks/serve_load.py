@@ -63,15 +63,17 @@ class Server:
         return "".join(self.output)
 
 
+FREE_PORTS = ("--port", "0", "--grpc-port", "0", "--metrics-port", "0")
+"""HTTP, gRPC and the metrics each on a free port."""
+
+
 @contextlib.contextmanager
-def running_server(models: Sequence[str], *options: str, timeout: float = 120.0,
-                   ready: bool = True) -> Iterator[Server]:
-    """`kuiper serve MODELS OPTIONS` on 127.0.0.1, HTTP, gRPC and metrics each on a free port
-    unless OPTIONS say otherwise; once it answers (ready, or with ``ready`` False live);
-    stopped with SIGTERM after."""
-    command = [sys.executable, "-m", "kuiperinfer.cli", "serve", *models, "--host", "127.0.0.1",
-               "--port", "0", "--grpc-port", "0", "--metrics-port", "0", *options]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+def running_server(models: Sequence[str], *options: str, timeout: float = 120.0, ready: bool = True,
+                   ports: Sequence[str] = FREE_PORTS, env: dict[str, str] | None = None) -> Iterator[Server]:
+    """`kuiper serve MODELS PORTS OPTIONS` on 127.0.0.1 (in ``env``), once it answers (ready,
+    or with ``ready`` False live); stopped with SIGTERM after."""
+    command = [sys.executable, "-m", "kuiperinfer.cli", "serve", *models, "--host", "127.0.0.1", *ports, *options]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     output: list[str] = []
     lines: queue.Queue[str] = queue.Queue()
 

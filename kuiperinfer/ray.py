@@ -123,18 +123,22 @@ def actor_cpus(actors: int) -> int:
     return max(1, min(cpus) // math.ceil(actors / len(cpus)))
 
 
-def load_model(model: ModelPath = None, threads: int | None = None, precision: str = "fp32",
-               calibration: ModelPath = None) -> kuiperinfer.RuntimeGraph:
-    """``model`` loaded to run on ``threads`` threads (default :func:`actor_threads`) in
-    ``precision`` with ``calibration`` (see :func:`kuiperinfer.load`): its
-    workers, each a slice of the batch. In a Ray actor, whose process is the model's alone,
-    BLAS runs one thread from now on (:func:`~kuiperinfer.kernels.parallel.blas_threads`,
-    held for the actor's life), so that workers x BLAS threads stays within the actor's CPUs,
-    also in what the actor computes around the runs.
-    """
-    threads = threads or actor_threads()
+def model_threads(threads: int | None = None) -> int:
+    """The threads for this process's models: ``threads``, else :func:`actor_threads`. In a
+    Ray actor, whose process is its models' alone, BLAS runs one thread from now on
+    (:func:`~kuiperinfer.kernels.parallel.blas_threads`, held for the actor's life), so that
+    the models' threads x BLAS threads stay within the actor's CPUs."""
     if _in_actor():
         blas_threads.hold(1)
+    return threads or actor_threads()
+
+
+def load_model(model: ModelPath = None, threads: int | None = None, precision: str = "fp32",
+               calibration: ModelPath = None) -> kuiperinfer.RuntimeGraph:
+    """``model`` loaded to run on :func:`model_threads` threads in ``precision`` with
+    ``calibration`` (see :func:`kuiperinfer.load`): its workers, each a slice of the batch.
+    """
+    threads = model_threads(threads)
     return kuiperinfer.load(efficientnet_lite0_path() if model is None else model, workers=threads,
                             precision=precision, calibration=calibration)
 

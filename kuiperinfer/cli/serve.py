@@ -52,6 +52,8 @@ SERVE_INSTALL = "pip install starlette uvicorn"
 GRPC_INSTALL = "pip install grpcio grpcio-tools"
 METRICS_INSTALL = "pip install prometheus-client"
 RAY_SERVE_INSTALL = "pip install 'ray[serve]'"
+GRPC_PORT, METRICS_PORT = 8001, 8002
+"""Triton's ports, the defaults of --grpc-port and --metrics-port."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -65,11 +67,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="address to listen on (default: 127.0.0.1, this machine only)")
     parser.add_argument("--port", type=non_negative_int, default=8000,
                         help="HTTP port; 0 picks a free one (default: 8000)")
-    parser.add_argument("--grpc-port", type=_port_or_off, default=8001, metavar="PORT|off",
-                        help="gRPC port; 0 picks a free one, off serves no gRPC (default: 8001)")
-    parser.add_argument("--metrics-port", type=_port_or_off, default=8002, metavar="PORT|off",
-                        help="port of the Prometheus metrics (/metrics); 0 picks a free one, off "
-                             "serves none (default: 8002)")
+    parser.add_argument("--grpc-port", type=_port_or_off, metavar="PORT|off",
+                        help=f"gRPC port; 0 picks a free one, off serves no gRPC (default: {GRPC_PORT})")
+    parser.add_argument("--metrics-port", type=_port_or_off, metavar="PORT|off",
+                        help=f"port of the Prometheus metrics (/metrics); 0 picks a free one, off "
+                             f"serves none (default: {METRICS_PORT})")
     parser.add_argument("--max-batch-size", type=positive_int, default=8, metavar="N",
                         help="samples that joined requests may add up to; 1 turns joining off (default: 8)")
     parser.add_argument("--batch-window-ms", type=_non_negative_float, default=2.0, metavar="MS",
@@ -94,9 +96,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     ray.add_argument("--address", metavar="auto|ray://HOST:PORT", help="the Ray cluster")
 
 
-def _port_or_off(text: str) -> int | None:
+def _port_or_off(text: str) -> int | str:
     if text == "off":
-        return None
+        return text
     try:
         return non_negative_int(text)
     except argparse.ArgumentTypeError:
@@ -141,14 +143,16 @@ def main(args: argparse.Namespace) -> int:
         return serve_on_ray(args)
     if args.replicas is not None or args.address is not None:
         raise CommandError("--replicas and --address only with --ray")
+    grpc_port = endpoint_port(args.grpc_port, GRPC_PORT)
+    metrics_port = endpoint_port(args.metrics_port, METRICS_PORT)
     try:
         from kuiperinfer.serve import ModelServer, ModelSource, ServedModel, running
     except ImportError as exc:
         raise CommandError(f"serving needs Starlette and uvicorn ({exc}); install them with: "
                            f"{SERVE_INSTALL}") from None
-    _require("kuiperinfer.serve.rpc", args.grpc_port, "gRPC needs grpcio and grpcio-tools",
+    _require("kuiperinfer.serve.rpc", grpc_port, "gRPC needs grpcio and grpcio-tools",
              GRPC_INSTALL, "--grpc-port off")
-    _require("kuiperinfer.serve.metrics", args.metrics_port, "metrics need prometheus-client",
+    _require("kuiperinfer.serve.metrics", metrics_port, "metrics need prometheus-client",
              METRICS_INSTALL, "--metrics-port off")
     from kuiperinfer.kernels.parallel import ThreadPool
 
@@ -182,7 +186,7 @@ def main(args: argparse.Namespace) -> int:
 
     listener = _listen(args.host, args.port)
     try:
-        started = running.run(server, listener, grpc_port=args.grpc_port, metrics_port=args.metrics_port,
+        started = running.run(server, listener, grpc_port=grpc_port, metrics_port=metrics_port,
                               drain_timeout=args.drain_timeout, access_log=args.access_log, announce=announce)
     except OSError as exc:
         raise CommandError(str(exc)) from None
@@ -190,6 +194,11 @@ def main(args: argparse.Namespace) -> int:
         listener.close()
     print("stopped", flush=True)
     return 0 if started else 1
+
+
+def endpoint_port(value: int | str | None, default: int) -> int | None:
+    """The port of an endpoint from its option: None when off."""
+    return default if value is None else None if value == "off" else int(value)
 
 
 def serve_settings(args: argparse.Namespace) -> Any:
