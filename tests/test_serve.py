@@ -13,6 +13,7 @@ import http.client
 import json
 import signal
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -405,6 +406,19 @@ def test_integer_and_boolean_inputs():
                                        "data": [True] * 4}]}).encode()
         with pytest.raises(ProtocolError, match=message):
             parse_infer_request(body, None, "m", inputs, outputs)
+
+
+def test_the_package_and_the_http_server_import_without_grpc_prometheus_and_ray():
+    code = ("import sys\n"
+            "for name in ('grpc', 'grpc_tools', 'prometheus_client', 'ray'):\n"
+            "    sys.modules[name] = None\n"
+            "import kuiperinfer, kuiperinfer.serve, kuiperinfer.serve.running, kuiperinfer.cli.serve\n"
+            "from kuiperinfer.cli import main\n"
+            "sys.exit(main(['serve', '--metrics-port', 'off']))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 2 and result.stdout == ""
+    assert "gRPC needs grpcio and grpcio-tools (import of grpc halted; None in sys.modules); install them with: " \
+           "pip install grpcio grpcio-tools, or serve without: --grpc-port off" in result.stderr
 
 
 def test_the_listening_socket_is_tcp_so_that_answers_are_not_delayed():

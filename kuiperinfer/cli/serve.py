@@ -146,6 +146,9 @@ def main(args: argparse.Namespace) -> int:
     grpc_port = endpoint_port(args.grpc_port, GRPC_PORT)
     metrics_port = endpoint_port(args.metrics_port, METRICS_PORT)
     try:
+        import starlette  # noqa: F401  (asked by name: the modules below may be imported already)
+        import uvicorn  # noqa: F401
+
         from kuiperinfer.serve import ModelServer, ModelSource, ServedModel, running
     except ImportError as exc:
         raise CommandError(f"serving needs Starlette and uvicorn ({exc}); install them with: "
