@@ -380,12 +380,14 @@ def test_serve_command_errors(capsys, monkeypatch):
 
 
 def test_load_benchmark_prints_its_table(capsys):
-    assert load_main(["--model", str(DEMO), "--clients", "1", "3", "--requests", "12",
-                      "--seconds", "10", "--warmup", "2"]) == 0
+    assert load_main(["--model", str(DEMO), "--clients", "1", "3", "--requests", "12", "--seconds", "10",
+                      "--warmup", "2", "--batching", "on", "off", "--protocols", "http-json", "grpc"]) == 0
     table = capsys.readouterr().out
-    rows = [line for line in table.splitlines() if line.startswith("| ") and line[2].isdigit()]
-    assert len(rows) == 4
-    assert all(line.endswith("| 12 | 0 |") for line in rows)
+    rows = [line.split(" | ") for line in table.splitlines() if line.startswith("| ") and line[2].isdigit()]
+    assert [(row[0], row[1], row[2]) for row in rows] == [
+        (f"| {clients}", protocol, batching) for clients in (1, 3) for protocol in ("http-json", "grpc")
+        for batching in ("off", "on")]
+    assert all(row[-2:] == ["12", "0 |"] for row in rows)
 
 
 # -- the protocol's parsing, for datatypes the bundled models do not take --------------------
