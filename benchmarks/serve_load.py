@@ -200,7 +200,7 @@ def load(server: Server, protocol: str, model: str, clients: int, requests: int,
     """``clients`` closed-loop clients of ``protocol`` sending until the bounds are reached."""
     from tritonclient.utils import InferenceServerException
 
-    metadata = _get_json(server, f"/v2/models/{model}")
+    metadata = get_json(server, f"/v2/models/{model}")
     spec, output = metadata["inputs"][0], metadata["outputs"][0]["name"]
     x = np.random.default_rng(0).standard_normal([1 if d < 0 else d for d in spec["shape"]]).astype(np.float32)
     lock = threading.Lock()
@@ -300,7 +300,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def _get_json(server: Server, path: str) -> dict:
+def get_json(server: Server, path: str) -> dict:
+    """The JSON answer to ``GET path``."""
     connection = http.client.HTTPConnection(server.host, server.port, timeout=30)
     try:
         connection.request("GET", path)

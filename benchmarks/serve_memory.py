@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.serve_load import Server, binary_request, running_server
+from benchmarks.serve_load import Server, binary_request, get_json, running_server
 from kuiperinfer.models import efficientnet_lite0_path
 
 KINDS = ("http-json", "http-binary", "grpc", "bad")
@@ -75,7 +75,7 @@ def measure(server: Server, model: str, requests: int, clients: int = 4, warmup:
     import grpc
     from tritonclient.grpc import service_pb2
 
-    metadata = _get_json(server, f"/v2/models/{model}")["inputs"][0]
+    metadata = get_json(server, f"/v2/models/{model}")["inputs"][0]
     shape = [1 if d < 0 else d for d in metadata["shape"]]
     name = metadata["name"]
     x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
@@ -147,15 +147,6 @@ def measure(server: Server, model: str, requests: int, clients: int = 4, warmup:
     sampler.join()
     samples.append((counts["answered"], rss_bytes(server.process.pid)))
     return MemoryRun(samples, counts["answered"], requests // 10 if warmup is None else warmup, counts["unexpected"])
-
-
-def _get_json(server: Server, path: str) -> dict:
-    connection = http.client.HTTPConnection(server.host, server.port, timeout=30)
-    try:
-        connection.request("GET", path)
-        return json.loads(connection.getresponse().read())
-    finally:
-        connection.close()
 
 
 def report(run: MemoryRun, rows: int = 12) -> str:
