@@ -118,10 +118,8 @@ def measure(server: Server, model: str, requests: int, clients: int = 4, warmup:
                     except grpc.RpcError as error:
                         expected = kind == "bad" and error.code() == grpc.StatusCode.INVALID_ARGUMENT
                 else:
-                    connection.request("POST", f"/v2/models/{model}/infer", *bodies[kind])
-                    response = connection.getresponse()
-                    response.read()
-                    expected = response.status == (400 if kind == "bad" else 200)
+                    expected = post(connection, f"/v2/models/{model}/infer", *bodies[kind]) == \
+                        (400 if kind == "bad" else 200)
                 with lock:
                     counts["answered"] += 1
                     counts["unexpected"] += not expected
@@ -147,6 +145,22 @@ def measure(server: Server, model: str, requests: int, clients: int = 4, warmup:
     sampler.join()
     samples.append((counts["answered"], rss_bytes(server.process.pid)))
     return MemoryRun(samples, counts["answered"], requests // 10 if warmup is None else warmup, counts["unexpected"])
+
+
+def post(connection: http.client.HTTPConnection, path: str, body: bytes, headers: dict[str, str]) -> int:
+    """The status of a POST on a keep-alive connection, sent again on a new one if the server
+    had closed it (uvicorn closes a connection idle for 5 s)."""
+    def send() -> int:
+        connection.request("POST", path, body=body, headers=headers)
+        response = connection.getresponse()
+        response.read()
+        return response.status
+
+    try:
+        return send()
+    except (BrokenPipeError, ConnectionResetError, http.client.RemoteDisconnected):
+        connection.close()
+        return send()
 
 
 def report(run: MemoryRun, rows: int = 12) -> str:
