@@ -178,14 +178,6 @@ class ModelServer:
     def names(self) -> list[str]:
         return list(self._models)
 
-    def models(self) -> list[ServedModel]:
-        """The models serving now."""
-        return [e.batcher.model for e in self._models.values() if e.batcher is not None and e.state == READY]
-
-    def batchers(self) -> dict[str, Batcher]:
-        """Each serving model's batcher, by name."""
-        return {name: e.batcher for name, e in self._models.items() if e.batcher is not None}
-
     def stats(self) -> dict[str, tuple[ModelStats, int]]:
         """Each model's statistics and its requests queued now, by name (for the metrics)."""
         return {name: (e.stats, e.batcher.pending if e.batcher is not None else 0)
