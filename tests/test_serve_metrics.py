@@ -22,7 +22,7 @@ import kuiperinfer
 from benchmarks.serve_load import binary_request, running_server
 
 DEMO_INPUT, DEMO_OUTPUT = "pnnx_input_0", "12"
-WINDOW_MS = 1500
+WINDOW_MS = 3000
 
 
 def scrape(server) -> dict[tuple[str, tuple], float]:
@@ -79,8 +79,10 @@ def test_counts_after_known_traffic(graph):
         senders = [threading.Thread(target=send, args=(seed,)) for seed in range(10, 14)]
         for sender in senders:
             sender.start()
-        time.sleep(WINDOW_MS / 1000 / 3)
-        waiting = scrape(server)
+        deadline = time.monotonic() + WINDOW_MS / 1000
+        while demo(waiting := scrape(server), "nv_inference_pending_request_count") < 4:
+            assert time.monotonic() < deadline, "the four requests should be waiting together"
+            time.sleep(0.05)
         send(14)
         for sender in senders:
             sender.join()
