@@ -174,6 +174,9 @@ def test_unloading_answers_the_requests_in_flight_then_refuses(repository):
             assert raised.value.status() == "StatusCode.UNAVAILABLE" and "unloaded" in raised.value.message()
             assert states(grpc_client.get_model_repository_index(as_json=True)["models"])["demo"] == \
                 ("UNAVAILABLE", "unloaded")
+            # the two refused requests count as failures (REJECTED in the metrics); the three answered
+            stats = grpc_client.get_inference_statistics("demo", as_json=True)["model_stats"][0]["inference_stats"]
+            assert (int(stats["fail"]["count"]), int(stats["success"]["count"])) == (2, 3)
             assert grpc_client.is_server_ready()   # a model unloaded on request does not count
             grpc_client.unload_model("demo")       # unloading it again does nothing
             grpc_client.load_model("demo")

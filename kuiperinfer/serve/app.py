@@ -85,7 +85,7 @@ def create_app(models: Sequence[ServedModel] | ModelServer, settings: ServeSetti
 
     async def infer(request: Request) -> Response:
         name, version = model(request)
-        server.batcher(name, version)   # an unknown or unavailable model is refused before its body is read
+        server.batcher(name, version, inferring=True)   # refused before its body is read, if it is to be
         body = await read_body(request, settings.max_body_bytes)
         json_length = header_length(request.headers.get(HEADER_LENGTH), len(body))
 

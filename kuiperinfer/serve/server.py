@@ -235,11 +235,14 @@ class ModelServer:
 
     # -- inference ------------------------------------------------------------------------
 
-    def batcher(self, name: str, version: str = "") -> Batcher:
+    def batcher(self, name: str, version: str = "", inferring: bool = False) -> Batcher:
         """The batcher of a model that takes requests; ProtocolError 404 for an unknown model
-        or version, 503 for one that is not available."""
+        or version, 503 for one that is not available (an inference request ``inferring``
+        counted as REJECTED)."""
         entry = self._entry(name, version)
         if entry.state != READY or entry.batcher is None:
+            if inferring:
+                entry.stats.failed("REJECTED", 0)
             raise ProtocolError(_not_available(entry), 503)
         return entry.batcher
 
@@ -247,7 +250,7 @@ class ModelServer:
                     encode: Callable[[ServedModel, InferRequest, dict[str, Any]], T]) -> T:
         """Parse a request for the model, run it through the batcher, encode the answer;
         counted as answered or failed (and why) in the model's statistics."""
-        batcher = self.batcher(name, version)
+        batcher = self.batcher(name, version, inferring=True)
         entry = self._models[name]
         entry.in_flight[batcher] += 1
         started = time.monotonic_ns()
