@@ -50,6 +50,8 @@ class MemoryRun:
     requests: int
     warmup: int
     unexpected: int
+    kinds: dict[str, int]
+    """Requests of each of KINDS."""
 
     def after_warmup(self) -> list[tuple[int, int]]:
         return [(n, rss) for n, rss in self.samples if n >= self.warmup]
@@ -96,10 +98,11 @@ def measure(server: Server, model: str, requests: int, clients: int = 4, warmup:
 
     lock = threading.Lock()
     counts = {"sent": 0, "answered": 0, "unexpected": 0}
+    kinds = dict.fromkeys(KINDS, 0)
     samples: list[tuple[int, int]] = []
     done = threading.Event()
 
-    def client(index: int) -> None:
+    def client() -> None:
         connection = http.client.HTTPConnection(server.host, server.port, timeout=120)
         channel = grpc.insecure_channel(f"{server.host}:{server.grpc_port}")
         infer = channel.unary_unary("/inference.GRPCInferenceService/ModelInfer")
@@ -110,7 +113,7 @@ def measure(server: Server, model: str, requests: int, clients: int = 4, warmup:
                         return
                     number = counts["sent"]
                     counts["sent"] += 1
-                kind = KINDS[(number + index) % len(KINDS)]
+                kind = KINDS[number % len(KINDS)]
                 if kind == "grpc" or (kind == "bad" and number % 2):
                     try:
                         infer(messages[kind], timeout=120)
@@ -123,6 +126,7 @@ def measure(server: Server, model: str, requests: int, clients: int = 4, warmup:
                 with lock:
                     counts["answered"] += 1
                     counts["unexpected"] += not expected
+                    kinds[kind] += 1
         finally:
             connection.close()
             channel.close()
@@ -136,7 +140,7 @@ def measure(server: Server, model: str, requests: int, clients: int = 4, warmup:
 
     sampler = threading.Thread(target=sample)
     sampler.start()
-    threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
+    threads = [threading.Thread(target=client) for _ in range(clients)]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -144,7 +148,8 @@ def measure(server: Server, model: str, requests: int, clients: int = 4, warmup:
     done.set()
     sampler.join()
     samples.append((counts["answered"], rss_bytes(server.process.pid)))
-    return MemoryRun(samples, counts["answered"], requests // 10 if warmup is None else warmup, counts["unexpected"])
+    return MemoryRun(samples, counts["answered"], requests // 10 if warmup is None else warmup, counts["unexpected"],
+                     kinds)
 
 
 def post(connection: http.client.HTTPConnection, path: str, body: bytes, headers: dict[str, str]) -> int:
@@ -172,8 +177,10 @@ def report(run: MemoryRun, rows: int = 12) -> str:
         n, rss = run.samples[-1]
         lines.append(f"| {n} | {rss / mib:.1f} |")
     lines.append("")
-    lines.append(f"{run.requests} requests ({run.unexpected} unexpected answers); after the first {run.warmup}: "
-                 f"RSS grew {run.growth / mib:+.1f} MiB, slope {run.slope * 1000 / 1024:+.1f} KiB per 1,000 requests")
+    kinds = ", ".join(f"{n} {kind}" for kind, n in run.kinds.items())
+    lines.append(f"{run.requests} requests ({kinds}; {run.unexpected} unexpected answers); "
+                 f"after the first {run.warmup}: RSS grew {run.growth / mib:+.1f} MiB, "
+                 f"slope {run.slope * 1000 / 1024:+.1f} KiB per 1,000 requests")
     return "\n".join(lines)
 
 

@@ -20,6 +20,7 @@ def test_resident_memory_stays_flat_under_sustained_load():
     with running_server([f"demo={DEMO}"]) as server:
         run = measure(server, "demo", requests=3000, clients=4, warmup=1000)
     assert run.requests == 3000 and run.unexpected == 0, report(run)
+    assert run.kinds == {"http-json": 750, "http-binary": 750, "grpc": 750, "bad": 750}
     assert len(run.after_warmup()) >= 5, report(run)
     assert run.growth < 4 * MIB, report(run)
     assert run.slope * 1000 < 1 * MIB, report(run)   # under 1 MiB per 1,000 requests
@@ -29,4 +30,5 @@ def test_the_benchmark_prints_its_samples_and_verdict(capsys):
     assert main(["--model", str(DEMO), "--requests", "200", "--clients", "2"]) == 0
     out = capsys.readouterr().out
     assert "| requests answered | RSS MiB |" in out
-    assert "200 requests (0 unexpected answers); after the first 20: RSS grew" in out
+    assert "200 requests (50 http-json, 50 http-binary, 50 grpc, 50 bad; 0 unexpected answers); " \
+           "after the first 20: RSS grew" in out
