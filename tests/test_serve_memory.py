@@ -31,4 +31,4 @@ def test_the_benchmark_prints_its_samples_and_verdict(capsys):
     out = capsys.readouterr().out
     assert "| requests answered | RSS MiB |" in out
     assert "200 requests (50 http-json, 50 http-binary, 50 grpc, 50 bad; 0 unexpected answers); " \
-           "after the first 20: RSS grew" in out
+           "after the first 66: the peak RSS grew" in out
