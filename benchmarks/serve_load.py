@@ -1,15 +1,19 @@
-"""Load on `kuiper serve`: throughput and latency at 1, 4 and 16 concurrent clients, with and
-without request batching.
+"""Load on `kuiper serve`: throughput and latency of HTTP with JSON tensors, HTTP with binary
+tensors and gRPC, at 1, 8 and 32 concurrent clients, as Triton's perf_analyzer measures them.
 
-``python -m benchmarks.serve_load`` starts two `kuiper serve` processes on free loopback
-ports, one batching (requests joined up to ``--max-batch-size`` samples) and one not
-(``--max-batch-size 1``), and for each number of clients sends single-image inference
-requests for the bundled EfficientNet-Lite0 (binary tensors, keep-alive connections, each
-client sending its next request when the last is answered), after a warm-up, until
-``--requests`` have been answered or ``--seconds`` have passed. The two servers take turns
-in ``--rounds`` slices of that, so that a change in the machine's load hits both alike.
-It prints a markdown table: requests a second and the 50th and 99th percentile of the
-latency each client saw.
+``python -m benchmarks.serve_load`` starts `kuiper serve` on free loopback ports (joining
+requests up to ``--max-batch-size`` samples; ``--batching on off`` adds a server that does
+not join them) and, for each number of clients and each protocol, sends single-image
+inference requests for the bundled EfficientNet-Lite0 through Triton's own clients
+(tritonclient.http with JSON or binary tensors, tritonclient.grpc with raw contents). Like
+perf_analyzer's concurrency mode, the load is a closed loop: each client has one request
+outstanding and sends the next when the last is answered, over its own connection. After a
+warm-up, each row runs until ``--requests`` have been answered or ``--seconds`` have passed,
+in ``--rounds`` slices that take turns with the other rows of the same number of clients, so
+that a change in the machine's load hits them alike. It prints a markdown table: requests a
+second and the 50th and 99th percentile of the latency each client saw. The clients are
+threads of one Python process, which shares the machine with the server: on a small machine
+they take part of its CPU, as perf_analyzer would.
 
 Everything stays on this machine: the server listens on 127.0.0.1 only and the clients
 connect there.
@@ -29,7 +33,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,13 +46,15 @@ HEADER_LENGTH = "Inference-Header-Content-Length"
 
 @dataclass
 class Server:
-    """A `kuiper serve` process: its address, the process, and what it printed so far."""
+    """A `kuiper serve` process: its addresses, the process, and what it printed so far."""
 
     host: str
     port: int
     process: subprocess.Popen
     output: list[str]
     reader: threading.Thread
+    grpc_port: int | None = None
+    metrics_port: int | None = None
 
     @property
     def url(self) -> str:
@@ -61,12 +67,17 @@ class Server:
         return "".join(self.output)
 
 
+FREE_PORTS = ("--port", "0", "--grpc-port", "0", "--metrics-port", "0")
+"""HTTP, gRPC and the metrics each on a free port."""
+
+
 @contextlib.contextmanager
-def running_server(models: Sequence[str], *options: str, timeout: float = 120.0) -> Iterator[Server]:
-    """`kuiper serve MODELS --port 0 OPTIONS` on 127.0.0.1, ready; stopped with SIGTERM after."""
-    command = [sys.executable, "-m", "kuiperinfer.cli", "serve", *models, "--host", "127.0.0.1",
-               "--port", "0", *options]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+def running_server(models: Sequence[str], *options: str, timeout: float = 120.0, ready: bool = True,
+                   ports: Sequence[str] = FREE_PORTS, env: dict[str, str] | None = None) -> Iterator[Server]:
+    """`kuiper serve MODELS PORTS OPTIONS` on 127.0.0.1 (in ``env``), once it answers (ready,
+    or with ``ready`` False live); stopped with SIGTERM after."""
+    command = [sys.executable, "-m", "kuiperinfer.cli", "serve", *models, "--host", "127.0.0.1", *ports, *options]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     output: list[str] = []
     lines: queue.Queue[str] = queue.Queue()
 
@@ -78,9 +89,9 @@ def running_server(models: Sequence[str], *options: str, timeout: float = 120.0)
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
     try:
-        server = Server("127.0.0.1", _announced_port(process, lines, output, timeout), process,
-                        output, reader)
-        _wait_ready(server, timeout)
+        ports = _announced_ports(process, lines, output, timeout)
+        server = Server("127.0.0.1", ports["http"], process, output, reader, ports.get("grpc"), ports.get("metrics"))
+        _wait_ready(server, timeout, "/v2/health/ready" if ready else "/v2/health/live")
         yield server
     finally:
         if process.poll() is None:
@@ -94,9 +105,10 @@ def running_server(models: Sequence[str], *options: str, timeout: float = 120.0)
         process.stdout.close()
 
 
-def _announced_port(process: subprocess.Popen, lines: queue.Queue[str], output: list[str],
-                    timeout: float) -> int:
-    """The port in the server's ``serving on http://HOST:PORT/v2`` line."""
+def _announced_ports(process: subprocess.Popen, lines: queue.Queue[str], output: list[str],
+                     timeout: float) -> dict[str, int]:
+    """The ports in the server's ``serving on http://HOST:PORT/v2, gRPC HOST:PORT, metrics
+    http://HOST:PORT/metrics`` line."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
@@ -107,25 +119,29 @@ def _announced_port(process: subprocess.Popen, lines: queue.Queue[str], output: 
             continue
         found = re.search(r"serving on http://\S+?:(\d+)/v2", line)
         if found:
-            return int(found.group(1))
+            ports = {"http": int(found.group(1))}
+            for name, pattern in (("grpc", r"gRPC \S+?:(\d+)"), ("metrics", r"metrics http://\S+?:(\d+)/")):
+                if match := re.search(pattern, line):
+                    ports[name] = int(match.group(1))
+            return ports
     process.kill()
     process.wait()
     time.sleep(0.1)
     raise RuntimeError("kuiper serve did not start:\n" + "".join(output))
 
 
-def _wait_ready(server: Server, timeout: float) -> None:
+def _wait_ready(server: Server, timeout: float, path: str = "/v2/health/ready") -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         with contextlib.suppress(OSError):
             connection = http.client.HTTPConnection(server.host, server.port, timeout=5)
-            connection.request("GET", "/v2/health/ready")
+            connection.request("GET", path)
             if connection.getresponse().status == 200:
                 connection.close()
                 return
             connection.close()
         time.sleep(0.05)
-    raise RuntimeError(f"kuiper serve at {server.url} did not become ready in {timeout} s")
+    raise RuntimeError(f"kuiper serve at {server.url} did not answer {path} in {timeout} s")
 
 
 def binary_request(input_name: str, array: np.ndarray) -> tuple[bytes, dict[str, str]]:
@@ -154,48 +170,74 @@ class LoadResult:
         return float(np.percentile(self.latencies, q)) if self.latencies else float("nan")
 
 
-def load(server: Server, model: str, body: bytes, headers: dict[str, str], clients: int,
-         requests: int, seconds: float) -> LoadResult:
-    """``clients`` threads, each with its own connection, sending until the bounds are reached."""
-    path = f"/v2/models/{model}/infer"
+PROTOCOLS = ("http-json", "http-binary", "grpc")
+
+
+def sender(protocol: str, server: Server, model: str, name: str, x: np.ndarray,
+           output: str) -> tuple[Callable[[], object], Callable[[], None]]:
+    """A client of its own for ``protocol``: a function sending one request (raising on an
+    error) and one closing the client."""
+    if protocol == "grpc":
+        import tritonclient.grpc as triton_grpc
+
+        client = triton_grpc.InferenceServerClient(f"{server.host}:{server.grpc_port}")
+        request = triton_grpc.InferInput(name, list(x.shape), "FP32")
+        request.set_data_from_numpy(x)
+        outputs = [triton_grpc.InferRequestedOutput(output)]
+    else:
+        import tritonclient.http as triton_http
+
+        client = triton_http.InferenceServerClient(f"{server.host}:{server.port}", connection_timeout=120,
+                                                   network_timeout=120)
+        binary = protocol == "http-binary"
+        request = triton_http.InferInput(name, list(x.shape), "FP32")
+        request.set_data_from_numpy(x, binary_data=binary)
+        outputs = [triton_http.InferRequestedOutput(output, binary_data=binary)]
+    return lambda: client.infer(model, [request], outputs=outputs).as_numpy(output), client.close
+
+
+def load(server: Server, protocol: str, model: str, clients: int, requests: int, seconds: float) -> LoadResult:
+    """``clients`` closed-loop clients of ``protocol`` sending until the bounds are reached."""
+    from tritonclient.utils import InferenceServerException
+
+    metadata = get_json(server, f"/v2/models/{model}")
+    spec, output = metadata["inputs"][0], metadata["outputs"][0]["name"]
+    x = np.random.default_rng(0).standard_normal([1 if d < 0 else d for d in spec["shape"]]).astype(np.float32)
     lock = threading.Lock()
     latencies: list[float] = []
     counts = {"sent": 0, "errors": 0}
+    senders = [sender(protocol, server, model, spec["name"], x, output) for _ in range(clients)]
     deadline = time.monotonic() + seconds
 
-    def client() -> None:
-        connection = http.client.HTTPConnection(server.host, server.port, timeout=60)
-        try:
-            while time.monotonic() < deadline:
-                with lock:
-                    if counts["sent"] >= requests:
-                        return
-                    counts["sent"] += 1
-                started = time.perf_counter()
-                try:
-                    connection.request("POST", path, body=body, headers=headers)
-                    response = connection.getresponse()
-                    response.read()
-                    ok = response.status == 200
-                except (OSError, http.client.HTTPException):
-                    connection.close()  # it reconnects on the next request
-                    ok = False
-                elapsed = time.perf_counter() - started
-                with lock:
-                    if ok:
-                        latencies.append(elapsed)
-                    else:
-                        counts["errors"] += 1
-        finally:
-            connection.close()
+    def client(send: Callable[[], object]) -> None:
+        while time.monotonic() < deadline:
+            with lock:
+                if counts["sent"] >= requests:
+                    return
+                counts["sent"] += 1
+            started = time.perf_counter()
+            try:
+                send()
+                ok = True
+            except (InferenceServerException, OSError):
+                ok = False
+            elapsed = time.perf_counter() - started
+            with lock:
+                if ok:
+                    latencies.append(elapsed)
+                else:
+                    counts["errors"] += 1
 
-    threads = [threading.Thread(target=client) for _ in range(clients)]
+    threads = [threading.Thread(target=client, args=(send,)) for send, _ in senders]
     started = time.perf_counter()
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    return LoadResult(clients, len(latencies), time.perf_counter() - started, latencies, counts["errors"])
+    seconds_taken = time.perf_counter() - started
+    for _, close in senders:
+        close()
+    return LoadResult(clients, len(latencies), seconds_taken, latencies, counts["errors"])
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -203,24 +245,31 @@ def main(argv: Sequence[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default=str(efficientnet_lite0_path()),
                         help="the .pnnx.param to serve (default: the bundled EfficientNet-Lite0)")
-    parser.add_argument("--clients", type=int, nargs="+", default=[1, 4, 16],
-                        help="numbers of concurrent clients (default: 1 4 16)")
-    parser.add_argument("--requests", type=int, default=300,
-                        help="most requests answered per row (default: 300)")
+    parser.add_argument("--protocols", nargs="+", choices=PROTOCOLS, default=list(PROTOCOLS),
+                        help="the ways to send requests (default: all three)")
+    parser.add_argument("--clients", type=int, nargs="+", default=[1, 8, 32],
+                        help="numbers of concurrent clients (default: 1 8 32)")
+    parser.add_argument("--batching", nargs="+", choices=["on", "off"], default=["on"],
+                        help="servers to measure: joining requests (on) and not (off) (default: on)")
+    parser.add_argument("--requests", type=int, default=2000,
+                        help="most requests answered per row (default: 2000)")
     parser.add_argument("--seconds", type=float, default=20.0,
                         help="most seconds per row (default: 20)")
-    parser.add_argument("--warmup", type=int, default=10, help="requests before each row (default: 10)")
+    parser.add_argument("--warmup", type=int, default=10,
+                        help="requests per client before each row (default: 10)")
     parser.add_argument("--rounds", type=int, default=3,
-                        help="the servers take turns this many times per row, so that a change in "
-                             "the machine's load hits both alike (default: 3)")
+                        help="slices each row is measured in, taking turns with the other rows of the "
+                             "same number of clients (default: 3)")
     parser.add_argument("--max-batch-size", type=int, default=8,
                         help="the batching server's --max-batch-size (default: 8)")
     parser.add_argument("--batch-window-ms", type=float, default=2.0,
                         help="the batching server's --batch-window-ms (default: 2)")
     args = parser.parse_args(argv)
-    if not 1 <= args.rounds <= args.requests <= 100_000 or not 0 < args.seconds <= 600:
-        parser.error("--requests must be 1 to 100000 (at least --rounds, 1 or more) and --seconds "
-                     "more than 0, at most 600")
+    if not 1 <= args.rounds <= args.requests <= 1_000_000 or not 0 < args.seconds <= 3600:
+        parser.error("--requests must be 1 to 1000000 (at least --rounds, 1 or more) and --seconds "
+                     "more than 0, at most 3600")
+    if not all(1 <= clients <= 256 for clients in args.clients):
+        parser.error("--clients must be 1 to 256")
 
     name = "model"
     options = {"on": ["--max-batch-size", str(args.max_batch_size),
@@ -228,35 +277,31 @@ def main(argv: Sequence[str] | None = None) -> int:
                "off": ["--max-batch-size", "1"]}
     rows = []
     with contextlib.ExitStack() as stack:
-        servers = {batching: stack.enter_context(running_server([f"{name}={args.model}"], *flags))
-                   for batching, flags in options.items()}
-        spec = _get_json(servers["on"], f"/v2/models/{name}")["inputs"][0]
-        shape = [1 if d < 0 else d for d in spec["shape"]]
-        image = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
-        body, headers = binary_request(spec["name"], image)
+        servers = {batching: stack.enter_context(running_server([f"{name}={args.model}"], *options[batching]))
+                   for batching in dict.fromkeys(args.batching)}
+        cells = [(batching, protocol) for batching in servers for protocol in args.protocols]
         for clients in args.clients:
-            for server in servers.values():
-                load(server, name, body, headers, clients, args.warmup, args.seconds)
-            slices = {batching: [] for batching in servers}
+            for batching, protocol in cells:
+                load(servers[batching], protocol, name, clients, args.warmup * clients, args.seconds)
+            slices: dict[tuple[str, str], list[LoadResult]] = {cell: [] for cell in cells}
             for round_number in range(args.rounds):
-                for batching, server in servers.items():
-                    time.sleep(0.3)  # the other server's idle threads settle first
-                    share = args.requests // args.rounds + (round_number < args.requests % args.rounds)
-                    slices[batching].append(load(server, name, body, headers, clients, share,
-                                                 args.seconds / args.rounds))
-            for batching, results in slices.items():
-                result = LoadResult(clients, sum(r.requests for r in results),
-                                    sum(r.seconds for r in results),
-                                    [t for r in results for t in r.latencies],
-                                    sum(r.errors for r in results))
-                rows.append((batching, result))
-                print(f"batching {batching}, {clients} clients: {result.requests} requests in "
+                share = args.requests // args.rounds + (round_number < args.requests % args.rounds)
+                for batching, protocol in cells:
+                    time.sleep(0.3)  # the previous row's idle threads settle first
+                    slices[batching, protocol].append(load(servers[batching], protocol, name, clients, share,
+                                                           args.seconds / args.rounds))
+            for (batching, protocol), results in slices.items():
+                result = LoadResult(clients, sum(r.requests for r in results), sum(r.seconds for r in results),
+                                    [t for r in results for t in r.latencies], sum(r.errors for r in results))
+                rows.append((protocol, batching, result))
+                print(f"{protocol}, batching {batching}, {clients} clients: {result.requests} requests in "
                       f"{result.seconds:.1f} s, {result.errors} errors", file=sys.stderr, flush=True)
     print(table(rows, Path(args.model).name, args))
     return 0
 
 
-def _get_json(server: Server, path: str) -> dict:
+def get_json(server: Server, path: str) -> dict:
+    """The JSON answer to ``GET path``."""
     connection = http.client.HTTPConnection(server.host, server.port, timeout=30)
     try:
         connection.request("GET", path)
@@ -274,15 +319,16 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-def table(rows: Sequence[tuple[str, LoadResult]], model: str, args: argparse.Namespace) -> str:
+def table(rows: Sequence[tuple[str, str, LoadResult]], model: str, args: argparse.Namespace) -> str:
     """The markdown table, with what it ran on."""
     setting = (f"{model}, one image a request, {cpu_name()}, {os.cpu_count()} CPUs; batching: "
                f"up to {args.max_batch_size} samples within {args.batch_window_ms:g} ms")
     lines = [setting, "",
-             "| clients | batching | requests/s | p50 ms | p99 ms | requests | errors |",
-             "|---:|---|---:|---:|---:|---:|---:|"]
-    for batching, result in sorted(rows, key=lambda row: (row[1].clients, row[0] == "on")):
-        lines.append(f"| {result.clients} | {batching} | {result.throughput:.1f} | "
+             "| clients | protocol | batching | requests/s | p50 ms | p99 ms | requests | errors |",
+             "|---:|---|---|---:|---:|---:|---:|---:|"]
+    order = {protocol: i for i, protocol in enumerate(PROTOCOLS)}
+    for protocol, batching, result in sorted(rows, key=lambda row: (row[2].clients, order[row[0]], row[1] == "on")):
+        lines.append(f"| {result.clients} | {protocol} | {batching} | {result.throughput:.1f} | "
                      f"{result.percentile(50) * 1000:.1f} | {result.percentile(99) * 1000:.1f} | "
                      f"{result.requests} | {result.errors} |")
     return "\n".join(lines)

@@ -50,7 +50,7 @@ from ray.data.extensions import ArrowTensorArray
 
 import kuiperinfer
 from kuiperinfer.errors import InferError, InputError
-from kuiperinfer.kernels.parallel import blas_threads
+from kuiperinfer.kernels.parallel import blas_threads, cores
 from kuiperinfer.models import efficientnet_lite0_path
 from kuiperinfer.vision import Classifier, ImageError, Preprocess
 from kuiperinfer.vision.classifier import OutputKind
@@ -123,17 +123,21 @@ def actor_cpus(actors: int) -> int:
     return max(1, min(cpus) // math.ceil(actors / len(cpus)))
 
 
-def load_model(model: ModelPath = None, **load_options: Any) -> kuiperinfer.RuntimeGraph:
-    """``model`` loaded with ``load_options`` (:func:`kuiperinfer.load`'s), on :func:`actor_threads`
-    threads unless they say ``threads``. In a Ray actor, whose process is the model's alone,
-    BLAS runs one thread from now on (:func:`~kuiperinfer.kernels.parallel.blas_threads`,
-    held for the actor's life), so that the model's threads x BLAS threads stays within the
-    actor's CPUs, also in what the actor computes around the runs.
-    """
-    if load_options.get("threads") is None:
-        load_options["threads"] = actor_threads()
+def model_threads(threads: int | None = None) -> int:
+    """The threads for this process's models: ``threads``, else :func:`actor_threads`, else every
+    CPU this process may use. In a Ray actor, whose process is its models' alone, BLAS runs one
+    thread from now on (:func:`~kuiperinfer.kernels.parallel.blas_threads`, held for the actor's
+    life), so that the models' threads x BLAS threads stay within the actor's CPUs, also in what
+    the actor computes around the runs."""
     if _in_actor():
         blas_threads.hold(1)
+    return threads or actor_threads() or cores()
+
+
+def load_model(model: ModelPath = None, **load_options: Any) -> kuiperinfer.RuntimeGraph:
+    """``model`` loaded with ``load_options`` (:func:`kuiperinfer.load`'s), on
+    :func:`model_threads` threads unless they say ``threads``."""
+    load_options["threads"] = model_threads(load_options.get("threads"))
     return kuiperinfer.load(efficientnet_lite0_path() if model is None else model, **load_options)
 
 

@@ -13,6 +13,7 @@ import http.client
 import json
 import signal
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -379,12 +380,14 @@ def test_serve_command_errors(capsys, monkeypatch):
 
 
 def test_load_benchmark_prints_its_table(capsys):
-    assert load_main(["--model", str(DEMO), "--clients", "1", "3", "--requests", "12",
-                      "--seconds", "10", "--warmup", "2"]) == 0
+    assert load_main(["--model", str(DEMO), "--clients", "1", "3", "--requests", "12", "--seconds", "10",
+                      "--warmup", "2", "--batching", "on", "off", "--protocols", "http-json", "grpc"]) == 0
     table = capsys.readouterr().out
-    rows = [line for line in table.splitlines() if line.startswith("| ") and line[2].isdigit()]
-    assert len(rows) == 4
-    assert all(line.endswith("| 12 | 0 |") for line in rows)
+    rows = [line.split(" | ") for line in table.splitlines() if line.startswith("| ") and line[2].isdigit()]
+    assert [(row[0], row[1], row[2]) for row in rows] == [
+        (f"| {clients}", protocol, batching) for clients in (1, 3) for protocol in ("http-json", "grpc")
+        for batching in ("off", "on")]
+    assert all(row[-2:] == ["12", "0 |"] for row in rows)
 
 
 # -- the protocol's parsing, for datatypes the bundled models do not take --------------------
@@ -405,6 +408,19 @@ def test_integer_and_boolean_inputs():
                                        "data": [True] * 4}]}).encode()
         with pytest.raises(ProtocolError, match=message):
             parse_infer_request(body, None, "m", inputs, outputs)
+
+
+def test_the_package_and_the_http_server_import_without_grpc_prometheus_and_ray():
+    code = ("import sys\n"
+            "for name in ('grpc', 'grpc_tools', 'prometheus_client', 'ray'):\n"
+            "    sys.modules[name] = None\n"
+            "import kuiperinfer, kuiperinfer.serve, kuiperinfer.serve.running, kuiperinfer.cli.serve\n"
+            "from kuiperinfer.cli import main\n"
+            "sys.exit(main(['serve', '--metrics-port', 'off']))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 2 and result.stdout == ""
+    assert "gRPC needs grpcio and grpcio-tools (import of grpc halted; None in sys.modules); install them with: " \
+           "pip install grpcio grpcio-tools, or serve without: --grpc-port off" in result.stderr
 
 
 def test_the_listening_socket_is_tcp_so_that_answers_are_not_delayed():

@@ -8,131 +8,115 @@ Endpoints (``{name}`` a model; each model endpoint also under ``/versions/1``):
     GET  /v2/models/{name}           model metadata: inputs and outputs, datatype and shape
     GET  /v2/models/{name}/ready     200 when the model takes requests
     GET  /v2/models/{name}/config    Triton's model configuration (max_batch_size, ...)
-    GET  /v2/models/{name}/stats     Triton's statistics: inferences and executions
+    GET  /v2/models/{name}/stats     Triton's statistics: requests, inferences, executions, times
     POST /v2/models/{name}/infer     inference, JSON or binary tensors
+    POST /v2/repository/index                  the models, their states and reasons
+    POST /v2/repository/models/{name}/load     load a model (again) from the repository
+    POST /v2/repository/models/{name}/unload   unload a model, its requests in flight answered
 
 Every error answer has the protocol's body ``{"error": "..."}``: 400 for a request that
 does not fit the model (or a body over the size limit), 404 for an unknown model or
-path, 503 when a model's queue is full, 500 when the model itself fails.
+path, 503 when a model is not available or its queue is full, 500 when the model itself fails.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from starlette.applications import Starlette
-from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-import kuiperinfer
-from kuiperinfer.errors import InputError, KuiperError
-from kuiperinfer.serve.batcher import Batcher
+from kuiperinfer.errors import KuiperError
 from kuiperinfer.serve.model import ServedModel
 from kuiperinfer.serve.protocol import (
-    DATATYPES,
     HEADER_LENGTH,
     ProtocolError,
     encode_infer_response,
     header_length,
     parse_infer_request,
 )
+from kuiperinfer.serve.server import ModelServer, ServeSettings
 
 log = logging.getLogger("kuiperinfer.serve")
 
-_TRITON_TYPES = {datatype: f"TYPE_{datatype}" for datatype, dtype in DATATYPES.items() if dtype is not None}
-"""Triton's names of the numeric datatypes in a model configuration."""
 
-
-@dataclass(frozen=True)
-class ServeSettings:
-    """How the server batches and what it accepts."""
-
-    max_batch_size: int = 8
-    """Samples that requests joined into one run may add up to (1: no joining)."""
-    batch_window: float = 0.002
-    """Seconds the oldest queued request waits for others to join it."""
-    max_queue: int = 64
-    """Requests a model may have waiting; more are answered 503."""
-    max_body_bytes: int = 64 * 1024 * 1024
-    """The largest request body accepted; larger ones are answered 400 unread."""
-
-
-def create_app(models: Sequence[ServedModel], settings: ServeSettings | None = None) -> Starlette:
-    """The ASGI application serving ``models`` (each under its ``name``)."""
-    settings = settings or ServeSettings()
-    names = [model.name for model in models]
-    if len(set(names)) != len(names):
-        raise ValueError(f"two models have the same name: {names}")
-    batchers = {model.name: Batcher(model, settings.max_batch_size, settings.batch_window,
-                                    settings.max_queue) for model in models}
+def create_app(models: Sequence[ServedModel] | ModelServer, settings: ServeSettings | None = None) -> Starlette:
+    """The ASGI application serving ``models`` (each under its ``name``), or the models of a
+    :class:`ModelServer`; its lifespan starts and stops the server."""
+    server = models if isinstance(models, ModelServer) else ModelServer(models, settings)
+    settings = server.settings
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        for batcher in batchers.values():
-            batcher.start()
+        await server.start()
         yield
-        for batcher in batchers.values():
-            await batcher.stop()
+        await server.stop()
 
-    def batcher_for(request: Request) -> Batcher:
-        name = request.path_params["name"]
-        version = request.path_params.get("version", "1")
-        if name not in batchers:
-            raise ProtocolError(f"unknown model {name!r}; this server has {names}", 404)
-        if version != "1":
-            raise ProtocolError(f"model {name!r} has version 1 only, not {version!r}", 404)
-        return batchers[name]
+    def model(request: Request) -> tuple[str, str]:
+        return request.path_params["name"], request.path_params.get("version", "1")
 
     async def server_metadata(request: Request) -> Response:
-        return JSONResponse({"name": "kuiperinfer", "version": kuiperinfer.__version__,
-                             "extensions": ["binary_tensor_data", "model_configuration",
-                                            "statistics"]})
+        return JSONResponse(server.server_metadata())
 
     async def live(request: Request) -> Response:
-        return Response(status_code=200)
+        return Response(status_code=200 if server.live else 503)
 
     async def ready(request: Request) -> Response:
-        every = all(batcher.running for batcher in batchers.values())
-        return Response(status_code=200 if every else 503)
+        return Response(status_code=200 if server.ready else 503)
 
     async def model_metadata(request: Request) -> Response:
-        batcher = batcher_for(request)
-        return JSONResponse(batcher.model.metadata(batcher.max_batch_size))
+        return JSONResponse(server.model_metadata(*model(request)))
 
     async def model_ready(request: Request) -> Response:
-        return Response(status_code=200 if batcher_for(request).running else 503)
+        return Response(status_code=200 if server.model_ready(*model(request)) else 503)
 
     async def model_config(request: Request) -> Response:
-        batcher = batcher_for(request)
-        return JSONResponse(triton_config(batcher, settings))
+        return JSONResponse(server.model_config(*model(request)))
 
     async def model_stats(request: Request) -> Response:
-        batcher = batcher_for(request)
-        return JSONResponse({"model_stats": [{
-            "name": batcher.model.name, "version": "1",
-            "inference_count": batcher.inferences, "execution_count": batcher.executions}]})
+        return JSONResponse(server.statistics(*model(request)))
 
     async def infer(request: Request) -> Response:
-        batcher = batcher_for(request)
-        model = batcher.model
+        name, version = model(request)
+        server.batcher(name, version, inferring=True)   # refused before its body is read, if it is to be
         body = await read_body(request, settings.max_body_bytes)
         json_length = header_length(request.headers.get(HEADER_LENGTH), len(body))
-        parsed = await run_in_threadpool(parse_infer_request, body, json_length, model.name,
-                                         model.inputs, model.outputs)
-        try:
-            outputs = await batcher.infer(parsed.inputs)
-        except InputError as exc:
-            raise ProtocolError(str(exc)) from exc
-        named = dict(zip(model.graph.output_names, outputs))
-        content, headers = await run_in_threadpool(encode_infer_response, model.name, parsed, named)
+
+        def parse(served: ServedModel) -> Any:
+            return parse_infer_request(body, json_length, served.name, served.inputs, served.outputs)
+
+        def encode(served: ServedModel, parsed: Any, outputs: dict[str, Any]) -> tuple[bytes, dict[str, str]]:
+            return encode_infer_response(served.name, parsed, outputs)
+
+        content, headers = await server.infer(name, version, parse, encode)
         return Response(content, headers=headers)
+
+    async def repository_index(request: Request) -> Response:
+        options = await _json_options(request, settings.max_body_bytes)
+        ready_only = options.get("ready", False)
+        if not isinstance(ready_only, bool):
+            raise ProtocolError(f"'ready' must be true or false, got {ready_only!r}")
+        return JSONResponse(server.index(ready_only))
+
+    async def repository_load(request: Request) -> Response:
+        options = await _json_options(request, settings.max_body_bytes)
+        if options.get("parameters"):
+            raise ProtocolError("loading with parameters (a configuration or files in the request) is "
+                                "not supported; change the model's folder, then load it")
+        await server.load(request.path_params["name"])
+        return Response(status_code=200)
+
+    async def repository_unload(request: Request) -> Response:
+        await _json_options(request, settings.max_body_bytes)
+        await server.unload(request.path_params["name"])
+        return Response(status_code=200)
 
     model_routes = [
         ("", model_metadata, ["GET"]), ("/ready", model_ready, ["GET"]),
@@ -141,7 +125,10 @@ def create_app(models: Sequence[ServedModel], settings: ServeSettings | None = N
     ]
     routes = [Route("/v2", server_metadata, methods=["GET"]),
               Route("/v2/health/live", live, methods=["GET"]),
-              Route("/v2/health/ready", ready, methods=["GET"])]
+              Route("/v2/health/ready", ready, methods=["GET"]),
+              Route("/v2/repository/index", repository_index, methods=["POST"]),
+              Route("/v2/repository/models/{name}/load", repository_load, methods=["POST"]),
+              Route("/v2/repository/models/{name}/unload", repository_unload, methods=["POST"])]
     for suffix, endpoint, methods in model_routes:
         routes.append(Route("/v2/models/{name}" + suffix, endpoint, methods=methods))
         routes.append(Route("/v2/models/{name}/versions/{version}" + suffix, endpoint, methods=methods))
@@ -149,8 +136,22 @@ def create_app(models: Sequence[ServedModel], settings: ServeSettings | None = N
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={
         ProtocolError: protocol_error, HTTPException: http_error, KuiperError: model_error,
         Exception: internal_error})
-    app.state.batchers = batchers
+    app.state.server = server
     return app
+
+
+async def _json_options(request: Request, limit: int) -> dict[str, Any]:
+    """The JSON object a repository request may carry (an empty body: none)."""
+    body = await read_body(request, limit)
+    if not body.strip():
+        return {}
+    try:
+        options = json.loads(body)
+    except (ValueError, RecursionError) as exc:
+        raise ProtocolError(f"the request is not valid JSON: {exc}") from None
+    if not isinstance(options, dict):
+        raise ProtocolError("the request must be a JSON object")
+    return options
 
 
 async def read_body(request: Request, limit: int) -> bytes:
@@ -170,24 +171,6 @@ async def read_body(request: Request, limit: int) -> bytes:
     except ClientDisconnect:
         raise ProtocolError("the client closed the connection before the body ended") from None
     return b"".join(chunks)
-
-
-def triton_config(batcher: Batcher, settings: ServeSettings) -> dict[str, Any]:
-    """The model's configuration as Triton describes it: with a ``max_batch_size`` above 0
-    the dims leave out the batch and requests are joined (``dynamic_batching``); with 0 the
-    dims are the whole shapes and each request runs alone."""
-    model, joins = batcher.model, batcher.max_batch_size > 0
-
-    def tensors(specs: Sequence[Any]) -> list[dict[str, Any]]:
-        return [{"name": spec.name, "data_type": _TRITON_TYPES.get(spec.datatype, "TYPE_INVALID"),
-                 "dims": list(spec.shape[1:] if joins else spec.shape)} for spec in specs]
-
-    config = {"name": model.name, "platform": "kuiperinfer_pnnx", "backend": "kuiperinfer",
-              "max_batch_size": batcher.max_batch_size,
-              "input": tensors(model.inputs), "output": tensors(model.outputs)}
-    if joins:
-        config["dynamic_batching"] = {"max_queue_delay_microseconds": round(settings.batch_window * 1e6)}
-    return config
 
 
 def _error(message: str, status: int) -> Response:

@@ -1,8 +1,12 @@
-"""The Open Inference Protocol's REST messages (KServe v2, Triton): parsing, checking, encoding.
+"""The Open Inference Protocol's messages (KServe v2, Triton): parsing, checking, encoding.
 
-Nothing here does I/O: :func:`parse_infer_request` turns a request body into arrays checked
-against a model's signature, :func:`encode_infer_response` turns outputs into a body, and
-every problem with a request is a :class:`ProtocolError` carrying its HTTP status.
+Nothing here does I/O: :func:`parse_infer_request` turns a REST request body into arrays
+checked against a model's signature, :func:`encode_infer_response` turns outputs into a
+body, and every problem with a request is a :class:`ProtocolError` carrying its HTTP status.
+The gRPC service (:mod:`kuiperinfer.serve.rpc`) reads its messages through the same checks
+(:func:`input_spec`, :func:`checked_shape`, :func:`array_from_raw`, :func:`array_from_values`,
+:func:`model_inputs`, :func:`requested_outputs`, :func:`output_tensor`): one place decides
+what a valid request is, whichever way it came.
 
 Tensors travel as JSON (``"data"``: the values in row-major order, flat or nested) or,
 with the binary tensor data extension, as raw little-endian bytes after the JSON header:
@@ -41,8 +45,9 @@ DATATYPES: dict[str, np.dtype | None] = {
 """The protocol's tensor datatypes and their little-endian NumPy dtypes (None: no numeric array):
 pnnx's numbers under the protocol's names, in the protocol's order, then its others."""
 
-_JSON_KINDS = {"b": "b", "u": "iu", "i": "iu", "f": "iuf"}
-"""For each NumPy kind of a datatype, the kinds of JSON values its ``data`` may hold."""
+_VALUE_KINDS = {"b": "b", "u": "iu", "i": "iu", "f": "iuf"}
+"""For each NumPy kind of a datatype, the kinds of listed values (JSON's ``data``, gRPC's
+typed contents) it may hold."""
 
 
 class ProtocolError(Exception):
@@ -109,7 +114,7 @@ def header_length(value: str | None, body_size: int) -> int | None:
 
 def parse_infer_request(body: bytes, json_length: int | None, model_name: str,
                         inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]) -> InferRequest:
-    """Parse and check an inference request for a model with these inputs and outputs.
+    """Parse and check a REST inference request for a model with these inputs and outputs.
 
     ``json_length`` is the ``Inference-Header-Content-Length`` (None: the body is all
     JSON). Raises :class:`ProtocolError` (400) for anything that does not fit the model.
@@ -126,7 +131,7 @@ def parse_infer_request(body: bytes, json_length: int | None, model_name: str,
         raise ProtocolError(f"'id' must be a string, got {_error_text(request_id)}")
     parameters = _parameters(message, "the request")
     given = message.get("inputs")
-    if not isinstance(given, list) or not given:
+    if not isinstance(given, list):
         raise ProtocolError("the request must have a non-empty list of 'inputs'")
 
     specs = {spec.name: spec for spec in inputs}
@@ -136,29 +141,51 @@ def parse_infer_request(body: bytes, json_length: int | None, model_name: str,
     for tensor in given:
         if not isinstance(tensor, dict) or not isinstance(tensor.get("name"), str):
             raise ProtocolError("each input must be an object with a 'name'")
-        name = tensor["name"]
-        if name not in specs:
-            raise ProtocolError(f"unexpected inference input {name!r} for model {model_name!r}; "
-                                f"its inputs are {list(specs)}")
-        if name in arrays:
-            raise ProtocolError(f"input {name!r} is given twice")
-        spec = specs[name]
-        shape = _checked_shape(tensor, spec, model_name)
+        spec = input_spec(tensor["name"], specs, arrays, model_name)
+        shape = checked_shape(tensor.get("datatype"), tensor.get("shape"), spec, model_name)
         array, used = _tensor_data(tensor, spec, shape, binary[offset:])
         offset += used
-        arrays[name] = array
-    missing = [name for name in specs if name not in arrays]
-    if missing:
-        raise ProtocolError(f"model {model_name!r} expects inputs {list(specs)}; missing {missing}")
+        arrays[spec.name] = array
     if offset != len(binary):
         raise ProtocolError(f"the body has {len(binary)} bytes of binary tensor data, the inputs' "
                             f"binary_data_size add up to {offset}")
+    binary_default = _flag(parameters, "binary_data_output", "the request")
+    requested = message.get("outputs")
+    if requested is not None:
+        if not isinstance(requested, list):
+            raise ProtocolError("'outputs' must be a list")
+        for entry in requested:
+            if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
+                raise ProtocolError("each requested output must be an object with a 'name'")
+        requested = [(entry["name"], _parameters(entry, f"output {entry['name']!r}")) for entry in requested]
+    return InferRequest(request_id, model_inputs(arrays, inputs, model_name),
+                        requested_outputs(requested, outputs, model_name, binary_default))
+
+
+def input_spec(name: str, specs: Mapping[str, TensorSpec], seen: Mapping[str, Any], model_name: str) -> TensorSpec:
+    """The model's input ``name``, which the request has not given before."""
+    if name not in specs:
+        raise ProtocolError(f"unexpected inference input {name!r} for model {model_name!r}; "
+                            f"its inputs are {list(specs)}")
+    if name in seen:
+        raise ProtocolError(f"input {name!r} is given twice")
+    return specs[name]
+
+
+def model_inputs(arrays: Mapping[str, np.ndarray], inputs: Sequence[TensorSpec],
+                 model_name: str) -> tuple[np.ndarray, ...]:
+    """The request's arrays in the model's order, once every input is there and they agree
+    on the batch (their first dimension)."""
+    if not arrays:
+        raise ProtocolError("the request must have a non-empty list of 'inputs'")
+    missing = [spec.name for spec in inputs if spec.name not in arrays]
+    if missing:
+        raise ProtocolError(f"model {model_name!r} expects inputs {[spec.name for spec in inputs]}; "
+                            f"missing {missing}")
     batches = {array.shape[0] for array in arrays.values()}
     if len(batches) > 1:
         raise ProtocolError(f"the inputs' first dimensions, the batch, differ: {sorted(batches)}")
-    binary_default = _flag(parameters, "binary_data_output", "the request")
-    return InferRequest(request_id, tuple(arrays[spec.name] for spec in inputs),
-                        _requested_outputs(message, outputs, model_name, binary_default))
+    return tuple(arrays[spec.name] for spec in inputs)
 
 
 def _parameters(message: Mapping[str, Any], where: str) -> Mapping[str, Any]:
@@ -175,15 +202,14 @@ def _flag(parameters: Mapping[str, Any], key: str, where: str) -> bool:
     return value
 
 
-def _checked_shape(tensor: Mapping[str, Any], spec: TensorSpec, model_name: str) -> tuple[int, ...]:
-    datatype = tensor.get("datatype")
+def checked_shape(datatype: Any, shape: Any, spec: TensorSpec, model_name: str) -> tuple[int, ...]:
+    """An input's ``datatype`` and ``shape`` as the request gives them, checked against the model's."""
     if datatype not in DATATYPES:
         raise ProtocolError(f"input {spec.name!r} has unknown datatype {_error_text(datatype)}; "
                             f"the protocol's are {', '.join(DATATYPES)}")
     if datatype != spec.datatype:
         raise ProtocolError(f"input {spec.name!r} has datatype {datatype}, model {model_name!r} "
                             f"expects {spec.datatype}")
-    shape = tensor.get("shape")
     if (not isinstance(shape, list) or
             not all(isinstance(d, int) and not isinstance(d, bool) for d in shape)):
         raise ProtocolError(f"input {spec.name!r} needs a 'shape', a list of whole numbers")
@@ -197,9 +223,6 @@ def _checked_shape(tensor: Mapping[str, Any], spec: TensorSpec, model_name: str)
 def _tensor_data(tensor: Mapping[str, Any], spec: TensorSpec, shape: tuple[int, ...],
                  binary: memoryview) -> tuple[np.ndarray, int]:
     """The input's values as an array of its shape, and how many binary bytes they took."""
-    dtype = DATATYPES[spec.datatype]
-    assert dtype is not None, "models only declare numeric inputs"
-    count = math.prod(shape)
     parameters = _parameters(tensor, f"input {spec.name!r}")
     size = parameters.get("binary_data_size")
     if size is not None:
@@ -207,61 +230,78 @@ def _tensor_data(tensor: Mapping[str, Any], spec: TensorSpec, shape: tuple[int, 
             raise ProtocolError(f"input {spec.name!r} has both 'data' and binary_data_size")
         if not isinstance(size, int) or isinstance(size, bool) or size < 0:
             raise ProtocolError(f"binary_data_size of input {spec.name!r} must be a whole number")
-        if size != count * dtype.itemsize:
+        expected = raw_size(spec, shape)
+        if size != expected:
             raise ProtocolError(f"input {spec.name!r} of shape {list(shape)} and datatype "
-                                f"{spec.datatype} takes {count * dtype.itemsize} bytes, "
-                                f"binary_data_size says {size}")
+                                f"{spec.datatype} takes {expected} bytes, binary_data_size says {size}")
         if size > len(binary):
             raise ProtocolError(f"input {spec.name!r} needs {size} bytes of binary data, "
                                 f"{len(binary)} are left in the body")
-        array = np.frombuffer(binary[:size], dtype=dtype).reshape(shape)
-        if dtype.kind == "b":
-            array = array != 0
-        elif not array.flags.aligned:  # the JSON header's length decides where the values start
-            array = array.copy()
-        return array, size
+        return array_from_raw(binary[:size], spec, shape, "binary_data_size says"), size
     if "data" not in tensor:
         raise ProtocolError(f"input {spec.name!r} has no 'data' and no binary_data_size")
-    return _json_array(tensor["data"], spec, shape, dtype, count), 0
-
-
-def _json_array(data: Any, spec: TensorSpec, shape: tuple[int, ...], dtype: np.dtype,
-                count: int) -> np.ndarray:
+    data = tensor["data"]
     if not isinstance(data, list):
         raise ProtocolError(f"'data' of input {spec.name!r} must be a list of values")
     try:
         values = np.array(data)
     except (ValueError, OverflowError, RecursionError):
         raise ProtocolError(f"'data' of input {spec.name!r} is not a regular array of numbers") from None
+    return array_from_values(values, spec, shape, "'data'"), 0
+
+
+def raw_size(spec: TensorSpec, shape: tuple[int, ...]) -> int:
+    """Bytes the raw values of an input of this shape take."""
+    dtype = DATATYPES[spec.datatype]
+    assert dtype is not None, "models only declare numeric inputs"
+    return math.prod(shape) * dtype.itemsize
+
+
+def array_from_raw(raw: memoryview | bytes, spec: TensorSpec, shape: tuple[int, ...], given: str) -> np.ndarray:
+    """An input's raw little-endian values (binary tensor data, gRPC's raw contents) as an
+    array of its shape; ``given`` names where the size came from, for the error."""
+    expected = raw_size(spec, shape)
+    if len(raw) != expected:
+        raise ProtocolError(f"input {spec.name!r} of shape {list(shape)} and datatype "
+                            f"{spec.datatype} takes {expected} bytes, {given} {len(raw)}")
+    dtype = DATATYPES[spec.datatype]
+    array = np.frombuffer(raw, dtype=dtype).reshape(shape)
+    if dtype.kind == "b":
+        return array != 0
+    if not array.flags.aligned:  # the JSON header's length decides where the values start
+        return array.copy()
+    return array
+
+
+def array_from_values(values: np.ndarray, spec: TensorSpec, shape: tuple[int, ...], given: str) -> np.ndarray:
+    """An input's values listed one by one (JSON's ``data``, gRPC's typed contents; ``given``
+    names which) as an array of its shape and datatype, refused unless they fit it."""
+    dtype = DATATYPES[spec.datatype]
+    assert dtype is not None, "models only declare numeric inputs"
+    count = math.prod(shape)
     if values.size != count:
         raise ProtocolError(f"input {spec.name!r} of shape {list(shape)} needs {count} values, "
-                            f"'data' has {values.size}")
-    if values.dtype.kind not in _JSON_KINDS[dtype.kind]:
-        raise ProtocolError(f"'data' of input {spec.name!r} does not hold {spec.datatype} values")
-    if dtype.kind in "iu":
+                            f"{given} has {values.size}")
+    if values.dtype.kind not in _VALUE_KINDS[dtype.kind]:
+        raise ProtocolError(f"{given} of input {spec.name!r} does not hold {spec.datatype} values")
+    if dtype.kind in "iu" and values.size:
         limits = np.iinfo(dtype)
         if values.min() < limits.min or values.max() > limits.max:
-            raise ProtocolError(f"'data' of input {spec.name!r} has values outside {spec.datatype}")
+            raise ProtocolError(f"{given} of input {spec.name!r} has values outside {spec.datatype}")
     return values.astype(dtype).reshape(shape)
 
 
-def _requested_outputs(message: Mapping[str, Any], outputs: Sequence[TensorSpec], model_name: str,
-                       binary_default: bool) -> tuple[RequestedOutput, ...]:
-    requested = message.get("outputs")
+def requested_outputs(requested: Sequence[tuple[str, Mapping[str, Any]]] | None, outputs: Sequence[TensorSpec],
+                      model_name: str, binary_default: bool = False) -> tuple[RequestedOutput, ...]:
+    """The outputs a request asks for, each a name and its parameters (None: every output)."""
     if requested is None:
         return tuple(RequestedOutput(spec.name, binary_default) for spec in outputs)
-    if not isinstance(requested, list):
-        raise ProtocolError("'outputs' must be a list")
     known = [spec.name for spec in outputs]
     chosen: list[RequestedOutput] = []
-    for entry in requested:
-        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
-            raise ProtocolError("each requested output must be an object with a 'name'")
-        name = entry["name"]
+    for name, parameters in requested:
         if name not in known:
             raise ProtocolError(f"unexpected inference output {name!r} for model {model_name!r}; "
                                 f"its outputs are {known}")
-        parameters = _parameters(entry, f"output {name!r}")
         if "classification" in parameters:
             raise ProtocolError("the classification extension is not supported; request the "
                                 "output's values")
@@ -272,21 +312,27 @@ def _requested_outputs(message: Mapping[str, Any], outputs: Sequence[TensorSpec]
     return tuple(chosen)
 
 
+def output_tensor(array: np.ndarray) -> tuple[str, list[int], np.ndarray]:
+    """An output's datatype, shape and values in the protocol's little-endian layout."""
+    array = np.asarray(array)
+    datatype = datatype_of(array.dtype)
+    return datatype, list(array.shape), np.ascontiguousarray(array, dtype=DATATYPES[datatype])
+
+
 def encode_infer_response(model_name: str, request: InferRequest,
                           outputs: Mapping[str, np.ndarray]) -> tuple[bytes, dict[str, str]]:
     """The response body and its headers: JSON, or JSON then binary tensors when any is binary."""
     described: list[dict[str, Any]] = []
     binaries: list[bytes] = []
     for wanted in request.outputs:
-        array = np.asarray(outputs[wanted.name])
-        datatype = datatype_of(array.dtype)
-        entry: dict[str, Any] = {"name": wanted.name, "datatype": datatype, "shape": list(array.shape)}
+        datatype, shape, values = output_tensor(outputs[wanted.name])
+        entry: dict[str, Any] = {"name": wanted.name, "datatype": datatype, "shape": shape}
         if wanted.binary:
-            raw = np.ascontiguousarray(array, dtype=DATATYPES[datatype]).tobytes()
+            raw = values.tobytes()
             entry["parameters"] = {"binary_data_size": len(raw)}
             binaries.append(raw)
         else:
-            entry["data"] = array.ravel().tolist()
+            entry["data"] = values.ravel().tolist()
         described.append(entry)
     response: dict[str, Any] = {"model_name": model_name, "model_version": "1"}
     if request.id is not None:
