@@ -13,7 +13,7 @@ import threading
 from pathlib import Path
 
 from kuiperinfer.cli import CommandError
-from kuiperinfer.cli.serve import RAY_SERVE_INSTALL, model_arguments, serve_settings
+from kuiperinfer.cli._serving import RAY_SERVE_INSTALL, model_arguments, serve_settings
 
 APPLICATION = "kuiperinfer"
 """The name of the Ray Serve application (and its deployment)."""

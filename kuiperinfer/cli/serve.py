@@ -51,12 +51,11 @@ from kuiperinfer.cli._common import (
     positive_int,
     tell_precision,
 )
-from kuiperinfer.models import default_model_path
+from kuiperinfer.cli._serving import RAY_SERVE_INSTALL, model_arguments, serve_settings
 
 SERVE_INSTALL = "pip install starlette uvicorn"
 GRPC_INSTALL = "pip install grpcio grpcio-tools"
 METRICS_INSTALL = "pip install prometheus-client"
-RAY_SERVE_INSTALL = "pip install 'ray[serve]'"
 GRPC_PORT, METRICS_PORT = 8001, 8002
 """Triton's ports, the defaults of --grpc-port and --metrics-port."""
 
@@ -126,20 +125,6 @@ def _positive_float(text: str) -> float:
     return value
 
 
-def model_arguments(values: list[str], repository: str | None = None) -> list[tuple[str | None, Path]]:
-    """``NAME=PATH`` or ``PATH`` -> (name or None, path); the bundled model when none (and no
-    repository)."""
-    models: list[tuple[str | None, Path]] = []
-    for value in values or ([] if repository else [str(default_model_path())]):
-        name, separator, path = value.partition("=")
-        if not separator or "/" in name or not name:
-            name, path = "", value
-        if not Path(path).is_file():
-            raise CommandError(f"no such model file: {path}")
-        models.append((name or None, Path(path)))
-    return models
-
-
 def main(args: argparse.Namespace) -> int:
     if args.ray:
         from kuiperinfer.cli._serve_ray import serve_on_ray
@@ -207,13 +192,6 @@ def main(args: argparse.Namespace) -> int:
 def endpoint_port(value: int | str | None, default: int) -> int | None:
     """The port of an endpoint from its option: None when off."""
     return default if value is None else None if value == "off" else int(value)
-
-
-def serve_settings(args: argparse.Namespace) -> Any:
-    from kuiperinfer.serve import ServeSettings
-
-    return ServeSettings(max_batch_size=args.max_batch_size, batch_window=args.batch_window_ms / 1000,
-                         max_queue=args.max_queue, max_body_bytes=int(args.max_body_mb * 1024 * 1024))
 
 
 def _require(module: str, port: int | None, needs: str, install: str, off: str) -> None:
