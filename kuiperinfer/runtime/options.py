@@ -60,9 +60,10 @@ class LoadOptions:
     pool: ThreadPool | None = None
     """A :class:`~kuiperinfer.kernels.parallel.ThreadPool` shared with other graphs, instead
     of one of the graph's own."""
-    keep_freed_memory: bool = False
-    """Tune glibc's malloc to keep freed memory for the next run
-    (:mod:`kuiperinfer.runtime.memory`): a process-wide setting, so off by default."""
+    keep_freed_memory: bool = True
+    """Tune glibc's malloc to keep freed memory for the next run, so that a run in steady state
+    takes no page faults (:mod:`kuiperinfer.runtime.memory`). It is a process-wide setting: the
+    rest of the process keeps its freed memory too; False leaves malloc as it is."""
     warmup: bool = True
     """End the load with one run on zeros of the declared input shapes
     (:meth:`RuntimeGraph.warm_up <kuiperinfer.runtime.graph.RuntimeGraph.warm_up>`), so that
