@@ -114,6 +114,21 @@ def kernel_array(x: np.ndarray) -> np.ndarray:
     return np.require(x, np.float32, ("C", "W"))
 
 
+CACHE_LINE = 64
+"""Bytes of a cache line on x86 CPUs, and of an AVX-512 vector."""
+
+
+def empty(shape: tuple[int, ...]) -> np.ndarray:
+    """A new C-contiguous float32 array whose data starts on a cache line. NumPy's large
+    arrays start 16 bytes past one, so that every vector a kernel loads along their rows
+    straddles two lines, which costs a vector kernel a fifth of its speed."""
+    size = int(np.prod(shape))
+    lanes = CACHE_LINE // 4
+    memory = np.empty(size + lanes, np.float32)
+    start = (-memory.ctypes.data % CACHE_LINE) // 4
+    return memory[start:start + size].reshape(shape)
+
+
 @dataclass(frozen=True)
 class KernelStats:
     """How one kernel came to be in this process: its compiled signatures, how many were
