@@ -12,7 +12,8 @@ float>`` value, which stays in a register across a loop like any local number.
   C-contiguous array at a flat index (``count``: only the first ``count`` lanes, the
   others read as zero and left alone in memory; None: all of them). No bounds are checked.
 * :func:`load_strided` loads several vectors at once into a tuple, as registers to hold.
-* :func:`splat` repeats a number in every lane; ``+`` and ``*`` work lane by lane, and
+* :func:`splat` repeats a number in every lane (:func:`load_splat`, one of an array's);
+  ``+`` and ``*`` work lane by lane, and
   :func:`multiply_add` fuses them (one FMA instruction where the CPU has it).
 * :func:`where_below` and :func:`where_above` replace the lanes beyond a bound, keeping NaN
   (the comparisons are false for it), as the activations' scalar loops do.
@@ -128,6 +129,14 @@ if AVAILABLE:
         return Vector(value), codegen
 
     @intrinsic
+    def load_splat(typingctx, array, index):  # noqa: ANN001, ANN201
+        """A vector holding ``array``'s flat element ``index`` in every lane."""
+        def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
+            data = context.make_array(signature.args[0])(context, builder, args[0]).data
+            return _repeat(builder, builder.load(builder.gep(data, [args[1]]), align=4), _LLVM_VECTOR)
+        return Vector(array, types.intp), codegen
+
+    @intrinsic
     def multiply_add(typingctx, a, b, c):  # noqa: ANN001, ANN201
         """``a * b + c`` lane by lane, fused where the CPU can."""
         def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
@@ -191,6 +200,10 @@ else:
         """Write ``vector`` to ``array``'s flat elements ``index`` on (``count``: its first ``count`` lanes)."""
         lanes = LANES if count is None else count
         array.reshape(-1)[index:index + lanes] = vector[:lanes]
+
+    def load_splat(array: np.ndarray, index: int) -> np.ndarray:
+        """A vector holding ``array``'s flat element ``index`` in every lane."""
+        return splat(array.reshape(-1)[index])
 
     def splat(value: float) -> np.ndarray:
         """A vector holding ``value`` (as float32) in every lane."""
