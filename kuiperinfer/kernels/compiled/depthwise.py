@@ -29,7 +29,16 @@ import numpy as np
 
 from kuiperinfer.kernels.compiled.activation import finish_row, finish_vector, in_registers
 from kuiperinfer.kernels.compiled.epilogue import CompiledEpilogue, finish_rows
-from kuiperinfer.kernels.compiled.vectors import LANES, REGISTERS, load, load_strided, multiply_add, splat, store
+from kuiperinfer.kernels.compiled.vectors import (
+    LANES,
+    REGISTERS,
+    load,
+    load_if,
+    load_strided,
+    multiply_add,
+    splat,
+    store,
+)
 from kuiperinfer.kernels.jit import empty, inline, kernel, kernel_array
 from kuiperinfer.kernels.parallel import even_step, run_parts, threads_for
 
@@ -51,33 +60,21 @@ channels is a narrower, less efficient product."""
 
 
 @inline
-def window(x, p, row, column, held, acc, count, kh, kw):  # noqa: ANN001, ANN201
-    """``acc`` plus the ``held`` taps (a tuple in registers) times the window whose top left
-    vector is x's flat element ``p``, its rows and columns ``row`` and ``column`` elements
-    apart; ``kh`` and ``kw`` are constants, so that the loops unroll. A partial sum per row of
-    taps shortens the chain of dependent multiply-adds where the registers hold them beside
-    the taps (3x3: a third faster), else one chain."""
-    if kh * kw + kh <= REGISTERS - 4:
-        for i in range(kh):
-            part = load(x, p + i * row, count) * held[i * kw]
-            for j in range(1, kw):
-                part = multiply_add(load(x, p + i * row + j * column, count), held[i * kw + j], part)
-            acc = acc + part
-    else:
-        for i in range(kh):
-            for j in range(kw):
-                acc = multiply_add(load(x, p + i * row + j * column, count), held[i * kw + j], acc)
-    return acc
-
-
-@inline
-def border_window(x, p, row, column, taps, c0, acc, count, i_lo, i_hi, j_lo, j_hi):  # noqa: ANN001, ANN201
-    """:func:`window` over the taps ``i_lo:i_hi``, ``j_lo:j_hi`` of ``taps`` (kh, kw, C) only: the
-    ones inside the image, for a pixel on its border."""
-    kw, c = taps.shape[1], taps.shape[2]
-    for i in range(i_lo, i_hi):
-        for j in range(j_lo, j_hi):
-            acc = multiply_add(load(x, p + i * row + j * column, count), load(taps, (i * kw + j) * c + c0, count), acc)
+def window(x, p, row, column, held, acc, count, kh, kw, i_lo, i_hi, j_lo, j_hi):  # noqa: ANN001, ANN201
+    """``acc`` plus the ``held`` taps (a tuple in registers) ``i_lo:i_hi``, ``j_lo:j_hi`` (those
+    inside the image) times the window whose top left vector is x's flat element ``p``, its
+    rows and columns ``row`` and ``column`` elements apart. ``kh`` and ``kw`` are constants, so
+    that the loops unroll; a tap outside the bounds loads zeros (:func:`~.vectors.load_if`: no
+    branch), and for a pixel inside the image the bounds are constants and its loads plain. A
+    partial sum per row of taps shortens the chain of dependent multiply-adds where the
+    registers hold them beside the taps (3x3: a third faster), else one chain."""
+    partial = kh * kw + kh <= REGISTERS - 4
+    for i in range(kh):
+        part = splat(0) if partial else acc
+        for j in range(kw):
+            inside = (i_lo <= i) & (i < i_hi) & (j_lo <= j) & (j < j_hi)
+            part = multiply_add(load_if(x, p + i * row + j * column, count, inside), held[i * kw + j], part)
+        acc = acc + part if partial else part
     return acc
 
 
@@ -95,8 +92,7 @@ def rows_in_blocks(x, row0, height, taps, bias, out, channel0, y0, y1, sh, sw, t
     for y in range(y0, y1):
         iy0 = y * sh - top
         i_lo, i_hi = max(0, -iy0), min(kh, height - iy0)
-        inside = count is None and i_lo == 0 and i_hi == kh          # fewer channels: all as borders
-        first, stop = (interior_start, interior_stop) if inside else (ow, ow)
+        first, stop = (interior_start, interior_stop) if i_lo == 0 and i_hi == kh else (ow, ow)
         for block in range(0, c, LANES):
             c0 = 0 if count is not None else min(block, c - LANES)
             held = load_strided(taps, c0, c, taps_count, count)
@@ -104,13 +100,13 @@ def rows_in_blocks(x, row0, height, taps, bias, out, channel0, y0, y1, sh, sw, t
             p = (iy0 - row0) * row - left * column + c0              # input (iy0, -left), channel c0
             q = y * ow * oc + channel0 + c0                          # output (y, 0)
             for ox in range(first, stop):
-                acc = window(x, p + ox * sw * column, row, column, held, start, count, kh, kw)
+                acc = window(x, p + ox * sw * column, row, column, held, start, count, kh, kw, 0, kh, 0, kw)
                 store(out, q + ox * oc, finish_vector(acc, code, a, b), count)
             for k in range(first + ow - stop):                        # the border columns, left and right
                 ox = k if k < first else k - first + stop
                 ix0 = ox * sw - left
-                acc = border_window(x, p + ox * sw * column, row, column, taps, c0, start, count, i_lo, i_hi,
-                                    max(0, -ix0), min(kw, w - ix0))
+                acc = window(x, p + ox * sw * column, row, column, held, start, count, kh, kw, i_lo, i_hi,
+                             max(0, -ix0), min(kw, w - ix0))
                 store(out, q + ox * oc, finish_vector(acc, code, a, b), count)
         if not finished:
             for ox in range(ow):
