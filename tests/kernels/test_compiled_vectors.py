@@ -7,6 +7,7 @@ from kuiperinfer.kernels.compiled.activation import ActivationCode, finish_row, 
 from kuiperinfer.kernels.compiled.vectors import (
     LANES,
     load,
+    load_if,
     load_strided,
     multiply_add,
     splat,
@@ -45,6 +46,20 @@ def test_a_masked_load_and_store_touch_only_their_lanes(count):
     _copy_all(source, target, LANES + 3)
     expected[LANES + 3:2 * LANES + 3] = source[LANES + 3:2 * LANES + 3]
     np.testing.assert_array_equal(target, expected)
+
+
+@kernel
+def _load_if(source, target, index, condition):
+    store(target, 0, load_if(source, index, None, condition), None)
+
+
+def test_a_load_if_loads_only_where_its_condition_holds():
+    source = np.arange(2 * LANES, dtype=np.float32)
+    target = np.full(LANES, -1, np.float32)
+    _load_if(source, target, 3, True)
+    np.testing.assert_array_equal(target, source[3:3 + LANES])
+    _load_if(source, target, -(1 << 40), False)         # far outside the array: not read
+    np.testing.assert_array_equal(target, np.zeros(LANES, np.float32))
 
 
 @kernel
