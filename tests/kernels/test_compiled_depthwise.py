@@ -41,9 +41,11 @@ def check(ours, expected):
     assert ours.flags.c_contiguous
 
 
+@pytest.mark.parametrize("padded_bytes", [0, 1 << 30], ids=["borders", "padded"])
 @pytest.mark.parametrize("act", ACTIVATIONS, ids=lambda a: "none" if a is None else a.name)
 @pytest.mark.parametrize("kernel, stride, pads", GEOMETRIES)
-def test_depthwise_matches_the_reference(kernel, stride, pads, act):
+def test_depthwise_matches_the_reference(kernel, stride, pads, act, padded_bytes, monkeypatch):
+    monkeypatch.setattr(depthwise, "PADDED_BYTES", padded_bytes)
     x = RNG.standard_normal((3, 11, 13, 19), dtype=np.float32) * 3
     weight = RNG.standard_normal((19, 1, *kernel), dtype=np.float32)
     bias = RNG.standard_normal(19, dtype=np.float32)
@@ -56,8 +58,11 @@ def test_depthwise_matches_the_reference(kernel, stride, pads, act):
 @pytest.mark.parametrize("kernel, stride, pads", GEOMETRIES)
 @pytest.mark.parametrize("stripe_bytes", [256 << 10, 2000])    # whole images, or stripes of a few rows
 @pytest.mark.parametrize("batch", [1, 3])
-def test_pointwise_depthwise_matches_the_reference(kernel, stride, pads, act, stripe_bytes, batch, monkeypatch):
+@pytest.mark.parametrize("padded_bytes", [0, 1 << 30], ids=["borders", "padded"])
+def test_pointwise_depthwise_matches_the_reference(kernel, stride, pads, act, stripe_bytes, batch, padded_bytes,
+                                                   monkeypatch):
     monkeypatch.setattr(depthwise, "STRIPE_BYTES", stripe_bytes)
+    monkeypatch.setattr(depthwise, "PADDED_BYTES", padded_bytes)
     x = RNG.standard_normal((batch, 12, 9, 5), dtype=np.float32)
     expand = RNG.standard_normal((24, 5, 1, 1), dtype=np.float32)
     expand_bias = RNG.standard_normal(24, dtype=np.float32)
@@ -112,12 +117,16 @@ SHAPES = [  # channels (a block of vectors, a tail, fewer than a vector), height
     (48, 4, 21, (1, 7), (1, 3), ((0, 0), (3, 3))), (20, 12, 9, (7, 7), (2, 2), ((3, 3), (3, 3)))]
 
 
+@pytest.mark.parametrize("padded_bytes", [0, 1 << 30], ids=["borders", "padded"])
 @pytest.mark.parametrize("act", [None, InplaceActivation("hardswish"), InplaceActivation("silu")],
                          ids=lambda a: "none" if a is None else a.name)
 @pytest.mark.parametrize("channels, h, w, kernel, stride, pads", SHAPES)
-def test_channel_counts_borders_and_kernel_sizes(channels, h, w, kernel, stride, pads, act):
+def test_channel_counts_borders_and_kernel_sizes(channels, h, w, kernel, stride, pads, act, padded_bytes,
+                                                 monkeypatch):
     """Blocks of a vector's channels with a tail, fewer channels than a vector, rows and
-    columns without an interior, windows wholly in the padding, kernels of 1x7 to 7x7."""
+    columns without an interior, windows wholly in the padding, kernels of 1x7 to 7x7; the
+    border pixels apart, or every pixel through a padded copy."""
+    monkeypatch.setattr(depthwise, "PADDED_BYTES", padded_bytes)
     x = RNG.standard_normal((2, h, w, channels), dtype=np.float32) * 3
     weight = RNG.standard_normal((channels, 1, *kernel), dtype=np.float32)
     bias = RNG.standard_normal(channels, dtype=np.float32)

@@ -47,6 +47,9 @@ Padding = tuple[tuple[int, int], tuple[int, int]]
 STRIPE_BYTES = 1 << 20
 """Size of the buffer of expanded rows a stripe of output rows reads: small enough to stay
 in the core's cache between the product that writes it and the kernel that reads it."""
+PADDED_BYTES = 32 << 10
+"""Size up to which the input a call reads is copied with its padding into a scratch per
+block of channels (:func:`rows_padded`): small images, whose borders are most of them."""
 PART_WORK = 1 << 21
 """Multiply-adds a part of an operator shared among threads should hold at least: a
 hand-off costs tens of microseconds."""
@@ -113,6 +116,43 @@ def rows_in_blocks(x, row0, height, taps, bias, out, channel0, y0, y1, sh, sw, t
                 finish_row(out[y, ox, channel0:channel0 + c], bias, code, a, b)
 
 
+@inline
+def rows_padded(x, row0, height, taps, bias, out, channel0, y0, y1, sh, sw, top, left, code, a, b,  # noqa: ANN001, ANN201
+                kh, kw, taps_count, padded):
+    """:func:`rows_in_blocks`, for :data:`LANES` channels or more, through ``padded``, a (rows,
+    columns, LANES) scratch as large as the input the output rows read with its padding:
+    each block of channels of the input is
+    copied into it (the padding stays zero), then every pixel takes its window without a
+    check. A small image's many border pixels cost more than the copy."""
+    c, w, ow, oc = taps.shape[2], x.shape[1], out.shape[1], out.shape[2]
+    rows, columns = padded.shape[0], padded.shape[1]
+    first_row = y0 * sh - top                                       # the image row of the scratch's first
+    row_start, row_stop = max(0, -first_row), min(rows, height - first_row)
+    column_stop = min(w, columns - left)
+    finished = in_registers(code)
+    padded[:] = 0
+    for block in range(0, c, LANES):
+        c0 = min(block, c - LANES)
+        for r in range(row_start, row_stop):
+            source = (r + first_row - row0) * w * c + c0
+            target = (r * columns + left) * LANES
+            for ix in range(column_stop):
+                store(padded, target + ix * LANES, load(x, source + ix * c, None), None)
+        held = load_strided(taps, c0, c, taps_count, None)
+        start = load(bias, c0, None) if finished else splat(0)
+        for y in range(y0, y1):
+            p = (y - y0) * sh * columns * LANES
+            q = y * ow * oc + channel0 + c0
+            for ox in range(ow):
+                acc = window(padded, p + ox * sw * LANES, columns * LANES, LANES, held, start, None, kh, kw,
+                             0, kh, 0, kw)
+                store(out, q + ox * oc, finish_vector(acc, code, a, b), None)
+    if not finished:
+        for y in range(y0, y1):
+            for ox in range(ow):
+                finish_row(out[y, ox, channel0:channel0 + c], bias, code, a, b)
+
+
 @cache
 def depthwise_rows(kh: int, kw: int) -> Callable[..., None]:
     """The depthwise kernel for ``kh`` x ``kw`` taps, compiled once per size (its loops over the
@@ -122,23 +162,23 @@ def depthwise_rows(kh: int, kw: int) -> Callable[..., None]:
     @kernel
     def depthwise(x: np.ndarray, row0: int, height: int, taps: np.ndarray, bias: np.ndarray, out: np.ndarray,
                   channel0: int, y0: int, y1: int, sh: int, sw: int, top: int, left: int, code: int, a: np.float32,
-                  b: np.float32) -> None:
+                  b: np.float32, padded: np.ndarray) -> None:
         """Output rows ``y0:y1`` of the depthwise convolution of C channels of one image into
         channels ``channel0:channel0 + C`` of ``out`` (OH, OW, C'), then ``activation(out + bias)``.
         ``x`` (R, W, C) holds the image's rows ``row0:row0 + R`` (every row the output rows read
         inside the image, whose height is ``height``); ``taps`` is (kh, kw, C); the padding above
         and left of the image is ``top`` and ``left`` (what lies past the image below and right
-        is padding too).
-
-        For each output row and block of channels, the block's taps are loaded into registers;
-        the pixels whose windows lie inside the image take every tap without a check, the
-        others (the borders) only the taps inside the image."""
-        if taps.shape[2] >= LANES:
-            rows_in_blocks(x, row0, height, taps, bias, out, channel0, y0, y1, sh, sw, top, left, code, a, b,
-                           kh, kw, taps_count, None)
-        else:
+        is padding too). ``padded`` is empty, or the scratch of :func:`rows_padded`, which then
+        computes the rows."""
+        if taps.shape[2] < LANES:
             rows_in_blocks(x, row0, height, taps, bias, out, channel0, y0, y1, sh, sw, top, left, code, a, b,
                            kh, kw, taps_count, taps.shape[2])
+        elif padded.size:
+            rows_padded(x, row0, height, taps, bias, out, channel0, y0, y1, sh, sw, top, left, code, a, b,
+                        kh, kw, taps_count, padded)
+        else:
+            rows_in_blocks(x, row0, height, taps, bias, out, channel0, y0, y1, sh, sw, top, left, code, a, b,
+                           kh, kw, taps_count, None)
 
     return depthwise
 
@@ -173,8 +213,12 @@ class CompiledDepthwise:
         """Output rows ``y0:y1`` of ``channels`` of one image into ``out`` (OH, OW, C) from the
         image's rows ``row0:`` in ``x`` (R, W, channels' count): :func:`depthwise_rows`."""
         taps, bias = self.block(channels)
+        kh, kw = taps.shape[:2]
+        rows, columns = (y1 - y0 - 1) * stride[0] + kh, (out.shape[1] - 1) * stride[1] + kw
+        small = rows * columns * LANES * 4 <= PADDED_BYTES
+        padded = empty((rows, columns, LANES) if small else (0, 0, LANES))
         self.kernel(x, row0, height, taps, bias, out, channels.start, y0, y1, stride[0], stride[1],
-                       padding[0][0], padding[1][0], *self.code)
+                    padding[0][0], padding[1][0], *self.code, padded)
 
     def __call__(self, x: np.ndarray, stride: tuple[int, int], padding: Padding) -> np.ndarray:
         """The convolution of NHWC ``x`` (any memory layout); a new contiguous (N, OH, OW, C)
