@@ -63,7 +63,7 @@ channels is a narrower, less efficient product."""
 
 
 @inline
-def window(x, p, row, column, held, acc, count, kh, kw, i_lo, i_hi, j_lo, j_hi):  # noqa: ANN001, ANN201
+def window(x, p, row, column, held, acc, kh, kw, i_lo, i_hi, j_lo, j_hi):  # noqa: ANN001, ANN201
     """``acc`` plus the ``held`` taps (a tuple in registers) ``i_lo:i_hi``, ``j_lo:j_hi`` (those
     inside the image) times the window whose top left vector is x's flat element ``p``, its
     rows and columns ``row`` and ``column`` elements apart. ``kh`` and ``kw`` are constants, so
@@ -76,17 +76,16 @@ def window(x, p, row, column, held, acc, count, kh, kw, i_lo, i_hi, j_lo, j_hi):
         part = splat(0) if partial else acc
         for j in range(kw):
             inside = (i_lo <= i) & (i < i_hi) & (j_lo <= j) & (j < j_hi)
-            part = multiply_add(load_if(x, p + i * row + j * column, count, inside), held[i * kw + j], part)
+            part = multiply_add(load_if(x, p + i * row + j * column, None, inside), held[i * kw + j], part)
         acc = acc + part if partial else part
     return acc
 
 
 @inline
 def rows_in_blocks(x, row0, height, taps, bias, out, channel0, y0, y1, sh, sw, top, left, code, a, b,  # noqa: ANN001, ANN201
-                   kh, kw, taps_count, count):
+                   kh, kw, taps_count):
     """:func:`depthwise_rows`'s kernel for blocks of :data:`LANES` channels (the last one
-    overlapping the one before it, whose values it computes again) or, where ``count`` is not
-    None, fewer."""
+    overlapping the one before it, whose values it computes again)."""
     c, w, ow, oc = taps.shape[2], x.shape[1], out.shape[1], out.shape[2]
     row, column = w * c, c
     finished = in_registers(code)
@@ -97,33 +96,31 @@ def rows_in_blocks(x, row0, height, taps, bias, out, channel0, y0, y1, sh, sw, t
         i_lo, i_hi = max(0, -iy0), min(kh, height - iy0)
         first, stop = (interior_start, interior_stop) if i_lo == 0 and i_hi == kh else (ow, ow)
         for block in range(0, c, LANES):
-            c0 = 0 if count is not None else min(block, c - LANES)
-            held = load_strided(taps, c0, c, taps_count, count)
-            start = load(bias, c0, count) if finished else splat(0)
+            c0 = min(block, c - LANES)
+            held = load_strided(taps, c0, c, taps_count, None)
+            start = load(bias, c0, None) if finished else splat(0)
             p = (iy0 - row0) * row - left * column + c0              # input (iy0, -left), channel c0
             q = y * ow * oc + channel0 + c0                          # output (y, 0)
             for ox in range(first, stop):
-                acc = window(x, p + ox * sw * column, row, column, held, start, count, kh, kw, 0, kh, 0, kw)
-                store(out, q + ox * oc, finish_vector(acc, code, a, b), count)
+                acc = window(x, p + ox * sw * column, row, column, held, start, kh, kw, 0, kh, 0, kw)
+                store(out, q + ox * oc, finish_vector(acc, code, a, b), None)
             for k in range(first + ow - stop):                        # the border columns, left and right
                 ox = k if k < first else k - first + stop
                 ix0 = ox * sw - left
-                acc = window(x, p + ox * sw * column, row, column, held, start, count, kh, kw, i_lo, i_hi,
+                acc = window(x, p + ox * sw * column, row, column, held, start, kh, kw, i_lo, i_hi,
                              max(0, -ix0), min(kw, w - ix0))
-                store(out, q + ox * oc, finish_vector(acc, code, a, b), count)
-        if not finished:
-            for ox in range(ow):
-                finish_row(out[y, ox, channel0:channel0 + c], bias, code, a, b)
+                store(out, q + ox * oc, finish_vector(acc, code, a, b), None)
 
 
 @inline
 def rows_padded(x, row0, height, taps, bias, out, channel0, y0, y1, sh, sw, top, left, code, a, b,  # noqa: ANN001, ANN201
-                kh, kw, taps_count, padded):
-    """:func:`rows_in_blocks`, for :data:`LANES` channels or more, through ``padded``, a (rows,
-    columns, LANES) scratch as large as the input the output rows read with its padding:
-    each block of channels of the input is
+                kh, kw, taps_count, count, padded):
+    """:func:`rows_in_blocks` through ``padded``, a (rows, columns, LANES) scratch as large as
+    the input the output rows read with its padding: each block of channels of the input is
     copied into it (the padding stays zero), then every pixel takes its window without a
-    check. A small image's many border pixels cost more than the copy."""
+    check. A small image's many border pixels cost more than the copy. Fewer channels than
+    a vector (``count`` of them, not None) go this way at any size: the lanes past them stay
+    zero in the scratch and are not stored."""
     c, w, ow, oc = taps.shape[2], x.shape[1], out.shape[1], out.shape[2]
     rows, columns = padded.shape[0], padded.shape[1]
     first_row = y0 * sh - top                                       # the image row of the scratch's first
@@ -132,25 +129,21 @@ def rows_padded(x, row0, height, taps, bias, out, channel0, y0, y1, sh, sw, top,
     finished = in_registers(code)
     padded[:] = 0
     for block in range(0, c, LANES):
-        c0 = min(block, c - LANES)
+        c0 = 0 if count is not None else min(block, c - LANES)
         for r in range(row_start, row_stop):
             source = (r + first_row - row0) * w * c + c0
             target = (r * columns + left) * LANES
             for ix in range(column_stop):
-                store(padded, target + ix * LANES, load(x, source + ix * c, None), None)
-        held = load_strided(taps, c0, c, taps_count, None)
-        start = load(bias, c0, None) if finished else splat(0)
+                store(padded, target + ix * LANES, load(x, source + ix * c, count), None)
+        held = load_strided(taps, c0, c, taps_count, count)
+        start = load(bias, c0, count) if finished else splat(0)
         for y in range(y0, y1):
             p = (y - y0) * sh * columns * LANES
             q = y * ow * oc + channel0 + c0
             for ox in range(ow):
-                acc = window(padded, p + ox * sw * LANES, columns * LANES, LANES, held, start, None, kh, kw,
+                acc = window(padded, p + ox * sw * LANES, columns * LANES, LANES, held, start, kh, kw,
                              0, kh, 0, kw)
-                store(out, q + ox * oc, finish_vector(acc, code, a, b), None)
-    if not finished:
-        for y in range(y0, y1):
-            for ox in range(ow):
-                finish_row(out[y, ox, channel0:channel0 + c], bias, code, a, b)
+                store(out, q + ox * oc, finish_vector(acc, code, a, b), count)
 
 
 @cache
@@ -159,7 +152,6 @@ def depthwise_rows(kh: int, kw: int) -> Callable[..., None]:
     taps unrolled, so that a block of channels' taps stay in registers)."""
     taps_count = kh * kw
 
-    @kernel
     def depthwise(x: np.ndarray, row0: int, height: int, taps: np.ndarray, bias: np.ndarray, out: np.ndarray,
                   channel0: int, y0: int, y1: int, sh: int, sw: int, top: int, left: int, code: int, a: np.float32,
                   b: np.float32, padded: np.ndarray) -> None:
@@ -169,18 +161,23 @@ def depthwise_rows(kh: int, kw: int) -> Callable[..., None]:
         inside the image, whose height is ``height``); ``taps`` is (kh, kw, C); the padding above
         and left of the image is ``top`` and ``left`` (what lies past the image below and right
         is padding too). ``padded`` is empty, or the scratch of :func:`rows_padded`, which then
-        computes the rows."""
+        computes the rows (it must, for fewer channels than :data:`LANES`)."""
         if taps.shape[2] < LANES:
-            rows_in_blocks(x, row0, height, taps, bias, out, channel0, y0, y1, sh, sw, top, left, code, a, b,
-                           kh, kw, taps_count, taps.shape[2])
+            rows_padded(x, row0, height, taps, bias, out, channel0, y0, y1, sh, sw, top, left, code, a, b,
+                        kh, kw, taps_count, taps.shape[2], padded)
         elif padded.size:
             rows_padded(x, row0, height, taps, bias, out, channel0, y0, y1, sh, sw, top, left, code, a, b,
-                        kh, kw, taps_count, padded)
+                        kh, kw, taps_count, None, padded)
         else:
             rows_in_blocks(x, row0, height, taps, bias, out, channel0, y0, y1, sh, sw, top, left, code, a, b,
-                           kh, kw, taps_count, None)
+                           kh, kw, taps_count)
+        if not in_registers(code):      # the sums were stored without their bias: add it, then the activation
+            for y in range(y0, y1):
+                for ox in range(out.shape[1]):
+                    finish_row(out[y, ox, channel0:channel0 + taps.shape[2]], bias, code, a, b)
 
-    return depthwise
+    depthwise.__qualname__ = f"depthwise_rows_{kh}x{kw}"      # its name in kernel_stats and the cache
+    return kernel(depthwise)
 
 
 def output_size(size: int, kernel_size: int, stride: int, before: int, after: int) -> int:
@@ -215,7 +212,7 @@ class CompiledDepthwise:
         taps, bias = self.block(channels)
         kh, kw = taps.shape[:2]
         rows, columns = (y1 - y0 - 1) * stride[0] + kh, (out.shape[1] - 1) * stride[1] + kw
-        small = rows * columns * LANES * 4 <= PADDED_BYTES
+        small = rows * columns * LANES * 4 <= PADDED_BYTES or taps.shape[2] < LANES
         padded = empty((rows, columns, LANES) if small else (0, 0, LANES))
         self.kernel(x, row0, height, taps, bias, out, channels.start, y0, y1, stride[0], stride[1],
                     padding[0][0], padding[1][0], *self.code, padded)
