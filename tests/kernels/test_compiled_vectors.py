@@ -10,6 +10,8 @@ from kuiperinfer.kernels.compiled.vectors import (
     load_if,
     load_strided,
     multiply_add,
+    multiply_add_splats,
+    repeat,
     splat,
     store,
     where_above,
@@ -79,6 +81,21 @@ def test_arithmetic_lane_by_lane_keeps_nan():
     np.testing.assert_allclose(out[:LANES], a * b + c, rtol=1e-6)
     np.testing.assert_allclose(out[LANES:2 * LANES], a * b + 2.5, rtol=1e-6)
     np.testing.assert_array_equal(out[2 * LANES:], np.where(np.isnan(a), a, np.clip(a, -1, 1)))
+
+
+@kernel
+def _outer(numbers, vector, out):
+    sums = multiply_add_splats(numbers, 1, 2, load(vector, 0, None), repeat(splat(0.5), 3))
+    for m in range(3):
+        store(out, m * LANES, sums[m], None)
+
+
+def test_a_row_of_numbers_times_a_vector_into_a_tuple_of_sums():
+    numbers = np.arange(8, dtype=np.float32)
+    vector = np.linspace(-1, 1, LANES, dtype=np.float32)
+    out = np.empty(3 * LANES, np.float32)
+    _outer(numbers, vector, out)
+    np.testing.assert_allclose(out.reshape(3, LANES), numbers[1:6:2, None] * vector + 0.5, rtol=1e-6)
 
 
 @kernel

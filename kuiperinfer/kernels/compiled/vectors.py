@@ -13,9 +13,10 @@ float>`` value, which stays in a register across a loop like any local number.
   others read as zero and left alone in memory; None: all of them). No bounds are checked.
 * :func:`load_if` loads only where a condition holds (zeros, else), and
   :func:`load_strided` loads several vectors at once into a tuple, as registers to hold.
-* :func:`splat` repeats a number in every lane (:func:`load_splat`, one of an array's);
-  ``+`` and ``*`` work lane by lane, and
-  :func:`multiply_add` fuses them (one FMA instruction where the CPU has it).
+* :func:`splat` repeats a number in every lane (:func:`load_splat`, one of an array's),
+  :func:`repeat` a vector in a tuple; ``+`` and ``*`` work lane by lane, and
+  :func:`multiply_add` fuses them (one FMA instruction where the CPU has it);
+  :func:`multiply_add_splats` adds a row of numbers times one vector to a tuple of sums.
 * :func:`where_below` and :func:`where_above` replace the lanes beyond a bound, keeping NaN
   (the comparisons are false for it), as the activations' scalar loops do.
 
@@ -151,6 +152,37 @@ if AVAILABLE:
         return Vector(array, types.intp), codegen
 
     @intrinsic
+    def repeat(typingctx, vector, n):  # noqa: ANN001, ANN201
+        """A tuple of ``n`` (a constant) copies of ``vector``: sums to start from."""
+        if not isinstance(n, types.IntegerLiteral):
+            return None
+        repeated = types.UniTuple(Vector, n.literal_value)
+
+        def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
+            return context.make_tuple(builder, repeated, [args[0]] * n.literal_value)
+        return repeated(Vector, n), codegen
+
+    @intrinsic
+    def multiply_add_splats(typingctx, array, index, step, vector, sums):  # noqa: ANN001, ANN201
+        """``sums[m] + array[index + m * step] * vector`` for each vector of the tuple ``sums``:
+        a row of numbers times one vector, into as many sums (flat elements of a C-contiguous
+        array; no bounds are checked)."""
+        if not isinstance(sums, types.UniTuple) or sums.dtype is not Vector:
+            return None
+
+        def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
+            data = context.make_array(signature.args[0])(context, builder, args[0]).data
+            function = cgutils.get_or_insert_function(builder.module, ir.FunctionType(
+                _LLVM_VECTOR, [_LLVM_VECTOR] * 3), f"llvm.fmuladd.{_LANE_TYPES}")
+            new = []
+            for m in range(sums.count):
+                at = builder.add(args[1], builder.mul(args[2], ir.Constant(args[2].type, m)))
+                value = _repeat(builder, builder.load(builder.gep(data, [at]), align=4), _LLVM_VECTOR)
+                new.append(builder.call(function, [value, args[3], builder.extract_value(args[4], m)]))
+            return context.make_tuple(builder, sums, new)
+        return sums(array, types.intp, types.intp, Vector, sums), codegen
+
+    @intrinsic
     def multiply_add(typingctx, a, b, c):  # noqa: ANN001, ANN201
         """``a * b + c`` lane by lane, fused where the CPU can."""
         def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
@@ -222,6 +254,16 @@ else:
     def load_splat(array: np.ndarray, index: int) -> np.ndarray:
         """A vector holding ``array``'s flat element ``index`` in every lane."""
         return splat(array.reshape(-1)[index])
+
+    def repeat(vector: np.ndarray, n: int) -> tuple[np.ndarray, ...]:
+        """A tuple of ``n`` copies of ``vector``."""
+        return (vector,) * n
+
+    def multiply_add_splats(array: np.ndarray, index: int, step: int, vector: np.ndarray,
+                            sums: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
+        """``sums[m] + array[index + m * step] * vector`` for each vector of the tuple ``sums``."""
+        flat = array.reshape(-1)
+        return tuple(flat[index + m * step] * vector + total for m, total in enumerate(sums))
 
     def splat(value: float) -> np.ndarray:
         """A vector holding ``value`` (as float32) in every lane."""
