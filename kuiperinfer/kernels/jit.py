@@ -129,6 +129,22 @@ def empty(shape: tuple[int, ...]) -> np.ndarray:
     return memory[start:start + size].reshape(shape)
 
 
+_SCRATCH = threading.local()
+
+
+def scratch(shape: tuple[int, ...]) -> np.ndarray:
+    """A C-contiguous float32 array on a cache line in memory the calling thread keeps for
+    its next call, for a kernel's buffer: a fresh large array is mapped anew on every call
+    and costs a page fault per 4 KiB written (a microsecond each on a virtual machine), as
+    much as the kernel's work on a large image. The array is the thread's until it calls
+    again: one at a time per thread."""
+    size = int(np.prod(shape))
+    memory = getattr(_SCRATCH, "memory", None)
+    if memory is None or memory.size < size:
+        memory = _SCRATCH.memory = empty((size,))
+    return memory[:size].reshape(shape)
+
+
 @dataclass(frozen=True)
 class KernelStats:
     """How one kernel came to be in this process: its compiled signatures, how many were

@@ -18,7 +18,7 @@ from kuiperinfer.kernels.compiled.vectors import (
     where_below,
 )
 from kuiperinfer.kernels.elementwise import InplaceActivation
-from kuiperinfer.kernels.jit import empty, kernel
+from kuiperinfer.kernels.jit import kernel
 from kuiperinfer.kernels.matrix.features import cpu_flags
 
 
@@ -113,10 +113,3 @@ def test_activations_in_registers_match_the_rows(activation):
     finish_row(expected, np.zeros(LANES, np.float32), *ActivationCode.of(activation))
     _finish(values, *ActivationCode.of(activation))
     np.testing.assert_allclose(values, expected, rtol=1e-6)
-
-
-def test_empty_starts_on_a_cache_line():
-    for shape in [(3,), (5, 7, 9), (1, 112, 112, 16)]:
-        array = empty(shape)
-        assert array.shape == shape and array.dtype == np.float32 and array.flags.c_contiguous
-        assert array.ctypes.data % 64 == 0

@@ -39,7 +39,7 @@ from kuiperinfer.kernels.compiled.vectors import (
     splat,
     store,
 )
-from kuiperinfer.kernels.jit import empty, inline, kernel, kernel_array
+from kuiperinfer.kernels.jit import empty, inline, kernel, kernel_array, scratch
 from kuiperinfer.kernels.parallel import even_step, run_parts, threads_for
 
 Padding = tuple[tuple[int, int], tuple[int, int]]
@@ -296,7 +296,7 @@ def pointwise_depthwise(x: np.ndarray, matrix: np.ndarray, pointwise: CompiledEp
         width = block.stop - block.start
         stripe = max(1, (STRIPE_BYTES // (w * width * 4) - kh) // sh + 1)
         rows = min(h, (min(stripe, stop - first) - 1) * sh + kh)
-        buffer = empty((rows, w, width))
+        buffer = scratch((rows, w, width))
         held_start = held_stop = 0          # the image rows the buffer holds, from its top
         for y in range(first, stop, stripe):
             end = min(stop, y + stripe)
