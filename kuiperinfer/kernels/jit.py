@@ -15,7 +15,8 @@ load is slow.
 
 Kernels take C-contiguous, writable arrays and plain numbers, so that every call of a
 kernel hits the same compiled specialisation (Numba compiles another one for a read-only
-or strided array); the callers prepare their arrays so.
+or strided array); the callers prepare their arrays so. :func:`empty` makes their outputs
+start on a cache line, and :func:`scratch` lends a thread a buffer it keeps between calls.
 """
 
 from __future__ import annotations

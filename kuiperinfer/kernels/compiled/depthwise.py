@@ -9,10 +9,11 @@ channels are contiguous in NHWC memory), the block's taps are loaded into vector
 registers (:mod:`.vectors`), then each output pixel sums its window's input vectors times
 them, adds the bias and applies a piecewise linear activation in registers, and stores
 the block once. Each row splits into its border columns, whose windows reach into the
-padding and take only the taps inside the image, and its interior, whose windows take
-every tap without a check; so no padded copy of the input is made. The input rows the
-kernel reads may be a block of the image's rows (a stripe buffer), said by the row the
-block starts at.
+padding and take zeros for the taps outside the image, and its interior, whose windows
+take every tap without a check; a small image, whose borders are most of its pixels, is
+first copied with its padding into a scratch, so that every pixel is an interior one. The
+input rows the kernel reads may be a block of the image's rows (a stripe buffer), said by
+the row the block starts at.
 
 :func:`pointwise_depthwise` computes a MobileNet/EfficientNet block's expansion and
 filter: the 1x1 product (BLAS, which releases the GIL) fills a buffer of the input rows a
