@@ -32,7 +32,9 @@ import numpy as np
 
 from kuiperinfer.kernels.jit import AVAILABLE, numba
 
-LANES = 16 if AVAILABLE and "+avx512f" in numba.core.codegen.get_host_cpu_features() else 8
+TARGET_FEATURES = (numba.config.CPU_FEATURES or numba.core.codegen.get_host_cpu_features()) if AVAILABLE else ""
+"""The CPU features Numba compiles for: this CPU's, or ``NUMBA_CPU_FEATURES``'s."""
+LANES = 16 if "+avx512f" in TARGET_FEATURES.split(",") else 8
 """Float32 lanes of a vector: 16 where the CPU has AVX-512 (one zmm register), else 8 (AVX2's ymm)."""
 REGISTERS = 32 if LANES == 16 else 16
 """Vector registers the CPU has: what a kernel may hold in them at once."""
