@@ -151,14 +151,15 @@ Operator = tuple[str, str, str, list[str], tuple[int, ...], dict[str, np.ndarray
 names of its inputs ("x" is the model's input), its output shape and its weights."""
 
 
-def model(shape: tuple[int, ...], ops: list[Operator], alone: str = "") -> Callable[[], Any]:
+def model(shape: tuple[int, ...], ops: list[Operator], alone: str = "", first: bool = False) -> Callable[[], Any]:
     """``graph.run`` of a model of the operators ``ops`` (the last one's output is the model's),
     loaded through ``kuiperinfer.load`` with one thread, on one random float32 input of ``shape``.
 
     With ``alone``, the call is instead the layer's ``forward`` of the operator of that name
     in the optimised graph (what the optimiser made of it) on a channels-last input, as
     convolutions hand on their outputs inside a network: no graph input or output copies
-    between layouts, which would cost more than a fast kernel."""
+    between layouts, which would cost more than a fast kernel. With ``first`` too, the input is
+    row-major, as a network's first layer gets it."""
     import kuiperinfer
     from kuiperinfer.kernels.layout import nchw
 
@@ -182,10 +183,10 @@ def model(shape: tuple[int, ...], ops: list[Operator], alone: str = "") -> Calla
     x = np.random.default_rng(0).standard_normal(shape, dtype=np.float32)
     if alone:
         layer = next(op.layer for op in graph.operators if op.name == alone)
-        channels_last = [nchw(np.ascontiguousarray(x.transpose(0, 2, 3, 1)))]
+        inputs = [x if first else nchw(np.ascontiguousarray(x.transpose(0, 2, 3, 1)))]
 
         def run() -> Any:
-            return layer.forward(channels_last)
+            return layer.forward(inputs)
     else:
         def run() -> Any:
             return graph.run(x)
@@ -194,10 +195,11 @@ def model(shape: tuple[int, ...], ops: list[Operator], alone: str = "") -> Calla
 
 
 def conv_operator(name: str, source: str, cin: int, cout: int, size: int, kernel_size: int, stride: int = 1,
-                  groups: int = 1) -> Operator:
-    """An nn.Conv2d with bias and "same" padding reading ``source``, (1, cin, size, size)."""
+                  groups: int = 1, pad: int | None = None) -> Operator:
+    """An nn.Conv2d with bias and "same" padding (or ``pad``) reading ``source``, (1, cin, size, size)."""
     rng = np.random.default_rng(0)
-    pad, out = kernel_size // 2, (size + 2 * (kernel_size // 2) - kernel_size) // stride + 1
+    pad = kernel_size // 2 if pad is None else pad
+    out = (size + 2 * pad - kernel_size) // stride + 1
     params = (f"bias=True dilation=(1,1) groups={groups} in_channels={cin} kernel_size=({kernel_size},{kernel_size}) "
               f"out_channels={cout} padding=({pad},{pad}) padding_mode=zeros stride=({stride},{stride})")
     weights = {"bias": rng.standard_normal(cout), "weight": rng.standard_normal(
@@ -206,12 +208,13 @@ def conv_operator(name: str, source: str, cin: int, cout: int, size: int, kernel
 
 
 def conv(cin: int, cout: int, size: int, kernel_size: int, stride: int = 1, groups: int = 1,
-         after: str = "", alone: bool = False) -> Callable[[], Any]:
-    """An nn.Conv2d with bias, "same" padding, on a (1, cin, size, size) input (``alone``: its
-    layer alone, on a channels-last input, see :func:`model`)."""
-    op = conv_operator("op", "x", cin, cout, size, kernel_size, stride, groups)
+         after: str = "", alone: bool = False, first: bool = False, pad: int | None = None) -> Callable[[], Any]:
+    """An nn.Conv2d with bias, "same" padding (or ``pad``), on a (1, cin, size, size) input
+    (``alone``: its layer alone, on a channels-last input, or with ``first`` a row-major one as
+    a network's first layer gets, see :func:`model`)."""
+    op = conv_operator("op", "x", cin, cout, size, kernel_size, stride, groups, pad)
     ops = [op] + ([("after", after, "", ["op"], op[4], {})] if after else [])
-    return model((1, cin, size, size), ops, "op" if alone else "")
+    return model((1, cin, size, size), ops, "op" if alone or first else "", first)
 
 
 def pointwise_depthwise(cin: int, channels: int, size: int, kernel_size: int, stride: int) -> Callable[[], Any]:
@@ -285,6 +288,36 @@ def _depthwise5x5():
     return conv(96, 96, 28, 5, groups=96)
 
 
+@kernel("stem 3x3 stride 2, 3->16 224x224 + hardswish, alone (MobileNetV3-Small)", macs=112 * 112 * 16 * 27)
+def _stem_mobilenet():
+    return conv(3, 16, 224, 3, stride=2, after="nn.Hardswish", first=True)
+
+
+@kernel("stem 3x3 stride 2, 3->32 224x224 + ReLU6, alone (EfficientNet-Lite0)", macs=112 * 112 * 32 * 27)
+def _stem_efficientnet():
+    return conv(3, 32, 224, 3, stride=2, after="nn.ReLU6", first=True)
+
+
+@kernel("stem 7x7 stride 2, 3->64 224x224 + ReLU, alone (ResNet-18)", macs=112 * 112 * 64 * 147)
+def _stem_resnet():
+    return conv(3, 64, 224, 7, stride=2, after="nn.ReLU", first=True)
+
+
+@kernel("stem 6x6 stride 2, 3->32 640x640 + SiLU, alone (YOLOv5s)", macs=320 * 320 * 32 * 108)
+def _stem_yolo():
+    return conv(3, 32, 640, 6, stride=2, after="nn.SiLU", first=True, pad=2)
+
+
+@kernel("depthwise 3x3 stride 2, 16 channels 112x112 + ReLU, alone (MobileNetV3-Small)", macs=16 * 56 * 56 * 9)
+def _depthwise3x3_s2_mobilenet():
+    return conv(16, 16, 112, 3, stride=2, groups=16, after="nn.ReLU", alone=True)
+
+
+@kernel("depthwise 3x3 stride 1, 32 channels 112x112 + ReLU6, alone (EfficientNet-Lite0)", macs=32 * 112 * 112 * 9)
+def _depthwise3x3_112_efficientnet():
+    return conv(32, 32, 112, 3, groups=32, after="nn.ReLU6", alone=True)
+
+
 @kernel("depthwise 3x3 stride 1, 144 channels 56x56 + ReLU6, alone (EfficientNet-Lite0)", macs=144 * 56 * 56 * 9)
 def _depthwise3x3_efficientnet():
     return conv(144, 144, 56, 3, groups=144, after="nn.ReLU6", alone=True)
@@ -303,6 +336,16 @@ def _depthwise5x5_efficientnet():
 @kernel("depthwise 5x5 stride 2, 144 channels 56x56 + ReLU6, alone (EfficientNet-Lite0)", macs=144 * 28 * 28 * 25)
 def _depthwise5x5_s2_efficientnet():
     return conv(144, 144, 56, 5, stride=2, groups=144, after="nn.ReLU6", alone=True)
+
+
+@kernel("depthwise 5x5 stride 1, 1152 channels 7x7 + ReLU6, alone (EfficientNet-Lite0)", macs=1152 * 7 * 7 * 25)
+def _depthwise5x5_7_efficientnet():
+    return conv(1152, 1152, 7, 5, groups=1152, after="nn.ReLU6", alone=True)
+
+
+@kernel("depthwise 3x3 stride 1, 1152 channels 7x7 + ReLU6, alone (EfficientNet-Lite0)", macs=1152 * 7 * 7 * 9)
+def _depthwise3x3_7_efficientnet():
+    return conv(1152, 1152, 7, 3, groups=1152, after="nn.ReLU6", alone=True)
 
 
 @kernel("1x1 24->144 + depthwise 3x3, 56x56, ReLU6 both (fused, alone)", macs=3136 * 144 * (24 + 9))

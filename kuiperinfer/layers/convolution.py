@@ -26,6 +26,7 @@ from kuiperinfer.errors import InferError, InferStatus
 from kuiperinfer.errors import ParseParameterAttrStatus as Status
 from kuiperinfer.kernels.blockwise_transposed import blockwise_conv_transpose2d, pack_blockwise_weight
 from kuiperinfer.kernels.col2im import col2im
+from kuiperinfer.kernels.compiled import direct as compiled_direct
 from kuiperinfer.kernels.compiled import epilogue as compiled_epilogue
 from kuiperinfer.kernels.compiled.depthwise import CompiledDepthwise
 from kuiperinfer.kernels.depthwise import DepthwiseWeight, depthwise_conv2d
@@ -152,6 +153,15 @@ class ConvGeometry:
         (:mod:`kuiperinfer.kernels.depthwise_stripes`): zero padding, no dilation."""
         return self.padding_mode in ("zeros", "constant") and self.dilation == (1, 1)
 
+    def computes_directly(self, in_channels: int, out_channels: int) -> bool:
+        """Whether the compiled direct convolution (:mod:`kuiperinfer.kernels.compiled.direct`)
+        computes a convolution of this geometry and these channels: one group of at most
+        its few input channels and a vector's output channels or more, zero padding, a kernel
+        larger than 1x1."""
+        return (self.groups == 1 and in_channels <= compiled_direct.MAX_CHANNELS
+                and out_channels >= compiled_direct.LANES and self.padding_mode in ("zeros", "constant")
+                and self.kernel != (1, 1))
+
     def pad_nhwc(self, x: np.ndarray) -> np.ndarray:
         """NCHW ``x`` (any memory layout) padded, as a contiguous NHWC array."""
         return pad_nhwc(x, self.padding, self.padding_mode)
@@ -237,6 +247,9 @@ class PackedWeight:
       compute the convolution (zero padding, no dilation), else None;
     * :attr:`gemm`: the (groups, Cin/groups*kh*kw, Cout/groups) operand of im2col, and
       :attr:`matrix`, its one group as (Cin*kh*kw, Cout);
+    * :attr:`direct`: with ``compiled``, the compiled direct convolution's weight with the
+      bias and activation of the compiled ``epilogue``, where ``geometry`` lets it compute
+      the convolution (:meth:`ConvGeometry.computes_directly`), else None;
     * :attr:`planar`: the operand of the planar columns, for very few input channels;
     * :attr:`winograd`: the transformed weight of Winograd, when asked for.
 
@@ -262,12 +275,16 @@ class PackedWeight:
                                              in_stripes and not compiled)
             if compiled and in_stripes:
                 self.compiled_depthwise = CompiledDepthwise(self.depthwise.taps, epilogue)
-        self.planar = pack_planar_weight(scaled) if groups == 1 and weight.shape[1] <= PLANAR_MAX_CHANNELS else None
+        self.direct = None
+        if compiled and geometry is not None and geometry.computes_directly(self.in_channels, self.out_channels):
+            self.direct = compiled_direct.CompiledDirect(scaled, epilogue)
+        few = groups == 1 and weight.shape[1] <= PLANAR_MAX_CHANNELS and self.direct is None
+        self.planar = pack_planar_weight(scaled) if few else None
         self.winograd = winograd_weight(scaled) if winograd else None
         self._gemm = None
         winograd_at_export = (self.winograd is not None and min(recorded) > 0
                               and winograd_pays(recorded[0], self.in_channels, recorded[1:]))
-        if self.depthwise is None and not winograd_at_export:
+        if self.depthwise is None and self.direct is None and not winograd_at_export:
             self._gemm = pack_weight(scaled, groups)
 
     def _scaled(self) -> np.ndarray:
@@ -332,8 +349,9 @@ class Conv2dKernel:
     The way it computes is chosen once, from the weight and geometry (ncnn's
     ``create_pipeline``), as :attr:`compute`: the compiled depthwise kernel; a zero-padded,
     undilated depthwise convolution a stripe of rows at a time; any other depthwise one on
-    its padded input; Winograd where the weight has its transform; the planar columns for
-    very few input channels; or im2col. Three of them depend on the call too, and hand it on
+    its padded input; the compiled direct convolution for few input channels; Winograd
+    where the weight has its transform; the planar columns for very few input channels;
+    or im2col. Three of them depend on the call too, and hand it on
     when it does not suit them: Winograd to the next when the call has too few tiles to pay,
     the planar columns to im2col for a channels-last input, and a 1x1 convolution's one
     product (:meth:`pointwise`) to them when the call is too large for one thread and block.
@@ -345,6 +363,8 @@ class Conv2dKernel:
             self.compute = self.compiled_depthwise
         elif weight.depthwise is not None:
             self.compute = self.depthwise_in_stripes if geometry.in_stripes() else self.depthwise
+        elif weight.direct is not None:
+            self.compute = self.direct
         else:
             self.compute = self.winograd if weight.winograd is not None else self.general
             if geometry.kernel == (1, 1) and geometry.stride == (1, 1) and geometry.groups == 1 \
@@ -363,6 +383,11 @@ class Conv2dKernel:
     def compiled_depthwise(self, x: np.ndarray, hw: tuple[int, int]) -> np.ndarray:
         # the bias and activation are the compiled kernel's own
         return self.weight.compiled_depthwise(nhwc(x), self.geometry.stride, self.geometry.padding)
+
+    def direct(self, x: np.ndarray, hw: tuple[int, int]) -> np.ndarray:
+        # the bias and activation are the compiled kernel's own
+        g = self.geometry
+        return self.weight.direct(x, hw, g.stride, g.dilation, g.padding)
 
     def depthwise_in_stripes(self, x: np.ndarray, hw: tuple[int, int]) -> np.ndarray:
         g = self.geometry

@@ -41,9 +41,11 @@ def check(ours, expected):
     assert ours.flags.c_contiguous
 
 
+@pytest.mark.parametrize("padded_bytes", [0, 1 << 30], ids=["borders", "padded"])
 @pytest.mark.parametrize("act", ACTIVATIONS, ids=lambda a: "none" if a is None else a.name)
 @pytest.mark.parametrize("kernel, stride, pads", GEOMETRIES)
-def test_depthwise_matches_the_reference(kernel, stride, pads, act):
+def test_depthwise_matches_the_reference(kernel, stride, pads, act, padded_bytes, monkeypatch):
+    monkeypatch.setattr(depthwise, "PADDED_BYTES", padded_bytes)
     x = RNG.standard_normal((3, 11, 13, 19), dtype=np.float32) * 3
     weight = RNG.standard_normal((19, 1, *kernel), dtype=np.float32)
     bias = RNG.standard_normal(19, dtype=np.float32)
@@ -56,8 +58,11 @@ def test_depthwise_matches_the_reference(kernel, stride, pads, act):
 @pytest.mark.parametrize("kernel, stride, pads", GEOMETRIES)
 @pytest.mark.parametrize("stripe_bytes", [256 << 10, 2000])    # whole images, or stripes of a few rows
 @pytest.mark.parametrize("batch", [1, 3])
-def test_pointwise_depthwise_matches_the_reference(kernel, stride, pads, act, stripe_bytes, batch, monkeypatch):
+@pytest.mark.parametrize("padded_bytes", [0, 1 << 30], ids=["borders", "padded"])
+def test_pointwise_depthwise_matches_the_reference(kernel, stride, pads, act, stripe_bytes, batch, padded_bytes,
+                                                   monkeypatch):
     monkeypatch.setattr(depthwise, "STRIPE_BYTES", stripe_bytes)
+    monkeypatch.setattr(depthwise, "PADDED_BYTES", padded_bytes)
     x = RNG.standard_normal((batch, 12, 9, 5), dtype=np.float32)
     expand = RNG.standard_normal((24, 5, 1, 1), dtype=np.float32)
     expand_bias = RNG.standard_normal(24, dtype=np.float32)
@@ -103,9 +108,59 @@ def test_parts_shared_among_threads_and_strided_inputs(pointwise, batch, halo_sh
             check(ours, expected)
 
 
+SHAPES = [  # channels (a block of vectors, a tail, fewer than a vector), height, width, kernel, stride, padding
+    (16, 9, 9, (3, 3), (1, 1), ((1, 1), (1, 1))), (40, 8, 7, (3, 3), (2, 2), ((1, 1), (1, 1))),
+    (72, 7, 7, (5, 5), (1, 1), ((2, 2), (2, 2))), (5, 10, 11, (5, 5), (2, 2), ((2, 2), (2, 2))),
+    (24, 3, 3, (5, 5), (1, 1), ((2, 2), (2, 2))),           # no interior: every pixel on a border
+    (33, 6, 1, (3, 3), (1, 2), ((1, 1), (1, 1))),           # one column
+    (17, 5, 13, (3, 3), (2, 1), ((3, 0), (4, 2))),          # pixels whose windows lie in the padding
+    (48, 4, 21, (1, 7), (1, 3), ((0, 0), (3, 3))), (20, 12, 9, (7, 7), (2, 2), ((3, 3), (3, 3)))]
+
+
+@pytest.mark.parametrize("padded_bytes", [0, 1 << 30], ids=["borders", "padded"])
+@pytest.mark.parametrize("act", [None, InplaceActivation("hardswish"), InplaceActivation("silu")],
+                         ids=lambda a: "none" if a is None else a.name)
+@pytest.mark.parametrize("channels, h, w, kernel, stride, pads", SHAPES)
+def test_channel_counts_borders_and_kernel_sizes(channels, h, w, kernel, stride, pads, act, padded_bytes,
+                                                 monkeypatch):
+    """Blocks of a vector's channels with a tail, fewer channels than a vector, rows and
+    columns without an interior, windows wholly in the padding, kernels of 1x7 to 7x7; the
+    border pixels apart, or every pixel through a padded copy."""
+    monkeypatch.setattr(depthwise, "PADDED_BYTES", padded_bytes)
+    x = RNG.standard_normal((2, h, w, channels), dtype=np.float32) * 3
+    weight = RNG.standard_normal((channels, 1, *kernel), dtype=np.float32)
+    bias = RNG.standard_normal(channels, dtype=np.float32)
+    compiled = depthwise.CompiledDepthwise(weight[:, 0].transpose(1, 2, 0), CompiledEpilogue(bias, channels, act))
+    ours = compiled(x, stride, pads)
+    check(ours, reference(x, weight, bias, act, stride, pads, out_hw((h, w), kernel, stride, pads)))
+    assert ours.ctypes.data % 64 == 0
+
+
+def test_a_block_of_channels_writes_only_its_own():
+    """The kernel on channels 16:56 of 72 (a stripe buffer's block) leaves the others alone."""
+    x = RNG.standard_normal((6, 9, 72), dtype=np.float32)
+    weight = RNG.standard_normal((72, 1, 3, 3), dtype=np.float32)
+    compiled = depthwise.CompiledDepthwise(weight[:, 0].transpose(1, 2, 0), CompiledEpilogue(None, 72, None))
+    expected = compiled(x[None], (1, 1), ((1, 1), (1, 1)))[0]
+    out = np.full((6, 9, 72), 7.0, np.float32)
+    compiled.rows(np.ascontiguousarray(x[1:, :, 16:56]), 1, 6, out, slice(16, 56), 2, 5, (1, 1), ((1, 1), (1, 1)))
+    np.testing.assert_array_equal(out[2:5, :, 16:56], expected[2:5, :, 16:56])
+    untouched = np.ones(out.shape, bool)
+    untouched[2:5, :, 16:56] = False
+    assert (out[untouched] == 7.0).all()
+
+
 def test_row_parts_cover_every_row_once():
     for (images, rows, threads), halo in itertools.product([(1, 56, 2), (1, 7, 4), (2, 9, 3), (8, 14, 2), (1, 1, 2)], [0, 4]):
         parts = depthwise.parts_of(images, rows, 24, 1 << 30, threads, halo, 1)
         covered = sorted((image, y, c) for image, first, stop, block in parts for y in range(first, stop)
                          for c in range(block.start, block.stop))
         assert covered == [(image, y, c) for image in range(images) for y in range(rows) for c in range(24)]
+
+
+def test_channel_blocks_hold_a_vector_each():
+    for channels in (32, 40, 63, 72, 88, 1152):
+        parts = depthwise.parts_of(1, 7, channels, 1 << 30, 2, halo=100)
+        blocks = [block for *_, block in parts]
+        assert blocks[0].start == 0 and blocks[-1].stop == channels and len(blocks) > 1
+        assert all(b.stop - b.start >= depthwise.LANES and b.start % depthwise.LANES == 0 for b in blocks)

@@ -4,7 +4,12 @@ later processes, said once; an unwritable cache and a missing Numba still run.""
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
+
+import numpy as np
+
+from kuiperinfer.kernels import jit
 
 DEMO_CNN = Path(__file__).resolve().parent.parent / "data" / "demo_cnn" / "demo_cnn.pnnx.param"
 NOTICE = "kuiperinfer: compiling kernels"
@@ -59,3 +64,22 @@ def test_without_numba_the_reference_kernels_run_after_one_warning(tmp_path):
     assert without["available"] is False and without["kernels"] == []
     assert process.stderr.count("Numba could not be imported") == 1 and "pip install numba" in process.stderr
     assert abs(without["sum"] - with_numba["sum"]) < 1e-4
+
+
+def test_empty_starts_on_a_cache_line():
+    for shape in [(3,), (5, 7, 9), (1, 112, 112, 16)]:
+        array = jit.empty(shape)
+        assert array.shape == shape and array.dtype == np.float32 and array.flags.c_contiguous
+        assert array.ctypes.data % 64 == 0
+
+
+def test_a_threads_scratch_is_its_own_and_kept_for_its_next_call():
+    first = jit.scratch((4, 1000))
+    again = jit.scratch((10, 10))
+    assert again.ctypes.data == first.ctypes.data and again.shape == (10, 10)
+    assert jit.scratch((3000,)).ctypes.data % 64 == 0            # larger: a new one, on a cache line
+    others = []
+    thread = threading.Thread(target=lambda: others.append(jit.scratch((10, 10)).ctypes.data))
+    thread.start()
+    thread.join()
+    assert others[0] != jit.scratch((10, 10)).ctypes.data

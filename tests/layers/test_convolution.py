@@ -41,6 +41,9 @@ CONV_CASES = [
     dict(cin=3, cout=4, k=3, stride=1, padding=(1, 2), padding_mode="circular"),
     dict(cin=8, cout=8, k=5, stride=1, padding=2, groups=8, padding_mode="reflect"),
     dict(cin=16, cout=32, k=7, stride=2, padding=3, bias=False),
+    dict(cin=3, cout=16, k=3, stride=2, padding=1),                    # few inputs: the direct convolution
+    dict(cin=3, cout=24, k=7, stride=2, padding=3, bias=False),
+    dict(cin=4, cout=16, k=(2, 3), stride=1, padding=(1, 0), dilation=(2, 1)),
 ]
 
 
@@ -71,6 +74,7 @@ CONV1D_CASES = [
     dict(cin=3, cout=4, k=3, stride=1, padding=2, padding_mode="circular"),
     dict(cin=3, cout=4, k=4, stride=1, padding="same", padding_mode="reflect"),
     dict(cin=2, cout=3, k=1, stride=1, padding=0),
+    dict(cin=2, cout=16, k=5, stride=2, padding=2),                     # the direct convolution
 ]
 
 

@@ -3,7 +3,9 @@
 An :class:`~kuiperinfer.kernels.elementwise.InplaceActivation` (a name and its parameters)
 becomes an :class:`ActivationCode`: an int and two float parameters. :func:`finish_row`
 adds a bias to a row and applies the activation, with one loop per activation, so that
-the branch on the code is taken once per row and LLVM vectorises each loop. Sigmoid and
+the branch on the code is taken once per row and LLVM vectorises each loop;
+:func:`finish_vector` applies the piecewise linear ones to a vector of sums in registers
+(:mod:`.vectors`). Sigmoid and
 SiLU go through a rational approximation of tanh (no exp, which LLVM cannot vectorise
 here) whose worst error in float32 is below 1e-6 (``tools/fit_tanh.py`` fits it); GELU
 through one of erf (``tools/fit_erf.py``), its tanh form through the same tanh.
@@ -15,6 +17,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from kuiperinfer.kernels.compiled.vectors import splat, where_above, where_below
 from kuiperinfer.kernels.elementwise import InplaceActivation
 from kuiperinfer.kernels.jit import inline
 
@@ -139,3 +142,30 @@ def finish_row(row: np.ndarray, bias: np.ndarray, code: int, a: np.float32, b: n
     else:  # GELU_TANH
         for j in range(n):
             row[j] = gelu_tanh(row[j] + bias[j])
+
+
+@inline
+def in_registers(code: int) -> bool:
+    """Whether :func:`finish_vector` applies the activation of ``code``: the piecewise linear
+    ones (the others take :func:`finish_row` over the values stored without their bias)."""
+    return code <= LEAKY_RELU or code == HARDSIGMOID or code == HARDSWISH
+
+
+@inline
+def finish_vector(v, code: int, a: np.float32, b: np.float32):  # noqa: ANN001, ANN201
+    """``activation(v)`` of a vector of sums that hold their bias, for a code :func:`in_registers`
+    takes, computed as :func:`finish_row` computes each value."""
+    zero = splat(ZERO)
+    if code == RELU:
+        return where_below(v, zero, zero)
+    if code == CLIP:
+        return where_above(where_below(v, splat(a), splat(a)), splat(b), splat(b))
+    if code == LEAKY_RELU:
+        return where_below(v, zero, v * splat(a))
+    if code == HARDSIGMOID:
+        gate = v + splat(THREE)
+        return where_above(where_below(gate, zero, zero), splat(SIX), splat(SIX)) * splat(SIXTH)
+    if code == HARDSWISH:
+        gate = v + splat(THREE)
+        return v * where_above(where_below(gate, zero, zero), splat(SIX), splat(SIX)) * splat(SIXTH)
+    return v

@@ -3,12 +3,17 @@ each output pixel is in cache; alone, or after a 1x1 convolution a stripe of row
 
 The compiled twin of :mod:`kuiperinfer.kernels.depthwise` and
 :mod:`kuiperinfer.kernels.depthwise_stripes` for zero padding (any amount per side) and no
-dilation. :func:`depthwise_rows` is the one kernel, for every kernel size and stride: for
-each output pixel, each tap that falls inside the image adds its input pixel times the
-tap's weights, a loop along the channels, which are contiguous in NHWC memory, so LLVM
-vectorises it. Taps that fall on the padding are skipped, so no padded copy of the input
-is made; the input rows the kernel reads may be a block of the image's rows (a stripe
-buffer), said by the row the block starts at.
+dilation. :func:`depthwise_rows` makes the one kernel, for every stride, compiled once
+per kernel size: for each output row and block of :data:`~.vectors.LANES` channels (the
+channels are contiguous in NHWC memory), the block's taps are loaded into vector
+registers (:mod:`.vectors`), then each output pixel sums its window's input vectors times
+them, adds the bias and applies a piecewise linear activation in registers, and stores
+the block once. Each row splits into its border columns, whose windows reach into the
+padding and take zeros for the taps outside the image, and its interior, whose windows
+take every tap without a check; a small image, whose borders are most of its pixels, is
+first copied with its padding into a scratch, so that every pixel is an interior one. The
+input rows the kernel reads may be a block of the image's rows (a stripe buffer), said by
+the row the block starts at.
 
 :func:`pointwise_depthwise` computes a MobileNet/EfficientNet block's expansion and
 filter: the 1x1 product (BLAS, which releases the GIL) fills a buffer of the input rows a
@@ -18,11 +23,24 @@ consumes it while it is in cache; the expanded tensor never exists whole.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import cache
+
 import numpy as np
 
-from kuiperinfer.kernels.compiled.activation import finish_row
+from kuiperinfer.kernels.compiled.activation import finish_row, finish_vector, in_registers
 from kuiperinfer.kernels.compiled.epilogue import CompiledEpilogue, finish_rows
-from kuiperinfer.kernels.jit import kernel, kernel_array
+from kuiperinfer.kernels.compiled.vectors import (
+    LANES,
+    REGISTERS,
+    load,
+    load_if,
+    load_strided,
+    multiply_add,
+    splat,
+    store,
+)
+from kuiperinfer.kernels.jit import empty, inline, kernel, kernel_array, scratch
 from kuiperinfer.kernels.parallel import even_step, run_parts, threads_for
 
 Padding = tuple[tuple[int, int], tuple[int, int]]
@@ -30,6 +48,9 @@ Padding = tuple[tuple[int, int], tuple[int, int]]
 STRIPE_BYTES = 1 << 20
 """Size of the buffer of expanded rows a stripe of output rows reads: small enough to stay
 in the core's cache between the product that writes it and the kernel that reads it."""
+PADDED_BYTES = 32 << 10
+"""Size up to which the input a call reads is copied with its padding into a scratch per
+block of channels (:func:`rows_padded`): small images, whose borders are most of them."""
 PART_WORK = 1 << 21
 """Multiply-adds a part of an operator shared among threads should hold at least: a
 hand-off costs tens of microseconds."""
@@ -42,57 +63,122 @@ band of rows also makes the expanded rows it shares with the next, and each bloc
 channels is a narrower, less efficient product."""
 
 
-@kernel
-def depthwise_rows(x: np.ndarray, row0: int, height: int, taps: np.ndarray, bias: np.ndarray, out: np.ndarray,
-                   channel0: int, y0: int, y1: int, sh: int, sw: int, top: int, left: int, code: int, a: np.float32,
-                   b: np.float32) -> None:
-    """Output rows ``y0:y1`` of the depthwise convolution of C channels of one image into
-    channels ``channel0:channel0 + C`` of ``out`` (OH, OW, C'), then ``activation(out + bias)``.
-    ``x`` (R, W, C) holds the image's rows ``row0:row0 + R`` (every row the output rows read
-    inside the image, whose height is ``height``); ``taps`` is (kh, kw, C); the padding above
-    and left of the image is ``top`` and ``left`` (what lies past the image below and right
-    is padding too).
+@inline
+def window(x, p, row, column, held, acc, kh, kw, i_lo, i_hi, j_lo, j_hi):  # noqa: ANN001, ANN201
+    """``acc`` plus the ``held`` taps (a tuple in registers) ``i_lo:i_hi``, ``j_lo:j_hi`` (those
+    inside the image) times the window whose top left vector is x's flat element ``p``, its
+    rows and columns ``row`` and ``column`` elements apart. ``kh`` and ``kw`` are constants, so
+    that the loops unroll; a tap outside the bounds loads zeros (:func:`~.vectors.load_if`: no
+    branch), and for a pixel inside the image the bounds are constants and its loads plain. A
+    partial sum per row of taps shortens the chain of dependent multiply-adds where the
+    registers hold them beside the taps (3x3: a third faster), else one chain."""
+    partial = kh * kw + kh <= REGISTERS - 4
+    for i in range(kh):
+        part = splat(0) if partial else acc
+        for j in range(kw):
+            inside = (i_lo <= i) & (i < i_hi) & (j_lo <= j) & (j < j_hi)
+            part = multiply_add(load_if(x, p + i * row + j * column, None, inside), held[i * kw + j], part)
+        acc = acc + part if partial else part
+    return acc
 
-    A pixel whose 3x3 window lies inside the image takes all nine taps in one loop along
-    the channels, which stores each output value once; a row of three or five taps inside
-    the image takes one loop; the rest one loop per tap."""
-    kh, kw, c = taps.shape
-    w = x.shape[1]
-    ow = out.shape[1]
+
+@inline
+def rows_in_blocks(x, row0, height, taps, bias, out, channel0, y0, y1, sh, sw, top, left, code, a, b,  # noqa: ANN001, ANN201
+                   kh, kw, taps_count):
+    """:func:`depthwise_rows`'s kernel for blocks of :data:`LANES` channels (the last one
+    overlapping the one before it, whose values it computes again)."""
+    c, w, ow, oc = taps.shape[2], x.shape[1], out.shape[1], out.shape[2]
+    row, column = w * c, c
+    finished = in_registers(code)
+    interior_start = min(ow, -(-left // sw))                        # columns whose windows lie inside
+    interior_stop = max(interior_start, min(ow, (w + left - kw) // sw + 1))
     for y in range(y0, y1):
         iy0 = y * sh - top
         i_lo, i_hi = max(0, -iy0), min(kh, height - iy0)
-        for ox in range(ow):
-            o = out[y, ox, channel0:channel0 + c]
-            ix0 = ox * sw - left
-            j_lo, j_hi = max(0, -ix0), min(kw, w - ix0)
-            if kh == 3 and kw == 3 and i_lo == 0 and i_hi == 3 and j_lo == 0 and j_hi == 3:
-                r0, r1, r2 = x[iy0 - row0], x[iy0 + 1 - row0], x[iy0 + 2 - row0]
-                for q in range(c):
-                    o[q] = (r0[ix0, q] * taps[0, 0, q] + r0[ix0 + 1, q] * taps[0, 1, q]
-                            + r0[ix0 + 2, q] * taps[0, 2, q] + r1[ix0, q] * taps[1, 0, q]
-                            + r1[ix0 + 1, q] * taps[1, 1, q] + r1[ix0 + 2, q] * taps[1, 2, q]
-                            + r2[ix0, q] * taps[2, 0, q] + r2[ix0 + 1, q] * taps[2, 1, q]
-                            + r2[ix0 + 2, q] * taps[2, 2, q])
-            else:
-                for q in range(c):
-                    o[q] = 0
-                whole_row = j_lo == 0 and j_hi == kw
-                for i in range(i_lo, i_hi):
-                    r, t = x[iy0 + i - row0], taps[i]
-                    if whole_row and kw == 5:
-                        for q in range(c):
-                            o[q] += (r[ix0, q] * t[0, q] + r[ix0 + 1, q] * t[1, q] + r[ix0 + 2, q] * t[2, q]
-                                     + r[ix0 + 3, q] * t[3, q] + r[ix0 + 4, q] * t[4, q])
-                    elif whole_row and kw == 3:
-                        for q in range(c):
-                            o[q] += r[ix0, q] * t[0, q] + r[ix0 + 1, q] * t[1, q] + r[ix0 + 2, q] * t[2, q]
-                    else:
-                        for j in range(j_lo, j_hi):
-                            pixel, tap = r[ix0 + j], t[j]
-                            for q in range(c):
-                                o[q] += pixel[q] * tap[q]
-            finish_row(o, bias, code, a, b)
+        first, stop = (interior_start, interior_stop) if i_lo == 0 and i_hi == kh else (ow, ow)
+        for block in range(0, c, LANES):
+            c0 = min(block, c - LANES)
+            held = load_strided(taps, c0, c, taps_count, None)
+            start = load(bias, c0, None) if finished else splat(0)
+            p = (iy0 - row0) * row - left * column + c0              # input (iy0, -left), channel c0
+            q = y * ow * oc + channel0 + c0                          # output (y, 0)
+            for ox in range(first, stop):
+                acc = window(x, p + ox * sw * column, row, column, held, start, kh, kw, 0, kh, 0, kw)
+                store(out, q + ox * oc, finish_vector(acc, code, a, b), None)
+            for k in range(first + ow - stop):                        # the border columns, left and right
+                ox = k if k < first else k - first + stop
+                ix0 = ox * sw - left
+                acc = window(x, p + ox * sw * column, row, column, held, start, kh, kw, i_lo, i_hi,
+                             max(0, -ix0), min(kw, w - ix0))
+                store(out, q + ox * oc, finish_vector(acc, code, a, b), None)
+
+
+@inline
+def rows_padded(x, row0, height, taps, bias, out, channel0, y0, y1, sh, sw, top, left, code, a, b,  # noqa: ANN001, ANN201
+                kh, kw, taps_count, count, padded):
+    """:func:`rows_in_blocks` through ``padded``, a (rows, columns, LANES) scratch as large as
+    the input the output rows read with its padding: each block of channels of the input is
+    copied into it (the padding stays zero), then every pixel takes its window without a
+    check. A small image's many border pixels cost more than the copy. Fewer channels than
+    a vector (``count`` of them, not None) go this way at any size: the lanes past them stay
+    zero in the scratch and are not stored."""
+    c, w, ow, oc = taps.shape[2], x.shape[1], out.shape[1], out.shape[2]
+    rows, columns = padded.shape[0], padded.shape[1]
+    first_row = y0 * sh - top                                       # the image row of the scratch's first
+    row_start, row_stop = max(0, -first_row), min(rows, height - first_row)
+    column_stop = min(w, columns - left)
+    finished = in_registers(code)
+    padded[:] = 0
+    for block in range(0, c, LANES):
+        c0 = 0 if count is not None else min(block, c - LANES)
+        for r in range(row_start, row_stop):
+            source = (r + first_row - row0) * w * c + c0
+            target = (r * columns + left) * LANES
+            for ix in range(column_stop):
+                store(padded, target + ix * LANES, load(x, source + ix * c, count), None)
+        held = load_strided(taps, c0, c, taps_count, count)
+        start = load(bias, c0, count) if finished else splat(0)
+        for y in range(y0, y1):
+            p = (y - y0) * sh * columns * LANES
+            q = y * ow * oc + channel0 + c0
+            for ox in range(ow):
+                acc = window(padded, p + ox * sw * LANES, columns * LANES, LANES, held, start, kh, kw,
+                             0, kh, 0, kw)
+                store(out, q + ox * oc, finish_vector(acc, code, a, b), count)
+
+
+@cache
+def depthwise_rows(kh: int, kw: int) -> Callable[..., None]:
+    """The depthwise kernel for ``kh`` x ``kw`` taps, compiled once per size (its loops over the
+    taps unrolled, so that a block of channels' taps stay in registers)."""
+    taps_count = kh * kw
+
+    def depthwise(x: np.ndarray, row0: int, height: int, taps: np.ndarray, bias: np.ndarray, out: np.ndarray,
+                  channel0: int, y0: int, y1: int, sh: int, sw: int, top: int, left: int, code: int, a: np.float32,
+                  b: np.float32, padded: np.ndarray) -> None:
+        """Output rows ``y0:y1`` of the depthwise convolution of C channels of one image into
+        channels ``channel0:channel0 + C`` of ``out`` (OH, OW, C'), then ``activation(out + bias)``.
+        ``x`` (R, W, C) holds the image's rows ``row0:row0 + R`` (every row the output rows read
+        inside the image, whose height is ``height``); ``taps`` is (kh, kw, C); the padding above
+        and left of the image is ``top`` and ``left`` (what lies past the image below and right
+        is padding too). ``padded`` is empty, or the scratch of :func:`rows_padded`, which then
+        computes the rows (it must, for fewer channels than :data:`LANES`)."""
+        if taps.shape[2] < LANES:
+            rows_padded(x, row0, height, taps, bias, out, channel0, y0, y1, sh, sw, top, left, code, a, b,
+                        kh, kw, taps_count, taps.shape[2], padded)
+        elif padded.size:
+            rows_padded(x, row0, height, taps, bias, out, channel0, y0, y1, sh, sw, top, left, code, a, b,
+                        kh, kw, taps_count, None, padded)
+        else:
+            rows_in_blocks(x, row0, height, taps, bias, out, channel0, y0, y1, sh, sw, top, left, code, a, b,
+                           kh, kw, taps_count)
+        if not in_registers(code):      # the sums were stored without their bias: add it, then the activation
+            for y in range(y0, y1):
+                for ox in range(out.shape[1]):
+                    finish_row(out[y, ox, channel0:channel0 + taps.shape[2]], bias, code, a, b)
+
+    depthwise.__qualname__ = f"depthwise_rows_{kh}x{kw}"      # its name in kernel_stats and the cache
+    return kernel(depthwise)
 
 
 def output_size(size: int, kernel_size: int, stride: int, before: int, after: int) -> int:
@@ -106,6 +192,7 @@ class CompiledDepthwise:
     def __init__(self, taps: np.ndarray, epilogue: CompiledEpilogue):
         self.taps = kernel_array(taps)
         self.bias, self.code = epilogue.bias, epilogue.code
+        self.kernel = depthwise_rows(*taps.shape[:2])
         self._blocks: dict[tuple[int, int], np.ndarray] = {}
 
     def block(self, channels: slice) -> tuple[np.ndarray, np.ndarray]:
@@ -124,8 +211,12 @@ class CompiledDepthwise:
         """Output rows ``y0:y1`` of ``channels`` of one image into ``out`` (OH, OW, C) from the
         image's rows ``row0:`` in ``x`` (R, W, channels' count): :func:`depthwise_rows`."""
         taps, bias = self.block(channels)
-        depthwise_rows(x, row0, height, taps, bias, out, channels.start, y0, y1, stride[0], stride[1],
-                       padding[0][0], padding[1][0], *self.code)
+        kh, kw = taps.shape[:2]
+        rows, columns = (y1 - y0 - 1) * stride[0] + kh, (out.shape[1] - 1) * stride[1] + kw
+        small = rows * columns * LANES * 4 <= PADDED_BYTES or taps.shape[2] < LANES
+        padded = empty((rows, columns, LANES) if small else (0, 0, LANES))
+        self.kernel(x, row0, height, taps, bias, out, channels.start, y0, y1, stride[0], stride[1],
+                    padding[0][0], padding[1][0], *self.code, padded)
 
     def __call__(self, x: np.ndarray, stride: tuple[int, int], padding: Padding) -> np.ndarray:
         """The convolution of NHWC ``x`` (any memory layout); a new contiguous (N, OH, OW, C)
@@ -135,7 +226,7 @@ class CompiledDepthwise:
         kh, kw = self.taps.shape[:2]
         oh = output_size(h, kh, stride[0], *padding[0])
         ow = output_size(w, kw, stride[1], *padding[1])
-        out = np.empty((n, oh, ow, c), np.float32)
+        out = empty((n, oh, ow, c))
         work = n * oh * ow * c * kh * kw
         every = slice(0, c)
 
@@ -154,8 +245,9 @@ HALO_SHARE = 0.5
 """Extra expanded rows a band of output rows may make, as a share of its own, beyond which a
 single image's parts are blocks of channels instead: each band makes the rows it shares
 with the next (``kh - stride`` of them) too."""
-CHANNEL_STEP = 8
-"""Channel blocks are multiples of it, for the kernel's vector loop along the channels."""
+CHANNEL_STEP = LANES
+"""Channel blocks start at multiples of it and hold at least as many channels: the
+kernel's blocks of channels in registers."""
 
 
 def parts_of(images: int, rows: int, channels: int, work: int, threads: int, halo: int = 0,
@@ -175,8 +267,7 @@ def parts_of(images: int, rows: int, channels: int, work: int, threads: int, hal
         return [(image, start, min(rows, start + step), every) for image in range(images)
                 for start in range(0, rows, step)]
     blocks = min(count, channels // CHANNEL_STEP)
-    bounds = sorted({min(channels, CHANNEL_STEP * round(channels * i / blocks / CHANNEL_STEP))
-                     for i in range(blocks + 1)} | {channels})
+    bounds = sorted({CHANNEL_STEP * (channels * i // blocks // CHANNEL_STEP) for i in range(blocks)} | {channels})
     return [(image, 0, rows, slice(start, stop)) for image in range(images)
             for start, stop in zip(bounds, bounds[1:]) if stop > start]
 
@@ -196,7 +287,7 @@ def pointwise_depthwise(x: np.ndarray, matrix: np.ndarray, pointwise: CompiledEp
     (sh, _), top = stride, padding[0][0]
     oh = output_size(h, kh, sh, *padding[0])
     ow = output_size(w, kw, stride[1], *padding[1])
-    out = np.empty((n, oh, ow, channels), np.float32)
+    out = empty((n, oh, ow, channels))
     work = n * h * w * c_in * channels + n * oh * ow * channels * kh * kw
     parts = parts_of(n, oh, channels, work, threads_for(work), max(0, kh - sh), sh, FUSED_PARTS_PER_THREAD)
 
@@ -206,7 +297,7 @@ def pointwise_depthwise(x: np.ndarray, matrix: np.ndarray, pointwise: CompiledEp
         width = block.stop - block.start
         stripe = max(1, (STRIPE_BYTES // (w * width * 4) - kh) // sh + 1)
         rows = min(h, (min(stripe, stop - first) - 1) * sh + kh)
-        buffer = np.empty((rows, w, width), np.float32)
+        buffer = scratch((rows, w, width))
         held_start = held_stop = 0          # the image rows the buffer holds, from its top
         for y in range(first, stop, stripe):
             end = min(stop, y + stripe)

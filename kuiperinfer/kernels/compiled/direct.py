@@ -1,0 +1,145 @@
+"""Direct convolution of an input of few channels (an RGB image: a network's stem), bias
+and activation applied while each output pixel is in registers.
+
+The compiled twin of :func:`kuiperinfer.kernels.im2col.planar_conv2d` for zero padding. A
+stem has too few input channels for a product to pay: its columns (27 values a pixel for
+a 3x3 kernel on RGB) cost as much to make as to multiply. Here, as in XNNPACK's and MLAS's
+convolutions of few channels, the input is read where it lies. For each output row, the
+input rows its windows read are copied with their zero padding into a small scratch (C,
+kh, padded width), a few hundred vector moves against tens of thousands of multiply-adds;
+then for each block of :data:`~.vectors.LANES` output channels, :data:`TILE` output pixels
+at a time sum, over the weight's rows (channel, tap row, tap column), each pixel's input
+value repeated in every lane times the row's vector of output channels (one multiply-add
+for ``LANES`` output channels), in as many accumulators as pixels. Where each input value
+lies in the scratch is an offset from the window's corner, one per weight row, made once
+per input width; the padding in the scratch spares the border pixels any check.
+
+:class:`CompiledDirect` shares the output rows of its calls among the run's threads in
+bands whose size depends on the work only, so the numbers are the same on any number of
+threads.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kuiperinfer.kernels.compiled.activation import finish_row, finish_vector, in_registers
+from kuiperinfer.kernels.compiled.epilogue import CompiledEpilogue
+from kuiperinfer.kernels.compiled.vectors import (
+    LANES,
+    load,
+    load_if,
+    load_splat,
+    multiply_add,
+    multiply_add_splats,
+    repeat,
+    splat,
+    store,
+)
+from kuiperinfer.kernels.jit import empty, kernel, kernel_array
+from kuiperinfer.kernels.parallel import run_parts
+
+MAX_CHANNELS = 4
+"""Input channels up to which a convolution computes directly (RGB, or RGB and depth)."""
+TILE = 8
+"""Output pixels summed at once, each in its own register, so that their chains of
+multiply-adds overlap (a multiply-add's latency is about four times its throughput; 8 were
+10-15% faster than 4 on Zen 4)."""
+PART_WORK = 1 << 20
+"""Multiply-adds a band of output rows shared among threads holds, about."""
+
+
+@kernel
+def direct_rows(x: np.ndarray, offsets: np.ndarray, weight: np.ndarray, bias: np.ndarray, out: np.ndarray,
+                y0: int, y1: int, sh: int, sw: int, dh: int, top: int, left: int, rows: np.ndarray,
+                code: int, a: np.float32, b: np.float32) -> None:
+    """Output rows ``y0:y1`` of the convolution of one image ``x`` (C, H, W) into ``out`` (OH,
+    OW, K), then ``activation(out + bias)``. ``weight`` (C*kh*kw, K; K at least :data:`LANES`)
+    holds a row per tap, channel by channel, each row by row; ``rows`` is the (C, kh, padded
+    width) scratch, and ``offsets`` the flat offset in it of each tap from its window's
+    corner. The strides are (``sh``, ``sw``), the dilation along the height ``dh``; the padding
+    above and left of the image ``top`` and ``left``."""
+    channels, height, width = x.shape
+    kh, padded_width = rows.shape[1], rows.shape[2]
+    ow, k = out.shape[1], out.shape[2]
+    taps = offsets.shape[0]
+    finished = in_registers(code)
+    copied = max(0, min(width, padded_width - left))
+    rows[:] = 0
+    for y in range(y0, y1):
+        for c in range(channels):                                  # the input rows, padded
+            for i in range(kh):
+                iy = y * sh - top + i * dh
+                target = (c * kh + i) * padded_width + left
+                source = (c * height + iy) * width
+                for j in range(0, copied, LANES):
+                    count = min(LANES, copied - j)
+                    values = load_if(x, source + j, count, 0 <= iy < height)
+                    store(rows, target + j, values, count)
+        tiles_stop = ow // TILE * TILE
+        for block in range(0, k, LANES):
+            k0 = min(block, k - LANES)                              # the last block overlaps the one before
+            start = load(bias, k0, None) if finished else splat(0)
+            q = y * ow * k + k0
+            for ox in range(0, tiles_stop, TILE):
+                sums = repeat(start, TILE)
+                for t in range(taps):
+                    sums = multiply_add_splats(rows, ox * sw + offsets[t], sw, load(weight, t * k + k0, None), sums)
+                for m in range(TILE):
+                    store(out, q + (ox + m) * k, finish_vector(sums[m], code, a, b), None)
+            for ox in range(tiles_stop, ow):                        # the pixels past the last tile
+                acc = start
+                for t in range(taps):
+                    acc = multiply_add(load_splat(rows, ox * sw + offsets[t]), load(weight, t * k + k0, None), acc)
+                store(out, q + ox * k, finish_vector(acc, code, a, b), None)
+        if not finished:
+            for ox in range(ow):
+                finish_row(out[y, ox], bias, code, a, b)
+
+
+class CompiledDirect:
+    """A convolution weight (K, C, kh, kw) of few input channels as the rows of
+    :func:`direct_rows`, with its bias and activation (a :class:`CompiledEpilogue`'s), for
+    zero padding."""
+
+    def __init__(self, weight: np.ndarray, epilogue: CompiledEpilogue):
+        self.kernel_size = weight.shape[2:]
+        self.weight = kernel_array(weight.reshape(weight.shape[0], -1).T)
+        self.bias, self.code = epilogue.bias, epilogue.code
+        self._offsets: dict[tuple[int, int, int], np.ndarray] = {}
+
+    def offsets(self, channels: int, padded_width: int, column_dilation: int) -> np.ndarray:
+        """The flat offset of each tap from its window's corner in the (C, kh, padded width)
+        scratch of :func:`direct_rows` (remembered per width; threads making one at once make
+        the same)."""
+        key = (channels, padded_width, column_dilation)
+        offsets = self._offsets.get(key)
+        if offsets is None:
+            kh, kw = self.kernel_size
+            c, i, j = np.meshgrid(np.arange(channels), np.arange(kh), np.arange(kw) * column_dilation, indexing="ij")
+            offsets = self._offsets[key] = ((c * kh + i) * padded_width + j).reshape(-1)
+        return offsets
+
+    def __call__(self, x: np.ndarray, out_hw: tuple[int, int], stride: tuple[int, int],
+                 dilation: tuple[int, int], padding: tuple[tuple[int, int], tuple[int, int]]) -> np.ndarray:
+        """The convolution of NCHW ``x`` (any memory layout); a new contiguous (N, OH, OW, K)
+        array, bands of its rows shared among threads."""
+        x = kernel_array(x)
+        n, c, _, _ = x.shape
+        (oh, ow), k = out_hw, self.weight.shape[1]
+        (kh, kw), (sh, sw), (dh, dw) = self.kernel_size, stride, dilation
+        padded_width = (ow - 1) * sw + (kw - 1) * dw + 1
+        offsets = self.offsets(c, padded_width, dw)
+        out = empty((n, oh, ow, k))
+        depth = self.weight.shape[0]
+        step = max(1, PART_WORK // (ow * k * depth))
+
+        def run(part: tuple[int, int]) -> None:
+            image, first = part
+            rows = np.empty((c, kh, padded_width), np.float32)
+            direct_rows(x[image], offsets, self.weight, self.bias, out[image], first, min(oh, first + step), sh, sw,
+                        dh, padding[0][0], padding[1][0], rows, *self.code)
+
+        run_parts([(image, first) for image in range(n) for first in range(0, oh, step)], n * oh * ow * k * depth,
+                  run)
+        return out

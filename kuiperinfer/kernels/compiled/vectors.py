@@ -1,0 +1,284 @@
+"""Vectors of float32 for compiled kernels: a type that is one SIMD register, and the
+operations a convolution needs on it.
+
+LLVM vectorises a loop over an array when it can prove the loop's stores never change what
+it reads; a depthwise kernel's taps and a convolution's weights, read again for every
+output pixel, defeat that proof (Numba tells LLVM nothing of which arrays overlap), so the
+loop reloads them for every pixel or is not vectorised at all. Kernels written with these
+vectors say what each register holds instead: a :data:`Vector` is an LLVM ``<LANES x
+float>`` value, which stays in a register across a loop like any local number.
+
+* :func:`load` and :func:`store` read and write :data:`LANES` consecutive values of a
+  C-contiguous array at a flat index (``count``: only the first ``count`` lanes, the
+  others read as zero and left alone in memory; None: all of them). No bounds are checked.
+* :func:`load_if` loads only where a condition holds (zeros, else), and
+  :func:`load_strided` loads several vectors at once into a tuple, as registers to hold.
+* :func:`splat` repeats a number in every lane (:func:`load_splat`, one of an array's),
+  :func:`repeat` a vector in a tuple; ``+`` and ``*`` work lane by lane, and
+  :func:`multiply_add` fuses them (one FMA instruction where the CPU has it);
+  :func:`multiply_add_splats` adds a row of numbers times one vector to a tuple of sums.
+* :func:`where_below` and :func:`where_above` replace the lanes beyond a bound, keeping NaN
+  (the comparisons are false for it), as the activations' scalar loops do.
+
+Without Numba the same functions work on NumPy arrays of :data:`LANES` values, so the
+kernels written with them still run, slowly.
+"""
+
+from __future__ import annotations
+
+import operator
+
+import numpy as np
+
+from kuiperinfer.kernels.jit import AVAILABLE, numba
+
+TARGET_FEATURES = (numba.config.CPU_FEATURES or numba.core.codegen.get_host_cpu_features()) if AVAILABLE else ""
+"""The CPU features Numba compiles for: this CPU's, or ``NUMBA_CPU_FEATURES``'s."""
+LANES = 16 if "+avx512f" in TARGET_FEATURES.split(",") else 8
+"""Float32 lanes of a vector: 16 where the CPU has AVX-512 (one zmm register), else 8 (AVX2's ymm)."""
+REGISTERS = 32 if LANES == 16 else 16
+"""Vector registers the CPU has: what a kernel may hold in them at once."""
+
+if AVAILABLE:
+    from llvmlite import ir
+    from numba import types
+    from numba.core import cgutils
+    from numba.extending import intrinsic, models, overload, register_model
+
+    class VectorType(types.Type):
+        """Numba's type of a vector of :data:`LANES` float32 values."""
+
+        def __init__(self) -> None:
+            super().__init__(name=f"float32x{LANES}")
+
+    Vector = VectorType()
+    _LLVM_VECTOR = ir.VectorType(ir.FloatType(), LANES)
+    _LANE_TYPES = f"v{LANES}f32"
+
+    @register_model(VectorType)
+    class _VectorModel(models.PrimitiveModel):
+        def __init__(self, dmm, fe_type):  # noqa: ANN001, ANN204
+            super().__init__(dmm, fe_type, _LLVM_VECTOR)
+
+    def _address(context, builder, array_type, array, index):  # noqa: ANN001, ANN202
+        """The address of the flat element ``index`` of a C-contiguous array, as a vector pointer."""
+        data = context.make_array(array_type)(context, builder, array).data
+        return builder.bitcast(builder.gep(data, [index]), _LLVM_VECTOR.as_pointer())
+
+    def _repeat(builder, value, vector_type):  # noqa: ANN001, ANN202
+        """A vector of ``vector_type`` holding ``value`` in every lane."""
+        one = builder.insert_element(ir.Constant(vector_type, ir.Undefined), value, ir.Constant(ir.IntType(32), 0))
+        return builder.shuffle_vector(one, one, ir.Constant(ir.VectorType(ir.IntType(32), LANES), [0] * LANES))
+
+    def _first_lanes(builder, count):  # noqa: ANN001, ANN202
+        """The mask of the lanes below ``count``."""
+        lane_indices = ir.Constant(ir.VectorType(ir.IntType(64), LANES), list(range(LANES)))
+        return builder.icmp_unsigned("<", lane_indices, _repeat(builder, count, lane_indices.type))
+
+    def _load(context, builder, array_type, array, index, count_type, count):  # noqa: ANN001, ANN202
+        pointer = _address(context, builder, array_type, array, index)
+        if isinstance(count_type, types.NoneType):
+            return builder.load(pointer, align=4)
+        mask = _first_lanes(builder, context.cast(builder, count, count_type, types.int64))
+        function = cgutils.get_or_insert_function(builder.module, ir.FunctionType(
+            _LLVM_VECTOR, [pointer.type, ir.IntType(32), mask.type, _LLVM_VECTOR]),
+            f"llvm.masked.load.{_LANE_TYPES}.p0")
+        return builder.call(function, [pointer, ir.Constant(ir.IntType(32), 4), mask,
+                                       ir.Constant(_LLVM_VECTOR, None)])
+
+    @intrinsic
+    def load(typingctx, array, index, count):  # noqa: ANN001, ANN201
+        """The vector of ``array``'s flat elements ``index`` on (``count``: the first ``count``, then zeros)."""
+        def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
+            return _load(context, builder, signature.args[0], args[0], args[1], signature.args[2], args[2])
+        return Vector(array, types.intp, count), codegen
+
+    @intrinsic
+    def load_if(typingctx, array, index, count, condition):  # noqa: ANN001, ANN201
+        """:func:`load` where ``condition`` holds, else zeros: ``index`` may then lie outside the
+        array, and the array's first vector is read instead (no branch; a constant condition
+        costs nothing). A masked load would read nothing, but one that reaches into memory
+        not mapped costs hundreds of cycles on AMD's CPUs."""
+        def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
+            condition = context.cast(builder, args[3], signature.args[3], types.boolean)
+            index = builder.select(condition, args[1], ir.Constant(args[1].type, 0))
+            vector = _load(context, builder, signature.args[0], args[0], index, signature.args[2], args[2])
+            return builder.select(condition, vector, ir.Constant(_LLVM_VECTOR, None))
+        return Vector(array, types.intp, count, types.boolean), codegen
+
+    @intrinsic
+    def load_strided(typingctx, array, start, step, n, count):  # noqa: ANN001, ANN201
+        """A tuple of ``n`` (a constant) vectors: :func:`load` at ``start``, ``start + step``, ..."""
+        if not isinstance(n, types.IntegerLiteral):
+            return None
+        loaded = types.UniTuple(Vector, n.literal_value)
+
+        def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
+            array_type, count_type = signature.args[0], signature.args[4]
+            vectors = [_load(context, builder, array_type, args[0],
+                             builder.add(args[1], builder.mul(args[2], ir.Constant(args[2].type, t))),
+                             count_type, args[4]) for t in range(n.literal_value)]
+            return context.make_tuple(builder, loaded, vectors)
+        return loaded(array, types.intp, types.intp, n, count), codegen
+
+    @intrinsic
+    def store(typingctx, array, index, vector, count):  # noqa: ANN001, ANN201
+        """Write ``vector`` to ``array``'s flat elements ``index`` on (``count``: its first ``count`` lanes)."""
+        def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
+            pointer = _address(context, builder, signature.args[0], args[0], args[1])
+            if isinstance(signature.args[3], types.NoneType):
+                builder.store(args[2], pointer, align=4)
+            else:
+                mask = _first_lanes(builder, context.cast(builder, args[3], signature.args[3], types.int64))
+                function = cgutils.get_or_insert_function(builder.module, ir.FunctionType(
+                    ir.VoidType(), [_LLVM_VECTOR, pointer.type, ir.IntType(32), mask.type]),
+                    f"llvm.masked.store.{_LANE_TYPES}.p0")
+                builder.call(function, [args[2], pointer, ir.Constant(ir.IntType(32), 4), mask])
+            return context.get_dummy_value()
+        return types.none(array, types.intp, Vector, count), codegen
+
+    @intrinsic
+    def splat(typingctx, value):  # noqa: ANN001, ANN201
+        """A vector holding ``value`` (a number, as float32) in every lane."""
+        def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
+            number = context.cast(builder, args[0], signature.args[0], types.float32)
+            return _repeat(builder, number, _LLVM_VECTOR)
+        return Vector(value), codegen
+
+    @intrinsic
+    def load_splat(typingctx, array, index):  # noqa: ANN001, ANN201
+        """A vector holding ``array``'s flat element ``index`` in every lane."""
+        def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
+            data = context.make_array(signature.args[0])(context, builder, args[0]).data
+            return _repeat(builder, builder.load(builder.gep(data, [args[1]]), align=4), _LLVM_VECTOR)
+        return Vector(array, types.intp), codegen
+
+    @intrinsic
+    def repeat(typingctx, vector, n):  # noqa: ANN001, ANN201
+        """A tuple of ``n`` (a constant) copies of ``vector``: sums to start from."""
+        if not isinstance(n, types.IntegerLiteral):
+            return None
+        repeated = types.UniTuple(Vector, n.literal_value)
+
+        def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
+            return context.make_tuple(builder, repeated, [args[0]] * n.literal_value)
+        return repeated(Vector, n), codegen
+
+    @intrinsic
+    def multiply_add_splats(typingctx, array, index, step, vector, sums):  # noqa: ANN001, ANN201
+        """``sums[m] + array[index + m * step] * vector`` for each vector of the tuple ``sums``:
+        a row of numbers times one vector, into as many sums (flat elements of a C-contiguous
+        array; no bounds are checked)."""
+        if not isinstance(sums, types.UniTuple) or sums.dtype is not Vector:
+            return None
+
+        def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
+            data = context.make_array(signature.args[0])(context, builder, args[0]).data
+            function = cgutils.get_or_insert_function(builder.module, ir.FunctionType(
+                _LLVM_VECTOR, [_LLVM_VECTOR] * 3), f"llvm.fmuladd.{_LANE_TYPES}")
+            new = []
+            for m in range(sums.count):
+                at = builder.add(args[1], builder.mul(args[2], ir.Constant(args[2].type, m)))
+                value = _repeat(builder, builder.load(builder.gep(data, [at]), align=4), _LLVM_VECTOR)
+                new.append(builder.call(function, [value, args[3], builder.extract_value(args[4], m)]))
+            return context.make_tuple(builder, sums, new)
+        return sums(array, types.intp, types.intp, Vector, sums), codegen
+
+    @intrinsic
+    def multiply_add(typingctx, a, b, c):  # noqa: ANN001, ANN201
+        """``a * b + c`` lane by lane, fused where the CPU can."""
+        def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
+            function = cgutils.get_or_insert_function(builder.module, ir.FunctionType(
+                _LLVM_VECTOR, [_LLVM_VECTOR] * 3), f"llvm.fmuladd.{_LANE_TYPES}")
+            return builder.call(function, args)
+        return Vector(Vector, Vector, Vector), codegen
+
+    def _lanewise(instruction: str):  # noqa: ANN202
+        """An intrinsic applying an LLVM instruction (``fadd``, ``fmul``) to two vectors."""
+        @intrinsic
+        def apply(typingctx, a, b):  # noqa: ANN001, ANN202
+            def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
+                return getattr(builder, instruction)(*args)
+            return Vector(Vector, Vector), codegen
+        return apply
+
+    _add, _multiply = _lanewise("fadd"), _lanewise("fmul")
+
+    @overload(operator.add)
+    def _vector_add(a, b):  # noqa: ANN001, ANN202
+        if a is Vector and b is Vector:
+            return lambda a, b: _add(a, b)
+        return None
+
+    @overload(operator.mul)
+    def _vector_multiply(a, b):  # noqa: ANN001, ANN202
+        if a is Vector and b is Vector:
+            return lambda a, b: _multiply(a, b)
+        return None
+
+    def _where(comparison: str):  # noqa: ANN202
+        """An intrinsic replacing the lanes of a vector that compare so to a bound by a value."""
+        @intrinsic
+        def where(typingctx, vector, bound, value):  # noqa: ANN001, ANN202
+            def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
+                return builder.select(builder.fcmp_ordered(comparison, args[0], args[1]), args[2], args[0])
+            return Vector(Vector, Vector, Vector), codegen
+        return where
+
+    where_below = _where("<")
+    """``where_below(vector, bound, value)``: ``vector`` with ``value`` in the lanes below ``bound``."""
+    where_above = _where(">")
+    """``where_above(vector, bound, value)``: ``vector`` with ``value`` in the lanes above ``bound``."""
+
+else:
+    Vector = np.ndarray
+
+    def load(array: np.ndarray, index: int, count: int | None) -> np.ndarray:
+        """The vector of ``array``'s flat elements ``index`` on (``count``: the first ``count``, then zeros)."""
+        vector = np.zeros(LANES, np.float32)
+        values = array.reshape(-1)[index:index + (LANES if count is None else count)]
+        vector[:len(values)] = values
+        return vector
+
+    def load_if(array: np.ndarray, index: int, count: int | None, condition: bool) -> np.ndarray:
+        """:func:`load` where ``condition`` holds, else zeros."""
+        return load(array, index, count) if condition else np.zeros(LANES, np.float32)
+
+    def load_strided(array: np.ndarray, start: int, step: int, n: int, count: int | None) -> tuple[np.ndarray, ...]:
+        """A tuple of ``n`` vectors: :func:`load` at ``start``, ``start + step``, ..."""
+        return tuple(load(array, start + t * step, count) for t in range(n))
+
+    def store(array: np.ndarray, index: int, vector: np.ndarray, count: int | None) -> None:
+        """Write ``vector`` to ``array``'s flat elements ``index`` on (``count``: its first ``count`` lanes)."""
+        lanes = LANES if count is None else count
+        array.reshape(-1)[index:index + lanes] = vector[:lanes]
+
+    def load_splat(array: np.ndarray, index: int) -> np.ndarray:
+        """A vector holding ``array``'s flat element ``index`` in every lane."""
+        return splat(array.reshape(-1)[index])
+
+    def repeat(vector: np.ndarray, n: int) -> tuple[np.ndarray, ...]:
+        """A tuple of ``n`` copies of ``vector``."""
+        return (vector,) * n
+
+    def multiply_add_splats(array: np.ndarray, index: int, step: int, vector: np.ndarray,
+                            sums: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
+        """``sums[m] + array[index + m * step] * vector`` for each vector of the tuple ``sums``."""
+        flat = array.reshape(-1)
+        return tuple(flat[index + m * step] * vector + total for m, total in enumerate(sums))
+
+    def splat(value: float) -> np.ndarray:
+        """A vector holding ``value`` (as float32) in every lane."""
+        return np.full(LANES, value, np.float32)
+
+    def multiply_add(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+        """``a * b + c`` lane by lane."""
+        return a * b + c
+
+    def where_below(vector: np.ndarray, bound: np.ndarray, value: np.ndarray) -> np.ndarray:
+        """``vector`` with ``value`` in the lanes below ``bound``."""
+        return np.where(vector < bound, value, vector)
+
+    def where_above(vector: np.ndarray, bound: np.ndarray, value: np.ndarray) -> np.ndarray:
+        """``vector`` with ``value`` in the lanes above ``bound``."""
+        return np.where(vector > bound, value, vector)

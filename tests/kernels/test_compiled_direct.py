@@ -1,0 +1,83 @@
+"""The compiled direct convolution of few input channels against PyTorch, on edge shapes, and
+chosen by the convolution layer where it applies."""
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from pools import intra_op
+
+from kuiperinfer.kernels.compiled import direct
+from kuiperinfer.kernels.compiled.epilogue import CompiledEpilogue
+from kuiperinfer.kernels.elementwise import InplaceActivation
+from kuiperinfer.kernels.layout import nchw, nhwc
+from kuiperinfer.layers.convolution import Conv2dKernel, ConvGeometry, PackedWeight
+
+RNG = np.random.default_rng(0)
+TORCH_ACTIVATIONS = {None: lambda t: t, "relu": F.relu, "clip": lambda t: t.clamp(0, 6), "hardswish": F.hardswish,
+                     "silu": F.silu, "sigmoid": torch.sigmoid}
+ACTIVATIONS = [None, InplaceActivation("relu"), InplaceActivation("clip", (0.0, 6.0)), InplaceActivation("hardswish"),
+               InplaceActivation("silu"), InplaceActivation("sigmoid")]
+
+
+def expected(x, weight, bias, act, stride, dilation, pads):
+    (top, bottom), (left, right) = pads
+    padded = F.pad(torch.from_numpy(x), (left, right, top, bottom))
+    out = F.conv2d(padded, torch.from_numpy(weight), torch.from_numpy(bias), stride=stride, dilation=dilation)
+    return TORCH_ACTIVATIONS[None if act is None else act.name](out).numpy()
+
+
+def out_hw(x_hw, kernel, stride, dilation, pads):
+    return tuple((size + before + after - d * (k - 1) - 1) // s + 1
+                 for size, k, s, d, (before, after) in zip(x_hw, kernel, stride, dilation, pads))
+
+
+SHAPES = [  # channels in and out (a vector, vectors and a tail), image, kernel, stride, dilation, padding
+    (3, 16, (23, 30), (3, 3), (2, 2), (1, 1), ((1, 1), (1, 1))),          # MobileNetV3's stem
+    (3, 40, (19, 21), (7, 7), (2, 2), (1, 1), ((3, 3), (3, 3))),          # ResNet's, 40 outputs: a tail
+    (3, 32, (26, 26), (6, 6), (2, 2), (1, 1), ((2, 2), (2, 2))),          # YOLOv5's
+    (4, 24, (9, 17), (3, 5), (1, 3), (2, 1), ((0, 3), (2, 1))),           # dilation, asymmetric padding
+    (1, 16, (3, 2), (5, 5), (1, 1), (1, 1), ((2, 2), (2, 2))),            # every pixel on a border
+    (2, 17, (8, 40), (3, 3), (1, 1), (1, 1), ((4, 0), (0, 5))),           # rows and columns wholly in padding
+]
+
+
+@pytest.mark.parametrize("act", ACTIVATIONS, ids=lambda a: "none" if a is None else a.name)
+@pytest.mark.parametrize("cin, cout, hw, kernel, stride, dilation, pads", SHAPES)
+def test_direct_matches_pytorch(cin, cout, hw, kernel, stride, dilation, pads, act):
+    x = RNG.standard_normal((2, cin, *hw), dtype=np.float32)
+    weight = RNG.standard_normal((cout, cin, *kernel), dtype=np.float32)
+    bias = RNG.standard_normal(cout, dtype=np.float32)
+    ours = direct.CompiledDirect(weight, CompiledEpilogue(bias, cout, act))(
+        x, out_hw(hw, kernel, stride, dilation, pads), stride, dilation, pads)
+    assert ours.flags.c_contiguous and ours.ctypes.data % 64 == 0
+    np.testing.assert_allclose(nchw(ours), expected(x, weight, bias, act, stride, dilation, pads), atol=1e-4,
+                               rtol=1e-4)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_bands_of_rows_on_threads_give_the_same_numbers(threads, monkeypatch):
+    """Bands of a few rows, shared among threads, from an NHWC input (any layout): the
+    numbers of one thread, to the bit."""
+    monkeypatch.setattr(direct, "PART_WORK", 5000)
+    x = RNG.standard_normal((2, 3, 37, 45), dtype=np.float32)
+    weight = RNG.standard_normal((32, 3, 3, 3), dtype=np.float32)
+    compiled = direct.CompiledDirect(weight, CompiledEpilogue(None, 32, InplaceActivation("hardswish")))
+    pads = ((1, 1), (1, 1))
+    alone = compiled(x, (19, 23), (2, 2), (1, 1), pads)
+    with intra_op(threads):
+        shared = compiled(nchw(np.ascontiguousarray(nhwc(x))), (19, 23), (2, 2), (1, 1), pads)
+    np.testing.assert_array_equal(shared, alone)
+
+
+@pytest.mark.parametrize("cin, cout, kernel, padding_mode, applies", [
+    (3, 16, (3, 3), "zeros", True), (4, 64, (7, 7), "zeros", True), (5, 16, (3, 3), "zeros", False),
+    (3, direct.LANES - 1, (3, 3), "zeros", False), (3, 16, (1, 1), "zeros", False), (3, 16, (3, 3), "reflect", False)])
+def test_the_layer_computes_directly_where_it_applies(cin, cout, kernel, padding_mode, applies):
+    weight = RNG.standard_normal((cout, cin, *kernel), dtype=np.float32)
+    geometry = ConvGeometry(kernel, (1, 1), (1, 1), ((1, 1), (1, 1)), padding_mode, 1)
+    epilogue = CompiledEpilogue(None, cout, None)
+    packed = PackedWeight(weight, 1, geometry=geometry, epilogue=epilogue, compiled=True)
+    assert (packed.direct is not None) == applies
+    assert (Conv2dKernel(packed, geometry, epilogue).compute.__name__ == "direct") == applies
+    assert packed.direct is None or (packed.planar is None and packed._gemm is None)   # no other form made
