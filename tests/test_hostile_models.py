@@ -575,3 +575,12 @@ def test_expression_failing_in_the_warm_up_fails_the_run_naming_the_operator(wor
     graph = kuiperinfer.load(write_param(workdir, expression_model("lshift(@0,@0)")))   # the warm-up is skipped
     with pytest.raises(InferError, match=r"operator 'pnnx_expr_11' \(pnnx.Expression\): lshift\(\)"):
         graph(INPUT)
+
+
+def test_a_list_reaching_an_operator_that_fails_names_it_with_the_list_shapes(workdir):
+    """A list made by an expression (``[@0,1]``) and refused downstream: the message shows
+    the list's shapes, not a second error raised while describing the first."""
+    text = expression_model("[@0,1]")
+    error = load_and_run(write_param(workdir, text), text)
+    assert isinstance(error, InferError) and error.op_name == "torch.cat_1", error
+    assert ", int]) " in str(error), error

@@ -137,8 +137,17 @@ def failure(op: RuntimeOperator, error: BaseException, inputs: Sequence[Any]) ->
         return error
     if isinstance(error, KuiperError):   # e.g. an ExpressionError: say which operator it came from
         return InferError(str(error), op.name, op.type)
-    shapes = ", ".join(shape_text(np.shape(value)) for value in inputs)
+    shapes = ", ".join(_value_text(value) for value in inputs)
     return InferError(f"{type(error).__name__}: {error} (input shapes: {shapes})", op.name, op.type)
+
+
+def _value_text(value: Any) -> str:
+    """An input as an error message shows it: an array's shape, a list's shapes, a scalar's type."""
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_value_text(item) for item in value) + "]"
+    if isinstance(value, np.ndarray):
+        return shape_text(value.shape)
+    return type(value).__name__
 
 
 def _output_count(op: RuntimeOperator, made: int) -> InferError:
