@@ -1,0 +1,135 @@
+"""The matrix engine's products, compiled: register tiles (:mod:`.tiles`) over blocks of a
+product's rows and strips, each tile's epilogue fused into its store.
+
+A block of a product ``C = A B`` runs, for each panel of ``strips`` strips of the packed
+B, its rows ``rows`` at a time through one register tile (a partial panel at the right
+through a narrower one), and finishes each row of the tile while it is in cache:
+
+``y = (acc - correction[n]) * scale[n]``, then ``activation(y + bias)``, then, with a
+residual, ``residual_activation(y + residual)``, stored as float32 or requantized to uint8
+(``clip(rint(y / scale) + zero_point, 0, 255)``, as :func:`~kuiperinfer.kernels.matrix.int8.quantize`).
+
+For int8 the accumulators are the exact int32 sums of uint8 activations times int8 weights,
+``correction`` the zero point times each column's sum of weights and ``scale`` the
+activations' scale times each column's; for bf16 the float32 sums, no correction, scale 1.
+The steps are separate passes over the tile's row, each rounded as the NumPy reference
+rounds it (:mod:`kuiperinfer.kernels.matrix.products`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kuiperinfer.kernels.compiled.activation import ActivationCode, finish_row
+from kuiperinfer.kernels.compiled.tiles import tile
+from kuiperinfer.kernels.jit import inline, kernel
+
+VNNI, AVX2, BF16 = range(3)
+"""The tiles' dots, by their codes (:data:`kuiperinfer.kernels.compiled.tiles.DOTS`)."""
+VNNI_ROWS, VNNI_STRIPS = 6, 4
+AVX2_ROWS, AVX2_STRIPS = 4, 3
+BF16_ROWS, BF16_STRIPS = 6, 4
+"""Rows and strips of B of each dot's register tile: as many accumulators as leave registers
+for the strips of B and the broadcast row (32 zmm registers; 16 ymm on an AVX2 CPU)."""
+TILES = ((VNNI_ROWS, VNNI_STRIPS, 16), (AVX2_ROWS, AVX2_STRIPS, 8), (BF16_ROWS, BF16_STRIPS, 16))
+"""Per dot, its tile's rows, strips and output columns per strip."""
+LOWEST, HIGHEST = np.float32(0), np.float32(255)
+
+
+@inline
+def finish(acc: np.ndarray, rows: int, width: int, row0: int, column0: int, columns: int, correction: np.ndarray,
+           scale: np.ndarray, bias: np.ndarray, activation: ActivationCode, residual: np.ndarray,
+           residual_scale: np.float32, residual_zero: np.float32, residual_activation: ActivationCode,
+           out: np.ndarray, out_scale: np.float32, out_zero: np.float32, y: np.ndarray, r: np.ndarray) -> None:
+    """The epilogue of a tile's accumulators ``acc`` (``rows`` rows of ``width`` values) into
+    ``columns`` columns of ``out`` from ``column0`` on, rows from ``row0`` on; ``y`` and
+    ``r`` are scratch rows. An empty ``residual`` adds none; a uint8 ``out`` is requantized
+    with ``out_scale`` and ``out_zero`` (a float32 one takes the values as they are)."""
+    stop = column0 + columns
+    code, low, high = activation
+    residual_code, residual_low, residual_high = residual_activation
+    for i in range(rows):
+        start = i * width
+        for j in range(columns):
+            y[j] = np.float32(acc[start + j] - correction[column0 + j]) * scale[column0 + j]
+        finish_row(y[:columns], bias[column0:stop], code, low, high)
+        if residual.size:
+            for j in range(columns):
+                r[j] = (np.float32(residual[row0 + i, column0 + j]) - residual_zero) * residual_scale
+            finish_row(y[:columns], r[:columns], residual_code, residual_low, residual_high)
+        target = out[row0 + i, column0:stop]
+        if out.itemsize == 1:   # uint8
+            for j in range(columns):
+                q = np.rint(y[j] / out_scale) + out_zero
+                target[j] = np.uint8(min(max(q, LOWEST), HIGHEST))
+        else:
+            for j in range(columns):
+                target[j] = y[j]
+
+
+@inline
+def blocks(dot: int, rows: int, strips: int, lanes: int, acc: np.ndarray, a: np.ndarray, packed: np.ndarray,
+           strip_bytes: int, parts: np.ndarray, first: int, last: int, correction: np.ndarray, scale: np.ndarray,
+           bias: np.ndarray, activation: ActivationCode, residual: np.ndarray, residual_scale: np.float32,
+           residual_zero: np.float32, residual_activation: ActivationCode, out: np.ndarray, out_scale: np.float32,
+           out_zero: np.float32) -> None:
+    """Blocks ``first:last`` of ``parts`` (rows start, stop, strips start, stop each) of the
+    product of ``a`` and ``packed`` through the register tiles of ``dot`` (``rows`` by
+    ``strips`` of ``lanes`` columns, constants), each tile's accumulators (``acc``) finished
+    by :func:`finish`."""
+    width = strips * lanes
+    y, r = np.empty(width, np.float32), np.empty(width, np.float32)
+    n = out.shape[1]
+    for part in range(first, last):
+        row0, row1, strip0, strip1 = parts[part]
+        for strip in range(strip0, strip1, strips):
+            left = min(strips, strip1 - strip)
+            offset = strip * strip_bytes
+            column0 = strip * lanes
+            columns = min(n - column0, left * lanes)
+            for row in range(row0, row1, rows):
+                valid = min(rows, row1 - row)
+                if left >= 4:
+                    tile(dot, a, row, valid, packed, offset, strip_bytes, acc, rows, 4)
+                elif left == 3:
+                    tile(dot, a, row, valid, packed, offset, strip_bytes, acc, rows, 3)
+                elif left == 2:
+                    tile(dot, a, row, valid, packed, offset, strip_bytes, acc, rows, 2)
+                else:
+                    tile(dot, a, row, valid, packed, offset, strip_bytes, acc, rows, 1)
+                finish(acc, valid, left * lanes, row, column0, columns, correction, scale, bias, activation, residual,
+                       residual_scale, residual_zero, residual_activation, out, out_scale, out_zero, y, r)
+
+
+@kernel
+def vnni_blocks(a, packed, strip_bytes, parts, first, last, correction, scale, bias, activation,  # noqa: ANN001
+                residual, residual_scale, residual_zero, residual_activation, out, out_scale, out_zero) -> None:
+    """:func:`blocks` through AVX512-VNNI tiles."""
+    acc = np.empty(VNNI_ROWS * VNNI_STRIPS * TILES[VNNI][2], np.int32)
+    blocks(VNNI, VNNI_ROWS, VNNI_STRIPS, TILES[VNNI][2], acc, a, packed, strip_bytes, parts, first, last,
+           correction, scale, bias, activation, residual, residual_scale, residual_zero, residual_activation, out,
+           out_scale, out_zero)
+
+
+@kernel
+def avx2_blocks(a, packed, strip_bytes, parts, first, last, correction, scale, bias, activation,  # noqa: ANN001
+                residual, residual_scale, residual_zero, residual_activation, out, out_scale, out_zero) -> None:
+    """:func:`blocks` through AVX2 tiles."""
+    acc = np.empty(AVX2_ROWS * AVX2_STRIPS * TILES[AVX2][2], np.int32)
+    blocks(AVX2, AVX2_ROWS, AVX2_STRIPS, TILES[AVX2][2], acc, a, packed, strip_bytes, parts, first, last,
+           correction, scale, bias, activation, residual, residual_scale, residual_zero, residual_activation, out,
+           out_scale, out_zero)
+
+
+@kernel
+def bf16_blocks(a, packed, strip_bytes, parts, first, last, correction, scale, bias, activation,  # noqa: ANN001
+                residual, residual_scale, residual_zero, residual_activation, out, out_scale, out_zero) -> None:
+    """:func:`blocks` through AVX512-BF16 tiles."""
+    acc = np.empty(BF16_ROWS * BF16_STRIPS * TILES[BF16][2], np.float32)
+    blocks(BF16, BF16_ROWS, BF16_STRIPS, TILES[BF16][2], acc, a, packed, strip_bytes, parts, first, last,
+           correction, scale, bias, activation, residual, residual_scale, residual_zero, residual_activation, out,
+           out_scale, out_zero)
+
+
+BLOCKS = (vnni_blocks, avx2_blocks, bf16_blocks)
+"""The compiled product of each dot, by its code."""
