@@ -37,48 +37,46 @@ LOWEST, HIGHEST = np.float32(0), np.float32(255)
 
 
 @inline
-def finish(acc: np.ndarray, rows: int, width: int, row0: int, column0: int, columns: int, correction: np.ndarray,
-           scale: np.ndarray, bias: np.ndarray, activation: ActivationCode, residual: np.ndarray,
-           residual_scale: np.float32, residual_zero: np.float32, residual_activation: ActivationCode,
-           out: np.ndarray, out_scale: np.float32, out_zero: np.float32, y: np.ndarray, r: np.ndarray) -> None:
-    """The epilogue of a tile's accumulators ``acc`` (``rows`` rows of ``width`` values) into
-    ``columns`` columns of ``out`` from ``column0`` on, rows from ``row0`` on; ``y`` and
-    ``r`` are scratch rows. An empty ``residual`` adds none; a uint8 ``out`` is requantized
-    with ``out_scale`` and ``out_zero`` (a float32 one takes the values as they are)."""
+def finish(y: np.ndarray, rows: int, width: int, row0: int, column0: int, columns: int, bias: np.ndarray,
+           activation: ActivationCode, residual: np.ndarray, residual_scale: np.float32, residual_zero: np.float32,
+           residual_activation: ActivationCode, out: np.ndarray, out_scale: np.float32, out_zero: np.float32,
+           r: np.ndarray) -> None:
+    """The epilogue of a tile's sums ``y`` (``rows`` rows of ``width`` values) into ``columns``
+    columns of ``out`` from ``column0`` on, rows from ``row0`` on; ``r`` is a scratch row. An
+    empty ``residual`` adds none; a uint8 ``out`` is requantized with ``out_scale`` and
+    ``out_zero`` (a float32 one takes the values as they are)."""
     stop = column0 + columns
     code, low, high = activation
     residual_code, residual_low, residual_high = residual_activation
+    columns_bias = bias[column0:stop]
     for i in range(rows):
-        start = i * width
-        for j in range(columns):
-            y[j] = np.float32(acc[start + j] - correction[column0 + j]) * scale[column0 + j]
-        finish_row(y[:columns], bias[column0:stop], code, low, high)
+        row = y[i * width:i * width + columns]
+        finish_row(row, columns_bias, code, low, high)
         if residual.size:
             for j in range(columns):
                 r[j] = (np.float32(residual[row0 + i, column0 + j]) - residual_zero) * residual_scale
-            finish_row(y[:columns], r[:columns], residual_code, residual_low, residual_high)
+            finish_row(row, r[:columns], residual_code, residual_low, residual_high)
         target = out[row0 + i, column0:stop]
         if out.itemsize == 1:   # uint8
             for j in range(columns):
-                q = np.rint(y[j] / out_scale) + out_zero
+                q = np.rint(row[j] / out_scale) + out_zero
                 target[j] = np.uint8(min(max(q, LOWEST), HIGHEST))
         else:
             for j in range(columns):
-                target[j] = y[j]
+                target[j] = row[j]
 
 
 @inline
-def blocks(dot: int, rows: int, strips: int, lanes: int, acc: np.ndarray, a: np.ndarray, packed: np.ndarray,
+def blocks(dot: int, rows: int, strips: int, lanes: int, a: np.ndarray, packed: np.ndarray,
            strip_bytes: int, parts: np.ndarray, first: int, last: int, correction: np.ndarray, scale: np.ndarray,
            bias: np.ndarray, activation: ActivationCode, residual: np.ndarray, residual_scale: np.float32,
            residual_zero: np.float32, residual_activation: ActivationCode, out: np.ndarray, out_scale: np.float32,
            out_zero: np.float32) -> None:
     """Blocks ``first:last`` of ``parts`` (rows start, stop, strips start, stop each) of the
     product of ``a`` and ``packed`` through the register tiles of ``dot`` (``rows`` by
-    ``strips`` of ``lanes`` columns, constants), each tile's accumulators (``acc``) finished
-    by :func:`finish`."""
+    ``strips`` of ``lanes`` columns, constants), each tile's sums finished by :func:`finish`."""
     width = strips * lanes
-    y, r = np.empty(width, np.float32), np.empty(width, np.float32)
+    y, r = np.empty(rows * width, np.float32), np.empty(width, np.float32)
     n = out.shape[1]
     for part in range(first, last):
         row0, row1, strip0, strip1 = parts[part]
@@ -90,23 +88,22 @@ def blocks(dot: int, rows: int, strips: int, lanes: int, acc: np.ndarray, a: np.
             for row in range(row0, row1, rows):
                 valid = min(rows, row1 - row)
                 if left >= 4:
-                    tile(dot, a, row, valid, packed, offset, strip_bytes, acc, rows, 4)
+                    tile(dot, a, row, valid, packed, offset, strip_bytes, correction, scale, column0, y, rows, 4)
                 elif left == 3:
-                    tile(dot, a, row, valid, packed, offset, strip_bytes, acc, rows, 3)
+                    tile(dot, a, row, valid, packed, offset, strip_bytes, correction, scale, column0, y, rows, 3)
                 elif left == 2:
-                    tile(dot, a, row, valid, packed, offset, strip_bytes, acc, rows, 2)
+                    tile(dot, a, row, valid, packed, offset, strip_bytes, correction, scale, column0, y, rows, 2)
                 else:
-                    tile(dot, a, row, valid, packed, offset, strip_bytes, acc, rows, 1)
-                finish(acc, valid, left * lanes, row, column0, columns, correction, scale, bias, activation, residual,
-                       residual_scale, residual_zero, residual_activation, out, out_scale, out_zero, y, r)
+                    tile(dot, a, row, valid, packed, offset, strip_bytes, correction, scale, column0, y, rows, 1)
+                finish(y, valid, left * lanes, row, column0, columns, bias, activation, residual, residual_scale,
+                       residual_zero, residual_activation, out, out_scale, out_zero, r)
 
 
 @kernel
 def vnni_blocks(a, packed, strip_bytes, parts, first, last, correction, scale, bias, activation,  # noqa: ANN001
                 residual, residual_scale, residual_zero, residual_activation, out, out_scale, out_zero) -> None:
     """:func:`blocks` through AVX512-VNNI tiles."""
-    acc = np.empty(VNNI_ROWS * VNNI_STRIPS * TILES[VNNI][2], np.int32)
-    blocks(VNNI, VNNI_ROWS, VNNI_STRIPS, TILES[VNNI][2], acc, a, packed, strip_bytes, parts, first, last,
+    blocks(VNNI, VNNI_ROWS, VNNI_STRIPS, TILES[VNNI][2], a, packed, strip_bytes, parts, first, last,
            correction, scale, bias, activation, residual, residual_scale, residual_zero, residual_activation, out,
            out_scale, out_zero)
 
@@ -115,8 +112,7 @@ def vnni_blocks(a, packed, strip_bytes, parts, first, last, correction, scale, b
 def avx2_blocks(a, packed, strip_bytes, parts, first, last, correction, scale, bias, activation,  # noqa: ANN001
                 residual, residual_scale, residual_zero, residual_activation, out, out_scale, out_zero) -> None:
     """:func:`blocks` through AVX2 tiles."""
-    acc = np.empty(AVX2_ROWS * AVX2_STRIPS * TILES[AVX2][2], np.int32)
-    blocks(AVX2, AVX2_ROWS, AVX2_STRIPS, TILES[AVX2][2], acc, a, packed, strip_bytes, parts, first, last,
+    blocks(AVX2, AVX2_ROWS, AVX2_STRIPS, TILES[AVX2][2], a, packed, strip_bytes, parts, first, last,
            correction, scale, bias, activation, residual, residual_scale, residual_zero, residual_activation, out,
            out_scale, out_zero)
 
@@ -125,8 +121,7 @@ def avx2_blocks(a, packed, strip_bytes, parts, first, last, correction, scale, b
 def bf16_blocks(a, packed, strip_bytes, parts, first, last, correction, scale, bias, activation,  # noqa: ANN001
                 residual, residual_scale, residual_zero, residual_activation, out, out_scale, out_zero) -> None:
     """:func:`blocks` through AVX512-BF16 tiles."""
-    acc = np.empty(BF16_ROWS * BF16_STRIPS * TILES[BF16][2], np.float32)
-    blocks(BF16, BF16_ROWS, BF16_STRIPS, TILES[BF16][2], acc, a, packed, strip_bytes, parts, first, last,
+    blocks(BF16, BF16_ROWS, BF16_STRIPS, TILES[BF16][2], a, packed, strip_bytes, parts, first, last,
            correction, scale, bias, activation, residual, residual_scale, residual_zero, residual_activation, out,
            out_scale, out_zero)
 

@@ -211,19 +211,36 @@ if AVAILABLE:
             offset = builder.mul(groups, ir.Constant(groups.type, GROUP_BYTES))
             step(groups, [_row_word(builder, pointer, offset, tail) for pointer in row_pointers])
 
-        out = builder.bitcast(context.make_array(signature.args[7])(context, builder, acc).data,
-                              dot.vector.as_pointer())
-        for r in range(rows):
-            for s in range(strips):
-                builder.store(builder.load(accumulators[r][s]), builder.gep(out, [ir.Constant(I32, r * strips + s)]),
-                              align=1)
+        _store_sums(dot, rows, strips, accumulators, context, builder, signature, args)
+
+    def _store_sums(dot: Dot, rows: int, strips: int, accumulators: list[list[Any]], context: Any, builder: Any,
+                    signature: Any, args: Any) -> None:
+        """Store the accumulators into ``y`` as float32; integer ones as ``(acc - correction) * scale``
+        of their columns from ``column`` on."""
+        correction, scale, column, y = args[7:11]
+        corrections, scales, out = (context.make_array(signature.args[i])(context, builder, value).data
+                                    for i, value in ((7, correction), (8, scale), (10, y)))
+        floats = ir.VectorType(F32, dot.lanes)
+        out = builder.bitcast(out, floats.as_pointer())
+        for s in range(strips):
+            lane0 = builder.add(column, ir.Constant(column.type, s * dot.lanes))
+            if dot.accumulator is I32:
+                columns_correction = _load(builder, builder.gep(corrections, [lane0]), dot.vector)
+                columns_scale = _load(builder, builder.gep(scales, [lane0]), floats)
+            for r in range(rows):
+                total = builder.load(accumulators[r][s])
+                if dot.accumulator is I32:
+                    total = builder.fmul(builder.sitofp(builder.sub(total, columns_correction), floats), columns_scale)
+                builder.store(total, builder.gep(out, [ir.Constant(I32, r * strips + s)]), align=1)
 
     @intrinsic(prefer_literal=True)
-    def tile(typingctx, dot, a, row, valid, b, b_start, strip_bytes, acc, rows, strips):  # noqa: ANN001, ANN201
-        """``acc[r * strips + s]`` (``lanes`` values each) = rows ``row + r`` of the 2-D ``a``
-        (rows past ``row + valid - 1`` read as that one) times strips ``s`` of the packed ``b``,
-        the first at byte ``b_start``, the next ``strip_bytes`` further on; ``dot``, ``rows``
-        and ``strips`` constants."""
+    def tile(typingctx, dot, a, row, valid, b, b_start, strip_bytes, correction, scale, column, y, rows,  # noqa: ANN001, ANN201
+             strips):
+        """``y[r * strips + s]`` (``lanes`` float32 values each) = rows ``row + r`` of the 2-D
+        ``a`` (rows past ``row + valid - 1`` read as that one) times strips ``s`` of the packed
+        ``b``, the first at byte ``b_start``, the next ``strip_bytes`` further on; integer sums
+        as ``(acc - correction) * scale`` of their columns from ``column`` on (int32 and float32
+        arrays, past the last strip). ``dot``, ``rows`` and ``strips`` are constants."""
         for name, value in (("dot", dot), ("rows", rows), ("strips", strips)):
             if not isinstance(value, types.IntegerLiteral):
                 raise RequireLiteralValue(f"a tile's {name} must be a constant")
@@ -234,4 +251,5 @@ if AVAILABLE:
         def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
             _emit_tile(chosen, tile_rows, tile_strips, context, builder, signature, args)
             return context.get_dummy_value()
-        return types.void(dot, a, types.intp, types.intp, b, types.intp, types.intp, acc, rows, strips), codegen
+        return types.void(dot, a, types.intp, types.intp, b, types.intp, types.intp, correction, scale, types.intp, y,
+                          rows, strips), codegen

@@ -187,6 +187,12 @@ def pack(weight: np.ndarray, kernel: ProductKernel) -> tuple[np.ndarray, int]:
     return np.ascontiguousarray(order).reshape(-1).view(np.uint8), groups * GROUP_BYTES * lanes
 
 
+def _whole_strips(values: np.ndarray, kernel: ProductKernel) -> np.ndarray:
+    """A value per column, zeros after the last up to the end of its strip (the tiles read whole strips)."""
+    lanes = _tile(kernel)[2]
+    return np.concatenate([values, np.zeros(-len(values) % lanes, values.dtype)])
+
+
 def product_parts(m: int, n: int, k: int, kernel: ProductKernel) -> np.ndarray:
     """The blocks a product of (M, K) by (K, N) is cut into, as rows (start, stop) and strips
     (start, stop): about one per :data:`PART_WORK` multiply-adds, at most :data:`MAX_PARTS`,
@@ -270,7 +276,8 @@ class Int8Product(_Product):
             self.weight = weight
         else:
             self.packed, self._strip_bytes = pack(weight, self.kernel)
-            self._correction = (self.zero_point * weight.sum(axis=0, dtype=np.int64)).astype(np.int32)
+            correction = (self.zero_point * weight.sum(axis=0, dtype=np.int64)).astype(np.int32)
+            self._correction, self._scale = (_whole_strips(v, self.kernel) for v in (correction, self.scale))
 
     @classmethod
     def from_float(cls, weight: np.ndarray, input_scale: float, input_zero_point: int,
@@ -288,7 +295,7 @@ class Int8Product(_Product):
         if self.kernel.dot is None:
             return int8_reference(a, self.weight, self.scale, self.zero_point, self.epilogue, residual,
                                   residual_scale, residual_zero_point)
-        return self._compiled(a, self.packed, self._strip_bytes, self._correction, self.scale, residual,
+        return self._compiled(a, self.packed, self._strip_bytes, self._correction, self._scale, residual,
                               residual_scale, residual_zero_point)
 
 
