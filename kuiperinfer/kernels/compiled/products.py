@@ -67,6 +67,21 @@ def finish(y: np.ndarray, rows: int, width: int, row0: int, column0: int, column
 
 
 @inline
+def panel(dot: int, a: np.ndarray, row: int, valid: int, packed: np.ndarray, offset: int, strip_bytes: int,
+          correction: np.ndarray, scale: np.ndarray, column0: int, y: np.ndarray, rows: int, strips: int) -> None:
+    """The :func:`~kuiperinfer.kernels.compiled.tiles.tile` of ``rows`` rows (a constant) and
+    ``strips`` strips, at most 4: one of the four tiles as wide."""
+    if strips >= 4:
+        tile(dot, a, row, valid, packed, offset, strip_bytes, correction, scale, column0, y, rows, 4)
+    elif strips == 3:
+        tile(dot, a, row, valid, packed, offset, strip_bytes, correction, scale, column0, y, rows, 3)
+    elif strips == 2:
+        tile(dot, a, row, valid, packed, offset, strip_bytes, correction, scale, column0, y, rows, 2)
+    else:
+        tile(dot, a, row, valid, packed, offset, strip_bytes, correction, scale, column0, y, rows, 1)
+
+
+@inline
 def blocks(dot: int, rows: int, strips: int, lanes: int, a: np.ndarray, packed: np.ndarray,
            strip_bytes: int, parts: np.ndarray, first: int, last: int, correction: np.ndarray, scale: np.ndarray,
            bias: np.ndarray, activation: ActivationCode, residual: np.ndarray, residual_scale: np.float32,
@@ -85,18 +100,17 @@ def blocks(dot: int, rows: int, strips: int, lanes: int, a: np.ndarray, packed: 
             offset = strip * strip_bytes
             column0 = strip * lanes
             columns = min(n - column0, left * lanes)
-            for row in range(row0, row1, rows):
+            row = row0
+            while row < row1:
                 valid = min(rows, row1 - row)
-                if left >= 4:
-                    tile(dot, a, row, valid, packed, offset, strip_bytes, correction, scale, column0, y, rows, 4)
-                elif left == 3:
-                    tile(dot, a, row, valid, packed, offset, strip_bytes, correction, scale, column0, y, rows, 3)
-                elif left == 2:
-                    tile(dot, a, row, valid, packed, offset, strip_bytes, correction, scale, column0, y, rows, 2)
-                else:
-                    tile(dot, a, row, valid, packed, offset, strip_bytes, correction, scale, column0, y, rows, 1)
+                if 2 * valid > rows:   # a whole tile, its rows past the last reading the last again
+                    panel(dot, a, row, valid, packed, offset, strip_bytes, correction, scale, column0, y, rows, left)
+                else:                  # rows one at a time
+                    valid = 1
+                    panel(dot, a, row, valid, packed, offset, strip_bytes, correction, scale, column0, y, 1, left)
                 finish(y, valid, left * lanes, row, column0, columns, bias, activation, residual, residual_scale,
                        residual_zero, residual_activation, out, out_scale, out_zero, r)
+                row += valid
 
 
 @kernel
@@ -128,3 +142,15 @@ def bf16_blocks(a, packed, strip_bytes, parts, first, last, correction, scale, b
 
 BLOCKS = (vnni_blocks, avx2_blocks, bf16_blocks)
 """The compiled product of each dot, by its code."""
+
+
+@kernel
+def round_bf16_bits(x: np.ndarray, out: np.ndarray) -> None:
+    """``out`` = float32 ``x`` rounded to bfloat16 (to nearest, ties to even; NaN to NaN), as
+    uint16 bit patterns: the compiled twin of
+    :func:`~kuiperinfer.kernels.matrix.products.bf16_bits` (both C-contiguous, of one shape)."""
+    bits, target = x.reshape(-1).view(np.uint32), out.reshape(-1)
+    for i in range(bits.size):
+        b = bits[i]
+        rounded = (b + np.uint32(0x7FFF) + ((b >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)
+        target[i] = np.uint16(0x7FC0) if (b & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000) else np.uint16(rounded)

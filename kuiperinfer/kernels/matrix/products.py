@@ -328,7 +328,11 @@ class Bf16Product(_Product):
         x = _activations(x, self.in_features, np.float32, "a bf16 product")
         if self.kernel.dot is None:
             return self._widened(x, residual)
-        return self._compiled(bf16_bits(x), self.packed, self._strip_bytes, self._zeros, self._ones, residual, 1.0, 0)
+        from kuiperinfer.kernels.compiled.products import round_bf16_bits
+
+        bits = np.empty(x.shape, np.uint16)
+        round_bf16_bits(x, bits)
+        return self._compiled(bits, self.packed, self._strip_bytes, self._zeros, self._ones, residual, 1.0, 0)
 
     def _widened(self, x: np.ndarray, residual: np.ndarray | None) -> np.ndarray:
         """:func:`bf16_reference` a block of columns at a time, each block's weights widened to
