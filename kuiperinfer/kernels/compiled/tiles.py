@@ -233,23 +233,30 @@ if AVAILABLE:
                     total = builder.fmul(builder.sitofp(builder.sub(total, columns_correction), floats), columns_scale)
                 builder.store(total, builder.gep(out, [ir.Constant(I32, r * strips + s)]), align=1)
 
-    @intrinsic(prefer_literal=True)
-    def tile(typingctx, dot, a, row, valid, b, b_start, strip_bytes, correction, scale, column, y, rows,  # noqa: ANN001, ANN201
-             strips):
-        """``y[r * strips + s]`` (``lanes`` float32 values each) = rows ``row + r`` of the 2-D
-        ``a`` (rows past ``row + valid - 1`` read as that one) times strips ``s`` of the packed
-        ``b``, the first at byte ``b_start``, the next ``strip_bytes`` further on; integer sums
-        as ``(acc - correction) * scale`` of their columns from ``column`` on (int32 and float32
-        arrays, past the last strip). ``dot``, ``rows`` and ``strips`` are constants."""
-        for name, value in (("dot", dot), ("rows", rows), ("strips", strips)):
-            if not isinstance(value, types.IntegerLiteral):
-                raise RequireLiteralValue(f"a tile's {name} must be a constant")
-        if not (isinstance(a, types.Array) and a.ndim == 2 and a.layout == "C"):
-            raise TypingError("a tile's A is a C-contiguous 2-D array")
-        chosen, tile_rows, tile_strips = DOTS[dot.literal_value], rows.literal_value, strips.literal_value
+    def make_tile(dots: tuple[Dot, ...]) -> Any:
+        """The tile intrinsic over ``dots``, which it takes by their index (:data:`tile` is
+        the one over :data:`DOTS`; the benchmarks make others)."""
 
-        def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
-            _emit_tile(chosen, tile_rows, tile_strips, context, builder, signature, args)
-            return context.get_dummy_value()
-        return types.void(dot, a, types.intp, types.intp, b, types.intp, types.intp, correction, scale, types.intp, y,
-                          rows, strips), codegen
+        @intrinsic(prefer_literal=True)
+        def tile(typingctx, dot, a, row, valid, b, b_start, strip_bytes, correction, scale, column, y,  # noqa: ANN001, ANN202
+                 rows, strips):
+            """``y[r * strips + s]`` (``lanes`` float32 values each) = rows ``row + r`` of the 2-D
+            ``a`` (rows past ``row + valid - 1`` read as that one) times strips ``s`` of the packed
+            ``b``, the first at byte ``b_start``, the next ``strip_bytes`` further on; integer sums
+            as ``(acc - correction) * scale`` of their columns from ``column`` on (int32 and float32
+            arrays, past the last strip). ``dot``, ``rows`` and ``strips`` are constants."""
+            for name, value in (("dot", dot), ("rows", rows), ("strips", strips)):
+                if not isinstance(value, types.IntegerLiteral):
+                    raise RequireLiteralValue(f"a tile's {name} must be a constant")
+            if not (isinstance(a, types.Array) and a.ndim == 2 and a.layout == "C"):
+                raise TypingError("a tile's A is a C-contiguous 2-D array")
+            chosen, tile_rows, tile_strips = dots[dot.literal_value], rows.literal_value, strips.literal_value
+
+            def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
+                _emit_tile(chosen, tile_rows, tile_strips, context, builder, signature, args)
+                return context.get_dummy_value()
+            return types.void(dot, a, types.intp, types.intp, b, types.intp, types.intp, correction, scale, types.intp,
+                              y, rows, strips), codegen
+        return tile
+
+    tile = make_tile(DOTS)
