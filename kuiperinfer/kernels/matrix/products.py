@@ -74,6 +74,10 @@ class ProductEpilogue:
     requantize: Requantize | None = None
 
 
+NO_EPILOGUE = ProductEpilogue()
+"""Sums scaled and stored as float32, nothing more."""
+
+
 def finish_reference(y: np.ndarray, epilogue: ProductEpilogue, residual: np.ndarray | None = None,
                      residual_scale: float = 1.0, residual_zero_point: int = 0) -> np.ndarray:
     """The epilogue in NumPy, in place on the float32 sums ``y`` (M, N); a uint8 ``residual``
@@ -94,7 +98,7 @@ def int8_sums(a: np.ndarray, weight: np.ndarray, zero_point: int) -> np.ndarray:
 
 
 def int8_reference(a: np.ndarray, weight: np.ndarray, scale: np.ndarray, zero_point: int,
-                   epilogue: ProductEpilogue = ProductEpilogue(), residual: np.ndarray | None = None,
+                   epilogue: ProductEpilogue = NO_EPILOGUE, residual: np.ndarray | None = None,
                    residual_scale: float = 1.0, residual_zero_point: int = 0) -> np.ndarray:
     """The int8 product, the definition: uint8 ``a`` (M, K) with ``zero_point``, int8 ``weight``
     (K, N), float32 ``scale`` (N,) per column; ``(float32(sums) * scale)`` then the epilogue."""
@@ -113,7 +117,7 @@ def widen_bf16(bits: np.ndarray) -> np.ndarray:
     return (bits.astype(np.uint32) << 16).view(np.float32)
 
 
-def bf16_reference(x: np.ndarray, weight_bits: np.ndarray, epilogue: ProductEpilogue = ProductEpilogue(),
+def bf16_reference(x: np.ndarray, weight_bits: np.ndarray, epilogue: ProductEpilogue = NO_EPILOGUE,
                    residual: np.ndarray | None = None) -> np.ndarray:
     """The bf16 product, the definition: float32 ``x`` (M, K) rounded to bfloat16 times the
     bfloat16 ``weight_bits`` (K, N), in float32, then the epilogue."""
@@ -263,7 +267,7 @@ class Int8Product(_Product):
     default); :attr:`kernel` says which runs."""
 
     def __init__(self, weight: np.ndarray, weight_scales: np.ndarray, input_scale: float, input_zero_point: int,
-                 epilogue: ProductEpilogue = ProductEpilogue(), kernel: ProductKernel | None = None):
+                 epilogue: ProductEpilogue = NO_EPILOGUE, kernel: ProductKernel | None = None):
         if weight.ndim != 2 or weight.dtype != np.int8:
             raise ValueError(f"an int8 product's weight is a 2-D int8 array (K, N), not {weight.dtype} {weight.shape}")
         k, n = weight.shape
@@ -281,7 +285,7 @@ class Int8Product(_Product):
 
     @classmethod
     def from_float(cls, weight: np.ndarray, input_scale: float, input_zero_point: int,
-                   epilogue: ProductEpilogue = ProductEpilogue(), kernel: ProductKernel | None = None) -> Int8Product:
+                   epilogue: ProductEpilogue = NO_EPILOGUE, kernel: ProductKernel | None = None) -> Int8Product:
         """The product of a float32 weight (K, N) quantized per column
         (:func:`~kuiperinfer.kernels.matrix.int8.quantize_weight`)."""
         q, scales = int8.quantize_weight(weight, axis=1)
@@ -306,7 +310,7 @@ class Bf16Product(_Product):
     WIDENED_COLUMNS = 256
     """Columns of weights widened to float32 at a time where the CPU has no bf16 products."""
 
-    def __init__(self, weight: np.ndarray, epilogue: ProductEpilogue = ProductEpilogue(),
+    def __init__(self, weight: np.ndarray, epilogue: ProductEpilogue = NO_EPILOGUE,
                  kernel: ProductKernel | None = None):
         if weight.ndim != 2:
             raise ValueError(f"a bf16 product's weight is a 2-D array (K, N), not {weight.shape}")
