@@ -38,6 +38,7 @@ needs_avx2 = pytest.mark.skipif(not (HERE.avx2 and "avx2" in COMPILABLE),
 needs_bf16 = pytest.mark.skipif(not (HERE.avx512_bf16 and "avx512bf16" in COMPILABLE),
                                 reason="this CPU (or Numba's target) has no AVX512-BF16 (vdpbf16ps)")
 INT8_KERNELS = [pytest.param(VNNI, marks=needs_vnni, id="vnni"), pytest.param(AVX2, marks=needs_avx2, id="avx2")]
+BF16_KERNELS = [pytest.param(AVX512_BF16, marks=needs_bf16, id="avx512-bf16"), pytest.param(BF16_WIDENED, id="widened")]
 
 SIZES = [1, 3, 4, 5, 31, 32, 33, 64, 100, 257]
 ACTIVATIONS = [None, InplaceActivation("relu"), InplaceActivation("clip", (0.0, 6.0)),
@@ -64,6 +65,14 @@ def both(kernel, w, scales, zero_point, epilogue=products.NO_EPILOGUE):
     """The product through ``kernel`` and through the NumPy reference."""
     return (Int8Product(w, scales, 0.02, zero_point, epilogue, kernel),
             Int8Product(w, scales, 0.02, zero_point, epilogue, REFERENCE))
+
+
+def assert_same_on_two_threads(product, x):
+    """The product's outputs on one thread and shared between two, to the bit."""
+    alone = product(x)
+    with intra_op(2):
+        shared = product(x)
+    np.testing.assert_array_equal(shared, alone)
 
 
 @pytest.mark.parametrize("kernel", INT8_KERNELS)
@@ -139,10 +148,7 @@ def test_int8_product_is_the_same_on_one_and_two_threads(kernel):
     epilogue = ProductEpilogue(RNG.standard_normal(200).astype(np.float32), InplaceActivation("silu"))
     product = Int8Product(w, scales, 0.02, 3, epilogue, kernel)
     assert len(products.product_parts(600, 200, 300, kernel)) > 2
-    alone = product(a)
-    with intra_op(2):
-        shared = product(a)
-    np.testing.assert_array_equal(shared, alone)
+    assert_same_on_two_threads(product, a)
 
 
 def test_int8_from_float_quantizes_each_column():
@@ -187,8 +193,7 @@ def test_compiled_bf16_rounding_is_numpy_s_to_the_bit():
     np.testing.assert_array_equal(bits, products.bf16_bits(x))
 
 
-@pytest.mark.parametrize("kernel", [pytest.param(AVX512_BF16, marks=needs_bf16, id="avx512-bf16"),
-                                    pytest.param(BF16_WIDENED, id="widened")])
+@pytest.mark.parametrize("kernel", BF16_KERNELS)
 @pytest.mark.parametrize("activation", [None, InplaceActivation("relu"), InplaceActivation("gelu")], ids=name_of)
 @pytest.mark.parametrize("residual", [False, True])
 def test_bf16_kernel_matches_the_reference_to_float32_rounding(kernel, activation, residual):
@@ -204,15 +209,10 @@ def test_bf16_kernel_matches_the_reference_to_float32_rounding(kernel, activatio
                                    err_msg=f"M={m} K={k} N={n}")
 
 
-@pytest.mark.parametrize("kernel", [pytest.param(AVX512_BF16, marks=needs_bf16, id="avx512-bf16"),
-                                    pytest.param(BF16_WIDENED, id="widened")])
+@pytest.mark.parametrize("kernel", BF16_KERNELS)
 def test_bf16_product_is_the_same_on_one_and_two_threads(kernel):
     x = RNG.standard_normal((500, 300)).astype(np.float32)
-    product = Bf16Product(RNG.standard_normal((300, 600)).astype(np.float32), ProductEpilogue(), kernel)
-    alone = product(x)
-    with intra_op(2):
-        shared = product(x)
-    np.testing.assert_array_equal(shared, alone)
+    assert_same_on_two_threads(Bf16Product(RNG.standard_normal((300, 600)).astype(np.float32), kernel=kernel), x)
 
 
 def test_bf16_weights_are_held_in_half_the_memory():

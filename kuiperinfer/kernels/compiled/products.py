@@ -113,34 +113,20 @@ def blocks(dot: int, rows: int, strips: int, lanes: int, a: np.ndarray, packed: 
                 row += valid
 
 
-@kernel
-def vnni_blocks(a, packed, strip_bytes, parts, first, last, correction, scale, bias, activation,  # noqa: ANN001
+def _blocks_of(dot: int, rows: int, strips: int, lanes: int, what: str):  # noqa: ANN202
+    """The compiled :func:`blocks` of one dot, its tile's size constants in the code."""
+
+    def product(a, packed, strip_bytes, parts, first, last, correction, scale, bias, activation,  # noqa: ANN001
                 residual, residual_scale, residual_zero, residual_activation, out, out_scale, out_zero) -> None:
-    """:func:`blocks` through AVX512-VNNI tiles."""
-    blocks(VNNI, VNNI_ROWS, VNNI_STRIPS, TILES[VNNI][2], a, packed, strip_bytes, parts, first, last,
-           correction, scale, bias, activation, residual, residual_scale, residual_zero, residual_activation, out,
-           out_scale, out_zero)
+        blocks(dot, rows, strips, lanes, a, packed, strip_bytes, parts, first, last, correction, scale, bias,
+               activation, residual, residual_scale, residual_zero, residual_activation, out, out_scale, out_zero)
+    product.__name__ = product.__qualname__ = f"{what}_blocks"
+    product.__doc__ = f":func:`blocks` through {what} tiles."
+    return kernel(product)
 
 
-@kernel
-def avx2_blocks(a, packed, strip_bytes, parts, first, last, correction, scale, bias, activation,  # noqa: ANN001
-                residual, residual_scale, residual_zero, residual_activation, out, out_scale, out_zero) -> None:
-    """:func:`blocks` through AVX2 tiles."""
-    blocks(AVX2, AVX2_ROWS, AVX2_STRIPS, TILES[AVX2][2], a, packed, strip_bytes, parts, first, last,
-           correction, scale, bias, activation, residual, residual_scale, residual_zero, residual_activation, out,
-           out_scale, out_zero)
-
-
-@kernel
-def bf16_blocks(a, packed, strip_bytes, parts, first, last, correction, scale, bias, activation,  # noqa: ANN001
-                residual, residual_scale, residual_zero, residual_activation, out, out_scale, out_zero) -> None:
-    """:func:`blocks` through AVX512-BF16 tiles."""
-    blocks(BF16, BF16_ROWS, BF16_STRIPS, TILES[BF16][2], a, packed, strip_bytes, parts, first, last,
-           correction, scale, bias, activation, residual, residual_scale, residual_zero, residual_activation, out,
-           out_scale, out_zero)
-
-
-BLOCKS = (vnni_blocks, avx2_blocks, bf16_blocks)
+BLOCKS = tuple(_blocks_of(dot, rows, strips, lanes, what)
+               for dot, ((rows, strips, lanes), what) in enumerate(zip(TILES, ("vnni", "avx2", "bf16"))))
 """The compiled product of each dot, by its code."""
 
 
