@@ -36,18 +36,34 @@ TILES = ((VNNI_ROWS, VNNI_STRIPS, 16), (AVX2_ROWS, AVX2_STRIPS, 8), (BF16_ROWS, 
 LOWEST, HIGHEST = np.float32(0), np.float32(255)
 
 
+ACTIVATION, RESIDUAL_ACTIVATION, RESIDUAL_SCALE, RESIDUAL_ZERO, OUT_SCALE, OUT_ZERO = 0, 3, 6, 7, 8, 9
+"""Where the epilogue's numbers are in its float32 array: two activations (code, and two
+parameters each: :class:`~kuiperinfer.kernels.compiled.activation.ActivationCode`), the
+residual's scale and zero point, the output's (one array, since a call's arguments each
+cost time to pass)."""
+EPILOGUE_NUMBERS = 10
+
+
+def epilogue_numbers(activation: ActivationCode, residual_activation: ActivationCode, residual_scale: float,
+                     residual_zero: int, out_scale: float, out_zero: int) -> np.ndarray:
+    """The epilogue's numbers as :func:`blocks` takes them."""
+    return np.array([*activation, *residual_activation, residual_scale, residual_zero, out_scale, out_zero],
+                    np.float32)
+
+
 @inline
 def finish(y: np.ndarray, rows: int, width: int, row0: int, column0: int, columns: int, bias: np.ndarray,
-           activation: ActivationCode, residual: np.ndarray, residual_scale: np.float32, residual_zero: np.float32,
-           residual_activation: ActivationCode, out: np.ndarray, out_scale: np.float32, out_zero: np.float32,
-           r: np.ndarray) -> None:
+           residual: np.ndarray, out: np.ndarray, numbers: np.ndarray, r: np.ndarray) -> None:
     """The epilogue of a tile's sums ``y`` (``rows`` rows of ``width`` values) into ``columns``
-    columns of ``out`` from ``column0`` on, rows from ``row0`` on; ``r`` is a scratch row. An
-    empty ``residual`` adds none; a uint8 ``out`` is requantized with ``out_scale`` and
-    ``out_zero`` (a float32 one takes the values as they are)."""
+    columns of ``out`` from ``column0`` on, rows from ``row0`` on, by the ``numbers`` of
+    :func:`epilogue_numbers`; ``r`` is a scratch row. An empty ``residual`` adds none; a
+    uint8 ``out`` is requantized (a float32 one takes the values as they are)."""
     stop = column0 + columns
-    code, low, high = activation
-    residual_code, residual_low, residual_high = residual_activation
+    code, low, high = int(numbers[ACTIVATION]), numbers[ACTIVATION + 1], numbers[ACTIVATION + 2]
+    residual_code = int(numbers[RESIDUAL_ACTIVATION])
+    residual_low, residual_high = numbers[RESIDUAL_ACTIVATION + 1], numbers[RESIDUAL_ACTIVATION + 2]
+    residual_scale, residual_zero = numbers[RESIDUAL_SCALE], numbers[RESIDUAL_ZERO]
+    out_scale, out_zero = numbers[OUT_SCALE], numbers[OUT_ZERO]
     columns_bias = bias[column0:stop]
     for i in range(rows):
         row = y[i * width:i * width + columns]
@@ -84,9 +100,7 @@ def panel(dot: int, a: np.ndarray, row: int, valid: int, packed: np.ndarray, off
 @inline
 def blocks(dot: int, rows: int, strips: int, lanes: int, a: np.ndarray, packed: np.ndarray,
            strip_bytes: int, parts: np.ndarray, first: int, last: int, correction: np.ndarray, scale: np.ndarray,
-           bias: np.ndarray, activation: ActivationCode, residual: np.ndarray, residual_scale: np.float32,
-           residual_zero: np.float32, residual_activation: ActivationCode, out: np.ndarray, out_scale: np.float32,
-           out_zero: np.float32) -> None:
+           bias: np.ndarray, residual: np.ndarray, out: np.ndarray, numbers: np.ndarray) -> None:
     """Blocks ``first:last`` of ``parts`` (rows start, stop, strips start, stop each) of the
     product of ``a`` and ``packed`` through the register tiles of ``dot`` (``rows`` by
     ``strips`` of ``lanes`` columns, constants), each tile's sums finished by :func:`finish`."""
@@ -108,18 +122,17 @@ def blocks(dot: int, rows: int, strips: int, lanes: int, a: np.ndarray, packed: 
                 else:                  # rows one at a time
                     valid = 1
                     panel(dot, a, row, valid, packed, offset, strip_bytes, correction, scale, column0, y, 1, left)
-                finish(y, valid, left * lanes, row, column0, columns, bias, activation, residual, residual_scale,
-                       residual_zero, residual_activation, out, out_scale, out_zero, r)
+                finish(y, valid, left * lanes, row, column0, columns, bias, residual, out, numbers, r)
                 row += valid
 
 
 def _blocks_of(dot: int, rows: int, strips: int, lanes: int, what: str):  # noqa: ANN202
     """The compiled :func:`blocks` of one dot, its tile's size constants in the code."""
 
-    def product(a, packed, strip_bytes, parts, first, last, correction, scale, bias, activation,  # noqa: ANN001
-                residual, residual_scale, residual_zero, residual_activation, out, out_scale, out_zero) -> None:
+    def product(a, packed, strip_bytes, parts, first, last, correction, scale, bias, residual, out,  # noqa: ANN001
+                numbers) -> None:
         blocks(dot, rows, strips, lanes, a, packed, strip_bytes, parts, first, last, correction, scale, bias,
-               activation, residual, residual_scale, residual_zero, residual_activation, out, out_scale, out_zero)
+               residual, out, numbers)
     product.__name__ = product.__qualname__ = f"{what}_blocks"
     product.__doc__ = f":func:`blocks` through {what} tiles."
     return kernel(product)

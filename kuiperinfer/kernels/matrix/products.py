@@ -217,39 +217,45 @@ class _Product:
     """What int8 and bf16 products share: the epilogue's arrays, the kernel's call over the
     blocks of a product, shared among the run's threads."""
 
+    NO_RESIDUAL = np.empty((0, 0), np.float32)
+
     def __init__(self, n: int, epilogue: ProductEpilogue, kernel: ProductKernel):
         self.epilogue, self.kernel, self.out_features = epilogue, kernel, n
         self._bias = np.zeros(n, np.float32) if epilogue.bias is None else np.array(epilogue.bias, np.float32)
         if self._bias.shape != (n,):
             raise ValueError(f"a product of {n} columns takes a bias of {n}, not {self._bias.shape}")
-        self._activation = ActivationCode.of(epilogue.activation)
-        self._residual_activation = ActivationCode.of(epilogue.residual_activation)
-        requantize = epilogue.requantize
-        self._out = (np.float32(1), np.float32(0)) if requantize is None else (np.float32(requantize.scale),
-                                                                               np.float32(requantize.zero_point))
-        self.out_dtype = np.float32 if requantize is None else np.uint8
+        requantize = epilogue.requantize or Requantize(1.0, 0)
+        self._numbers = (ActivationCode.of(epilogue.activation), ActivationCode.of(epilogue.residual_activation),
+                         requantize.scale, requantize.zero_point)
+        self.out_dtype = np.float32 if epilogue.requantize is None else np.uint8
+        self._parts: dict[tuple[int, int], np.ndarray] = {}
 
     def _compiled(self, a: np.ndarray, packed: np.ndarray, strip_bytes: int, correction: np.ndarray,
                   scale: np.ndarray, residual: np.ndarray | None, residual_scale: float,
                   residual_zero_point: int) -> np.ndarray:
-        from kuiperinfer.kernels.compiled.products import BLOCKS
+        from kuiperinfer.kernels.compiled.products import BLOCKS, epilogue_numbers
 
         m, k = a.shape
         out = np.empty((m, self.out_features), self.out_dtype)
         if residual is None:
-            residual = np.empty((0, 0), np.float32)
+            residual = self.NO_RESIDUAL
         elif residual.shape != out.shape or residual.dtype not in (np.float32, np.uint8):
             raise ValueError(f"a residual of a ({m}, {self.out_features}) product is float32 or uint8 of that shape, "
                              f"not {residual.dtype} {residual.shape}")
-        residual = np.require(residual, requirements=("C", "W"))
-        parts = product_parts(m, self.out_features, k, self.kernel)
+        elif not (residual.flags.c_contiguous and residual.flags.writeable):
+            residual = residual.copy()
+        activation, residual_activation, out_scale, out_zero = self._numbers
+        numbers = epilogue_numbers(activation, residual_activation, residual_scale, residual_zero_point, out_scale,
+                                   out_zero)
+        parts = self._parts.get((m, k))
+        if parts is None:
+            parts = self._parts[(m, k)] = product_parts(m, self.out_features, k, self.kernel)
         work = m * self.out_features * k // self.kernel.speedup
         blocks = BLOCKS[self.kernel.dot]
 
         def run(span: tuple[int, int]) -> None:
-            blocks(a, packed, strip_bytes, parts, span[0], span[1], correction, scale, self._bias, self._activation,
-                   residual, np.float32(residual_scale), np.float32(residual_zero_point), self._residual_activation,
-                   out, *self._out)
+            blocks(a, packed, strip_bytes, parts, span[0], span[1], correction, scale, self._bias, residual, out,
+                   numbers)
         spans = [(i, i + 1) for i in range(len(parts))] if threads_for(work) > 1 else [(0, len(parts))]
         run_parts(spans, work, run)
         return out
@@ -258,7 +264,7 @@ class _Product:
 def _activations(a: np.ndarray, k: int, dtype: type, what: str) -> np.ndarray:
     if a.ndim != 2 or a.shape[1] != k or a.dtype != dtype:
         raise ValueError(f"{what} takes ({k} columns) {np.dtype(dtype)} rows as a 2-D array, not {a.dtype} {a.shape}")
-    return np.require(a, requirements=("C", "W"))
+    return a if a.flags.c_contiguous and a.flags.writeable else a.copy()
 
 
 class Int8Product(_Product):
