@@ -1,0 +1,155 @@
+"""The matrix engine's products, compiled: register tiles (:mod:`.tiles`) over blocks of a
+product's rows and strips, each tile's epilogue fused into its store.
+
+A block of a product ``C = A B`` runs, for each panel of ``strips`` strips of the packed
+B, its rows ``rows`` at a time through one register tile (a partial panel at the right
+through a narrower one), and finishes each row of the tile while it is in cache:
+
+``y = (acc - correction[n]) * scale[n]``, then ``activation(y + bias)``, then, with a
+residual, ``residual_activation(y + residual)``, stored as float32 or requantized to uint8
+(``clip(rint(y / scale) + zero_point, 0, 255)``, as :func:`~kuiperinfer.kernels.matrix.int8.quantize`).
+
+For int8 the accumulators are the exact int32 sums of uint8 activations times int8 weights,
+``correction`` the zero point times each column's sum of weights and ``scale`` the
+activations' scale times each column's; for bf16 the float32 sums, no correction, scale 1.
+The steps are separate passes over the tile's row, each rounded as the NumPy reference
+rounds it (:mod:`kuiperinfer.kernels.matrix.products`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kuiperinfer.kernels.compiled.activation import ActivationCode, finish_row
+from kuiperinfer.kernels.compiled.tiles import tile
+from kuiperinfer.kernels.jit import inline, kernel
+
+VNNI, AVX2, BF16 = range(3)
+"""The tiles' dots, by their codes (:data:`kuiperinfer.kernels.compiled.tiles.DOTS`)."""
+VNNI_ROWS, VNNI_STRIPS = 6, 4
+AVX2_ROWS, AVX2_STRIPS = 4, 3
+BF16_ROWS, BF16_STRIPS = 6, 4
+"""Rows and strips of B of each dot's register tile: as many accumulators as leave registers
+for the strips of B and the broadcast row (32 zmm registers; 16 ymm on an AVX2 CPU)."""
+TILES = ((VNNI_ROWS, VNNI_STRIPS, 16), (AVX2_ROWS, AVX2_STRIPS, 8), (BF16_ROWS, BF16_STRIPS, 16))
+"""Per dot, its tile's rows, strips and output columns per strip."""
+LOWEST, HIGHEST = np.float32(0), np.float32(255)
+
+
+ACTIVATION, RESIDUAL_ACTIVATION, RESIDUAL_SCALE, RESIDUAL_ZERO, OUT_SCALE, OUT_ZERO = 0, 3, 6, 7, 8, 9
+"""Where the epilogue's numbers are in its float32 array: two activations (code, and two
+parameters each: :class:`~kuiperinfer.kernels.compiled.activation.ActivationCode`), the
+residual's scale and zero point, the output's (one array, since a call's arguments each
+cost time to pass)."""
+EPILOGUE_NUMBERS = 10
+
+
+def epilogue_numbers(activation: ActivationCode, residual_activation: ActivationCode, residual_scale: float,
+                     residual_zero: int, out_scale: float, out_zero: int) -> np.ndarray:
+    """The epilogue's numbers as :func:`blocks` takes them."""
+    return np.array([*activation, *residual_activation, residual_scale, residual_zero, out_scale, out_zero],
+                    np.float32)
+
+
+@inline
+def finish(y: np.ndarray, rows: int, width: int, row0: int, column0: int, columns: int, bias: np.ndarray,
+           residual: np.ndarray, out: np.ndarray, numbers: np.ndarray, r: np.ndarray) -> None:
+    """The epilogue of a tile's sums ``y`` (``rows`` rows of ``width`` values) into ``columns``
+    columns of ``out`` from ``column0`` on, rows from ``row0`` on, by the ``numbers`` of
+    :func:`epilogue_numbers`; ``r`` is a scratch row. An empty ``residual`` adds none; a
+    uint8 ``out`` is requantized (a float32 one takes the values as they are)."""
+    stop = column0 + columns
+    code, low, high = int(numbers[ACTIVATION]), numbers[ACTIVATION + 1], numbers[ACTIVATION + 2]
+    residual_code = int(numbers[RESIDUAL_ACTIVATION])
+    residual_low, residual_high = numbers[RESIDUAL_ACTIVATION + 1], numbers[RESIDUAL_ACTIVATION + 2]
+    residual_scale, residual_zero = numbers[RESIDUAL_SCALE], numbers[RESIDUAL_ZERO]
+    out_scale, out_zero = numbers[OUT_SCALE], numbers[OUT_ZERO]
+    columns_bias = bias[column0:stop]
+    for i in range(rows):
+        row = y[i * width:i * width + columns]
+        finish_row(row, columns_bias, code, low, high)
+        if residual.size:
+            for j in range(columns):
+                r[j] = (np.float32(residual[row0 + i, column0 + j]) - residual_zero) * residual_scale
+            finish_row(row, r[:columns], residual_code, residual_low, residual_high)
+        target = out[row0 + i, column0:stop]
+        if out.itemsize == 1:   # uint8
+            for j in range(columns):
+                q = np.rint(row[j] / out_scale) + out_zero
+                target[j] = np.uint8(min(max(q, LOWEST), HIGHEST))
+        else:
+            for j in range(columns):
+                target[j] = row[j]
+
+
+@inline
+def panel(dot: int, a: np.ndarray, row: int, valid: int, packed: np.ndarray, offset: int, strip_bytes: int,
+          correction: np.ndarray, scale: np.ndarray, column0: int, y: np.ndarray, rows: int, strips: int) -> None:
+    """The :func:`~kuiperinfer.kernels.compiled.tiles.tile` of ``rows`` rows (a constant) and
+    ``strips`` strips, at most 4: one of the four tiles as wide."""
+    if strips >= 4:
+        tile(dot, a, row, valid, packed, offset, strip_bytes, correction, scale, column0, y, rows, 4)
+    elif strips == 3:
+        tile(dot, a, row, valid, packed, offset, strip_bytes, correction, scale, column0, y, rows, 3)
+    elif strips == 2:
+        tile(dot, a, row, valid, packed, offset, strip_bytes, correction, scale, column0, y, rows, 2)
+    else:
+        tile(dot, a, row, valid, packed, offset, strip_bytes, correction, scale, column0, y, rows, 1)
+
+
+@inline
+def blocks(dot: int, rows: int, strips: int, lanes: int, a: np.ndarray, packed: np.ndarray,
+           strip_bytes: int, parts: np.ndarray, first: int, last: int, correction: np.ndarray, scale: np.ndarray,
+           bias: np.ndarray, residual: np.ndarray, out: np.ndarray, numbers: np.ndarray) -> None:
+    """Blocks ``first:last`` of ``parts`` (rows start, stop, strips start, stop each) of the
+    product of ``a`` and ``packed`` through the register tiles of ``dot`` (``rows`` by
+    ``strips`` of ``lanes`` columns, constants), each tile's sums finished by :func:`finish`."""
+    width = strips * lanes
+    y, r = np.empty(rows * width, np.float32), np.empty(width, np.float32)
+    n = out.shape[1]
+    for part in range(first, last):
+        row0, row1, strip0, strip1 = parts[part]
+        for strip in range(strip0, strip1, strips):
+            left = min(strips, strip1 - strip)
+            offset = strip * strip_bytes
+            column0 = strip * lanes
+            columns = min(n - column0, left * lanes)
+            row = row0
+            while row < row1:
+                valid = min(rows, row1 - row)
+                if 2 * valid > rows:   # a whole tile, its rows past the last reading the last again
+                    panel(dot, a, row, valid, packed, offset, strip_bytes, correction, scale, column0, y, rows, left)
+                else:                  # rows one at a time
+                    valid = 1
+                    panel(dot, a, row, valid, packed, offset, strip_bytes, correction, scale, column0, y, 1, left)
+                finish(y, valid, left * lanes, row, column0, columns, bias, residual, out, numbers, r)
+                row += valid
+
+
+def _blocks_of(dot: int, rows: int, strips: int, lanes: int, what: str):  # noqa: ANN202
+    """The compiled :func:`blocks` of one dot, its tile's size constants in the code."""
+
+    def product(a, packed, strip_bytes, parts, first, last, correction, scale, bias, residual, out,  # noqa: ANN001
+                numbers) -> None:
+        blocks(dot, rows, strips, lanes, a, packed, strip_bytes, parts, first, last, correction, scale, bias,
+               residual, out, numbers)
+    product.__name__ = product.__qualname__ = f"{what}_blocks"
+    product.__doc__ = f":func:`blocks` through {what} tiles."
+    return kernel(product)
+
+
+BLOCKS = tuple(_blocks_of(dot, rows, strips, lanes, what)
+               for dot, ((rows, strips, lanes), what) in enumerate(zip(TILES, ("vnni", "avx2", "bf16"))))
+"""The compiled product of each dot, by its code."""
+
+
+@kernel
+def round_bf16_bits(x: np.ndarray, out: np.ndarray) -> None:
+    """``out`` = float32 ``x`` rounded to bfloat16 (to nearest, ties to even; NaN to NaN), as
+    uint16 bit patterns: the compiled twin of
+    :func:`~kuiperinfer.kernels.matrix.products.bf16_bits` (both C-contiguous, of one shape)."""
+    bits, target = x.reshape(-1).view(np.uint32), out.reshape(-1)
+    for i in range(bits.size):
+        b = bits[i]
+        rounded = (b + np.uint32(0x7FFF) + ((b >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)
+        target[i] = np.uint16(0x7FC0) if (b & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000) else np.uint16(rounded)
