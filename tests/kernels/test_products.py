@@ -162,14 +162,42 @@ def test_int8_from_float_quantizes_each_column():
 def test_int8_product_refuses_what_it_cannot_compute():
     w = np.zeros((8, 4), np.int8)
     product = Int8Product(w, np.ones(4, np.float32), 1.0, 0, kernel=REFERENCE)
-    with pytest.raises(ValueError, match="uint8"):
-        product(np.zeros((3, 8), np.float32))
-    with pytest.raises(ValueError, match="8 columns"):
+    with pytest.raises(ValueError, match=r"\(M, 8\)"):
         product(np.zeros((3, 9), np.uint8))
+    with pytest.raises(ValueError, match=r"float32 \(3, 4\) array, not uint8 \(3, 5\)"):
+        product.multiply(np.zeros((3, 8), np.uint8), np.zeros((3, 5), np.uint8))
     with pytest.raises(ValueError, match="int8"):
         Int8Product(w.astype(np.int16), np.ones(4, np.float32), 1.0, 0)
     with pytest.raises(ValueError, match="66311"):
         Int8Product(np.zeros((products.INT8_ACCUMULATION_LIMIT + 1, 1), np.int8), np.ones(1, np.float32), 1.0, 0)
+
+
+@pytest.mark.parametrize("kernel", INT8_KERNELS + [pytest.param(REFERENCE, id="reference")])
+def test_int8_columns_of_a_product(kernel):
+    """Any run of columns (a fused operator's block of channels), in this thread: the same
+    values as the whole product's, residual and requantizing included."""
+    m, k, n = 29, 40, 70
+    a, w, scales = operands(m, k, n)
+    epilogue = ProductEpilogue(RNG.standard_normal(n).astype(np.float32), InplaceActivation("relu"),
+                               InplaceActivation("relu"), Requantize(0.05, 10))
+    residual = RNG.standard_normal((m, n)).astype(np.float32)
+    product = Int8Product(w, scales, 0.02, 7, epilogue, kernel)
+    whole = product(a, residual)
+    for start, stop in [(0, 70), (8, 24), (13, 14), (16, 70), (50, 70)]:
+        out = np.empty((m, stop - start), np.uint8)
+        product.multiply(a, out, residual[:, start:stop].copy(), columns=(start, stop), shared=False)
+        np.testing.assert_array_equal(out, whole[:, start:stop], err_msg=f"columns {start}:{stop}")
+
+
+@pytest.mark.parametrize("kernel", INT8_KERNELS + [pytest.param(REFERENCE, id="reference")])
+def test_int8_activations_are_the_reference_quantization_in_the_same_layout(kernel):
+    product = Int8Product(np.zeros((6, 3), np.int8), np.ones(3, np.float32), 0.037, 101, kernel=kernel)
+    x = (RNG.standard_normal((2, 9, 7, 6)) * 4).astype(np.float32).transpose(0, 3, 1, 2)   # channels-last view
+    x[0, 0, 0, :4] = [0.5 * 0.037, 1.5 * 0.037, -100, 100]                                # ties, clipping
+    q = product.activations(x)
+    assert q.dtype == np.uint8 and q.strides == (x.strides[0] // 4, 1, *(s // 4 for s in x.strides[2:]))
+    np.testing.assert_array_equal(q, products.int8.quantize(np.ascontiguousarray(x), 0.037, 101))
+    assert product.activations(q) is q
 
 
 @needs_vnni
@@ -213,6 +241,25 @@ def test_bf16_kernel_matches_the_reference_to_float32_rounding(kernel, activatio
 def test_bf16_product_is_the_same_on_one_and_two_threads(kernel):
     x = RNG.standard_normal((500, 300)).astype(np.float32)
     assert_same_on_two_threads(Bf16Product(RNG.standard_normal((300, 600)).astype(np.float32), kernel=kernel), x)
+
+
+@pytest.mark.parametrize("kernel", BF16_KERNELS)
+def test_bf16_activations_and_columns(kernel):
+    """bf16 activations in the kernel's form (bit patterns or rounded floats), which the
+    product takes as they are; a run of columns equals the whole product's (to the bit in
+    the tiles, to float32 rounding in BLAS, whose sums depend on the product's width)."""
+    x = RNG.standard_normal((31, 45)).astype(np.float32)
+    weight = RNG.standard_normal((45, 40)).astype(np.float32)
+    product = Bf16Product(weight, ProductEpilogue(RNG.standard_normal(40).astype(np.float32)), kernel)
+    a = product.activations(x)
+    assert a.dtype == product.in_dtype
+    np.testing.assert_array_equal(a if a.dtype == np.float32 else products.widen_bf16(a), products.round_bf16(x))
+    whole = product(x)
+    np.testing.assert_array_equal(product(a), whole)
+    out = np.empty((31, 20), np.float32)
+    product.multiply(a, out, columns=(17, 37), shared=False)
+    tolerance = 0 if kernel.dot is not None else 1e-6 * np.abs(whole).max()
+    np.testing.assert_allclose(out, whole[:, 17:37], rtol=0, atol=tolerance)
 
 
 def test_bf16_weights_are_held_in_half_the_memory():

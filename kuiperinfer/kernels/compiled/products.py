@@ -52,12 +52,14 @@ def epilogue_numbers(activation: ActivationCode, residual_activation: Activation
 
 
 @inline
-def finish(y: np.ndarray, rows: int, width: int, row0: int, column0: int, columns: int, bias: np.ndarray,
-           residual: np.ndarray, out: np.ndarray, numbers: np.ndarray, r: np.ndarray) -> None:
-    """The epilogue of a tile's sums ``y`` (``rows`` rows of ``width`` values) into ``columns``
-    columns of ``out`` from ``column0`` on, rows from ``row0`` on, by the ``numbers`` of
-    :func:`epilogue_numbers`; ``r`` is a scratch row. An empty ``residual`` adds none; a
-    uint8 ``out`` is requantized (a float32 one takes the values as they are)."""
+def finish(y: np.ndarray, rows: int, width: int, skip: int, row0: int, column0: int, columns: int, first: int,
+           bias: np.ndarray, residual: np.ndarray, out: np.ndarray, numbers: np.ndarray, r: np.ndarray) -> None:
+    """The epilogue of a tile's sums ``y`` (``rows`` rows of ``width`` values, the first
+    ``skip`` of each left out) into ``columns`` columns of the product from ``column0`` on,
+    rows from ``row0`` on, by the ``numbers`` of :func:`epilogue_numbers`; ``out`` (and the
+    residual) hold the product's columns from ``first`` on; ``r`` is a scratch row. An empty
+    ``residual`` adds none; a uint8 ``out`` is requantized (a float32 one takes the values
+    as they are)."""
     stop = column0 + columns
     code, low, high = int(numbers[ACTIVATION]), numbers[ACTIVATION + 1], numbers[ACTIVATION + 2]
     residual_code = int(numbers[RESIDUAL_ACTIVATION])
@@ -65,14 +67,15 @@ def finish(y: np.ndarray, rows: int, width: int, row0: int, column0: int, column
     residual_scale, residual_zero = numbers[RESIDUAL_SCALE], numbers[RESIDUAL_ZERO]
     out_scale, out_zero = numbers[OUT_SCALE], numbers[OUT_ZERO]
     columns_bias = bias[column0:stop]
+    target0 = column0 - first
     for i in range(rows):
-        row = y[i * width:i * width + columns]
+        row = y[i * width + skip:i * width + skip + columns]
         finish_row(row, columns_bias, code, low, high)
         if residual.size:
             for j in range(columns):
-                r[j] = (np.float32(residual[row0 + i, column0 + j]) - residual_zero) * residual_scale
+                r[j] = (np.float32(residual[row0 + i, target0 + j]) - residual_zero) * residual_scale
             finish_row(row, r[:columns], residual_code, residual_low, residual_high)
-        target = out[row0 + i, column0:stop]
+        target = out[row0 + i, target0:target0 + columns]
         if out.itemsize == 1:   # uint8
             for j in range(columns):
                 q = np.rint(row[j] / out_scale) + out_zero
@@ -99,40 +102,46 @@ def panel(dot: int, a: np.ndarray, row: int, valid: int, packed: np.ndarray, off
 
 @inline
 def blocks(dot: int, rows: int, strips: int, lanes: int, a: np.ndarray, packed: np.ndarray,
-           strip_bytes: int, parts: np.ndarray, first: int, last: int, correction: np.ndarray, scale: np.ndarray,
-           bias: np.ndarray, residual: np.ndarray, out: np.ndarray, numbers: np.ndarray) -> None:
+           strip_bytes: int, parts: np.ndarray, first: int, last: int, columns: tuple[int, int],
+           correction: np.ndarray, scale: np.ndarray, bias: np.ndarray, residual: np.ndarray, out: np.ndarray,
+           numbers: np.ndarray) -> None:
     """Blocks ``first:last`` of ``parts`` (rows start, stop, strips start, stop each) of the
     product of ``a`` and ``packed`` through the register tiles of ``dot`` (``rows`` by
-    ``strips`` of ``lanes`` columns, constants), each tile's sums finished by :func:`finish`."""
+    ``strips`` of ``lanes`` columns, constants), each tile's sums finished by :func:`finish`
+    into the product's ``columns`` (start, stop), which ``out`` holds."""
     width = strips * lanes
     y, r = np.empty(rows * width, np.float32), np.empty(width, np.float32)
-    n = out.shape[1]
+    start, stop = columns
     for part in range(first, last):
         row0, row1, strip0, strip1 = parts[part]
         for strip in range(strip0, strip1, strips):
             left = min(strips, strip1 - strip)
             offset = strip * strip_bytes
-            column0 = strip * lanes
-            columns = min(n - column0, left * lanes)
+            tile_column = strip * lanes
+            column0 = max(tile_column, start)
+            count = min(stop, tile_column + left * lanes) - column0
             row = row0
             while row < row1:
                 valid = min(rows, row1 - row)
                 if 2 * valid > rows:   # a whole tile, its rows past the last reading the last again
-                    panel(dot, a, row, valid, packed, offset, strip_bytes, correction, scale, column0, y, rows, left)
+                    panel(dot, a, row, valid, packed, offset, strip_bytes, correction, scale, tile_column, y, rows,
+                          left)
                 else:                  # rows one at a time
                     valid = 1
-                    panel(dot, a, row, valid, packed, offset, strip_bytes, correction, scale, column0, y, 1, left)
-                finish(y, valid, left * lanes, row, column0, columns, bias, residual, out, numbers, r)
+                    panel(dot, a, row, valid, packed, offset, strip_bytes, correction, scale, tile_column, y, 1,
+                          left)
+                finish(y, valid, left * lanes, column0 - tile_column, row, column0, count, start, bias, residual,
+                       out, numbers, r)
                 row += valid
 
 
 def _blocks_of(dot: int, rows: int, strips: int, lanes: int, what: str):  # noqa: ANN202
     """The compiled :func:`blocks` of one dot, its tile's size constants in the code."""
 
-    def product(a, packed, strip_bytes, parts, first, last, correction, scale, bias, residual, out,  # noqa: ANN001
-                numbers) -> None:
-        blocks(dot, rows, strips, lanes, a, packed, strip_bytes, parts, first, last, correction, scale, bias,
-               residual, out, numbers)
+    def product(a, packed, strip_bytes, parts, first, last, columns, correction, scale, bias, residual,  # noqa: ANN001
+                out, numbers) -> None:
+        blocks(dot, rows, strips, lanes, a, packed, strip_bytes, parts, first, last, columns, correction, scale,
+               bias, residual, out, numbers)
     product.__name__ = product.__qualname__ = f"{what}_blocks"
     product.__doc__ = f":func:`blocks` through {what} tiles."
     return kernel(product)
@@ -153,3 +162,14 @@ def round_bf16_bits(x: np.ndarray, out: np.ndarray) -> None:
         b = bits[i]
         rounded = (b + np.uint32(0x7FFF) + ((b >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)
         target[i] = np.uint16(0x7FC0) if (b & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000) else np.uint16(rounded)
+
+
+@kernel
+def quantize_values(x: np.ndarray, scale: np.float32, zero_point: np.float32, out: np.ndarray) -> None:
+    """``out`` = float32 ``x`` quantized to uint8, ``clip(rint(x / scale) + zero_point, 0, 255)``:
+    the compiled twin of :func:`~kuiperinfer.kernels.matrix.int8.quantize` (both C-contiguous,
+    of one shape)."""
+    values, target = x.reshape(-1), out.reshape(-1)
+    for i in range(values.size):
+        q = np.rint(values[i] / scale) + zero_point
+        target[i] = np.uint8(min(max(q, LOWEST), HIGHEST))

@@ -34,6 +34,7 @@ the outputs are the same at any thread count.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -197,27 +198,54 @@ def _whole_strips(values: np.ndarray, kernel: ProductKernel) -> np.ndarray:
     return np.concatenate([values, np.zeros(-len(values) % lanes, values.dtype)])
 
 
-def product_parts(m: int, n: int, k: int, kernel: ProductKernel) -> np.ndarray:
-    """The blocks a product of (M, K) by (K, N) is cut into, as rows (start, stop) and strips
-    (start, stop): about one per :data:`PART_WORK` multiply-adds, at most :data:`MAX_PARTS`,
-    cut along the rows first (each block then reads all of B once), and along whole tiles."""
+def product_parts(m: int, n: int, k: int, kernel: ProductKernel, columns: tuple[int, int] | None = None) -> np.ndarray:
+    """The blocks a product of (M, K) by (K, N) (or its ``columns``, start and stop) is cut
+    into, as rows (start, stop) and strips (start, stop): about one per :data:`PART_WORK`
+    multiply-adds, at most :data:`MAX_PARTS`, cut along the rows first (each block then reads
+    all of B once), and along whole tiles."""
     rows, strips, lanes = _tile(kernel)
-    strip_count = -(-n // lanes)
-    count = int(np.clip(m * n * k // PART_WORK, 1, MAX_PARTS))
+    start, stop = columns or (0, n)
+    first = start // lanes
+    strip_count = -(-stop // lanes) - first
+    count = int(np.clip(m * (stop - start) * k // PART_WORK, 1, MAX_PARTS))
     row_blocks = min(count, -(-m // rows))
     strip_blocks = min(max(1, count // row_blocks), -(-strip_count // strips))
     row_cuts = [rows * (-(-m // rows) * i // row_blocks) for i in range(row_blocks)] + [m]
-    strip_cuts = [strips * (-(-strip_count // strips) * i // strip_blocks) for i in range(strip_blocks)]
-    strip_cuts.append(strip_count)
+    strip_cuts = [first + strips * (-(-strip_count // strips) * i // strip_blocks) for i in range(strip_blocks)]
+    strip_cuts.append(first + strip_count)
     return np.array([(r0, r1, s0, s1) for r0, r1 in zip(row_cuts, row_cuts[1:])
                      for s0, s1 in zip(strip_cuts, strip_cuts[1:])], np.int64)
 
 
-class _Product:
+def in_layout(x: np.ndarray, dtype: type, fill: Callable[[np.ndarray, np.ndarray], object]) -> np.ndarray:
+    """``fill(values, out)`` over ``x`` as one C-contiguous run of memory (its axes ordered by
+    their strides: a channels-last view's NHWC array), into a new array of ``dtype`` in the
+    memory layout of ``x``; large arrays in parts shared among the run's threads."""
+    order = np.argsort(x.strides, kind="stable")[::-1]
+    values = np.ascontiguousarray(x.transpose(order)).reshape(-1)
+    out = np.empty(values.shape, dtype)
+    step = max(ELEMENTWISE_PART, -(-values.size // MAX_PARTS))
+    run_parts([slice(i, i + step) for i in range(0, values.size, step)], ELEMENTWISE_WORK * values.size,
+              lambda part: fill(values[part], out[part]))
+    return out.reshape([x.shape[i] for i in order]).transpose(np.argsort(order))
+
+
+ELEMENTWISE_PART = 1 << 16
+"""Values an elementwise part (quantizing, rounding) holds at least."""
+ELEMENTWISE_WORK = 8
+"""Multiply-adds an elementwise value counts as when deciding whether to share it among threads."""
+
+
+class Product:
     """What int8 and bf16 products share: the epilogue's arrays, the kernel's call over the
     blocks of a product, shared among the run's threads."""
 
     NO_RESIDUAL = np.empty((0, 0), np.float32)
+    in_features: int
+    in_dtype: type
+    """The form :meth:`activations` gives."""
+    zero: int = 0
+    """The value of 0.0 in that form (what padding is)."""
 
     def __init__(self, n: int, epilogue: ProductEpilogue, kernel: ProductKernel):
         self.epilogue, self.kernel, self.out_features = epilogue, kernel, n
@@ -228,46 +256,89 @@ class _Product:
         self._numbers = (ActivationCode.of(epilogue.activation), ActivationCode.of(epilogue.residual_activation),
                          requantize.scale, requantize.zero_point)
         self.out_dtype = np.float32 if epilogue.requantize is None else np.uint8
-        self._parts: dict[tuple[int, int], np.ndarray] = {}
+        self._parts: dict[tuple[int, int, int], np.ndarray] = {}
 
-    def _compiled(self, a: np.ndarray, packed: np.ndarray, strip_bytes: int, correction: np.ndarray,
-                  scale: np.ndarray, residual: np.ndarray | None, residual_scale: float,
-                  residual_zero_point: int) -> np.ndarray:
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the weights the product holds (packed, or as the reference takes them)."""
+        return self.packed.nbytes
+
+    def activations(self, x: np.ndarray) -> np.ndarray:
+        """float32 ``x`` (any shape and memory layout) in the form the product multiplies,
+        in the same layout."""
+        raise NotImplementedError
+
+    def __call__(self, a: np.ndarray, residual: np.ndarray | None = None, residual_scale: float = 1.0,
+                 residual_zero_point: int = 0) -> np.ndarray:
+        """The product of ``a`` (M, K), float32 or already in the form :meth:`activations`
+        gives; a ``residual`` (M, N), float32 or uint8 with its scale and zero point, is added
+        as the epilogue says."""
+        a = self.activations(a)
+        k = self.in_features
+        if a.ndim != 2 or a.shape[1] != k:
+            raise ValueError(f"a product of {k} rows takes (M, {k}) activations, not {a.dtype} {a.shape}")
+        a = a if a.flags.c_contiguous and a.flags.writeable else a.copy()
+        out = np.empty((len(a), self.out_features), self.out_dtype)
+        self.multiply(a, out, residual, residual_scale, residual_zero_point)
+        return out
+
+    def multiply(self, a: np.ndarray, out: np.ndarray, residual: np.ndarray | None = None,
+                 residual_scale: float = 1.0, residual_zero_point: int = 0, columns: tuple[int, int] | None = None,
+                 shared: bool = True) -> None:
+        """``out`` = the product of ``a`` (M, K), C-contiguous, in the form :meth:`activations`
+        gives, or its ``columns`` (start, stop), which ``out`` (M, stop - start) and the
+        ``residual`` then hold; the blocks shared among the run's threads unless ``shared``
+        is False (a caller that shares its own parts)."""
+        start, stop = columns or (0, self.out_features)
+        if out.shape != (len(a), stop - start) or out.dtype != self.out_dtype:
+            raise ValueError(f"the product of {len(a)} rows and columns {start}:{stop} goes to a "
+                             f"{np.dtype(self.out_dtype)} {(len(a), stop - start)} array, not {out.dtype} {out.shape}")
+        if residual is not None and (residual.shape != out.shape or residual.dtype not in (np.float32, np.uint8)):
+            raise ValueError(f"a residual of a {out.shape} product is float32 or uint8 of that shape, "
+                             f"not {residual.dtype} {residual.shape}")
+        if self.kernel.dot is None:
+            epilogue = ProductEpilogue(self._bias[start:stop], self.epilogue.activation,
+                                       self.epilogue.residual_activation, self.epilogue.requantize)
+            self._reference(a, out, slice(start, stop), epilogue, residual, residual_scale, residual_zero_point,
+                            shared)
+            return
+        self._compiled(a, out, (start, stop), residual, residual_scale, residual_zero_point, shared)
+
+    def _reference(self, a: np.ndarray, out: np.ndarray, columns: slice, epilogue: ProductEpilogue,
+                   residual: np.ndarray | None, residual_scale: float, residual_zero_point: int,
+                   shared: bool) -> None:
+        raise NotImplementedError
+
+    def _compiled(self, a: np.ndarray, out: np.ndarray, columns: tuple[int, int], residual: np.ndarray | None,
+                  residual_scale: float, residual_zero_point: int, shared: bool) -> None:
         from kuiperinfer.kernels.compiled.products import BLOCKS, epilogue_numbers
 
         m, k = a.shape
-        out = np.empty((m, self.out_features), self.out_dtype)
         if residual is None:
             residual = self.NO_RESIDUAL
-        elif residual.shape != out.shape or residual.dtype not in (np.float32, np.uint8):
-            raise ValueError(f"a residual of a ({m}, {self.out_features}) product is float32 or uint8 of that shape, "
-                             f"not {residual.dtype} {residual.shape}")
         elif not (residual.flags.c_contiguous and residual.flags.writeable):
             residual = residual.copy()
         activation, residual_activation, out_scale, out_zero = self._numbers
         numbers = epilogue_numbers(activation, residual_activation, residual_scale, residual_zero_point, out_scale,
                                    out_zero)
-        parts = self._parts.get((m, k))
+        key = (m, *columns)
+        parts = self._parts.get(key)
         if parts is None:
-            parts = self._parts[(m, k)] = product_parts(m, self.out_features, k, self.kernel)
-        work = m * self.out_features * k // self.kernel.speedup
+            parts = self._parts[key] = product_parts(m, self.out_features, k, self.kernel, columns)
+        work = m * (columns[1] - columns[0]) * k // self.kernel.speedup
         blocks = BLOCKS[self.kernel.dot]
+        packed, strip_bytes, correction, scale = self._tiles
 
         def run(span: tuple[int, int]) -> None:
-            blocks(a, packed, strip_bytes, parts, span[0], span[1], correction, scale, self._bias, residual, out,
-                   numbers)
-        spans = [(i, i + 1) for i in range(len(parts))] if threads_for(work) > 1 else [(0, len(parts))]
-        run_parts(spans, work, run)
-        return out
+            blocks(a, packed, strip_bytes, parts, span[0], span[1], columns, correction, scale, self._bias, residual,
+                   out, numbers)
+        if shared and threads_for(work) > 1:
+            run_parts([(i, i + 1) for i in range(len(parts))], work, run)
+        else:
+            run((0, len(parts)))
 
 
-def _activations(a: np.ndarray, k: int, dtype: type, what: str) -> np.ndarray:
-    if a.ndim != 2 or a.shape[1] != k or a.dtype != dtype:
-        raise ValueError(f"{what} takes ({k} columns) {np.dtype(dtype)} rows as a 2-D array, not {a.dtype} {a.shape}")
-    return a if a.flags.c_contiguous and a.flags.writeable else a.copy()
-
-
-class Int8Product(_Product):
+class Int8Product(Product):
     """``epilogue((a - input_zero_point) @ weight * input_scale * weight_scales)`` for uint8
     ``a`` (M, K), the int8 ``weight`` (K, N) packed once for ``kernel`` (this CPU's by
     default); :attr:`kernel` says which runs."""
@@ -280,36 +351,48 @@ class Int8Product(_Product):
         if k > INT8_ACCUMULATION_LIMIT:
             raise ValueError(f"an int8 product sums at most {INT8_ACCUMULATION_LIMIT} products in int32, not {k}")
         super().__init__(n, epilogue, kernel or int8_kernel())
-        self.in_features, self.zero_point = k, int(input_zero_point)
-        self.scale = (np.float32(input_scale) * np.asarray(weight_scales, np.float32)).reshape(n)
+        self.in_features, self.zero_point, self.in_dtype = k, int(input_zero_point), np.uint8
+        self.zero = self.zero_point
+        self.input_scale = np.float32(input_scale)
+        self.scale = (self.input_scale * np.asarray(weight_scales, np.float32)).reshape(n)
         if self.kernel.dot is None:
-            self.weight = weight
+            self.weight = self.packed = weight
         else:
-            self.packed, self._strip_bytes = pack(weight, self.kernel)
+            self.packed, strip_bytes = pack(weight, self.kernel)
             correction = (self.zero_point * weight.sum(axis=0, dtype=np.int64)).astype(np.int32)
-            self._correction, self._scale = (_whole_strips(v, self.kernel) for v in (correction, self.scale))
+            self._tiles = (self.packed, strip_bytes,
+                           *(_whole_strips(v, self.kernel) for v in (correction, self.scale)))
 
     @classmethod
     def from_float(cls, weight: np.ndarray, input_scale: float, input_zero_point: int,
-                   epilogue: ProductEpilogue = NO_EPILOGUE, kernel: ProductKernel | None = None) -> Int8Product:
+                   epilogue: ProductEpilogue = NO_EPILOGUE, kernel: ProductKernel | None = None,
+                   scales: np.ndarray | None = None) -> Int8Product:
         """The product of a float32 weight (K, N) quantized per column
-        (:func:`~kuiperinfer.kernels.matrix.int8.quantize_weight`)."""
-        q, scales = int8.quantize_weight(weight, axis=1)
+        (:func:`~kuiperinfer.kernels.matrix.int8.quantize_weight`), by ``scales`` (N,) where given."""
+        q, scales = int8.quantize_weight(weight, 1, scales)
         return cls(q, scales, input_scale, input_zero_point, epilogue, kernel)
 
-    def __call__(self, a: np.ndarray, residual: np.ndarray | None = None, residual_scale: float = 1.0,
-                 residual_zero_point: int = 0) -> np.ndarray:
-        """The product of uint8 ``a`` (M, K); a ``residual`` (M, N), float32 or uint8 with its
-        scale and zero point, is added as the epilogue says."""
-        a = _activations(a, self.in_features, np.uint8, "an int8 product")
+    def activations(self, x: np.ndarray) -> np.ndarray:
+        """``x`` quantized to uint8 by the product's input scale and zero point (uint8 ``x``,
+        quantized so already, as it is)."""
+        if x.dtype == np.uint8:
+            return x
+        x = np.asarray(x, np.float32)
         if self.kernel.dot is None:
-            return int8_reference(a, self.weight, self.scale, self.zero_point, self.epilogue, residual,
-                                  residual_scale, residual_zero_point)
-        return self._compiled(a, self.packed, self._strip_bytes, self._correction, self._scale, residual,
-                              residual_scale, residual_zero_point)
+            return int8.quantize(x, self.input_scale, self.zero_point)
+        from kuiperinfer.kernels.compiled.products import quantize_values
+
+        scale, zero_point = self.input_scale, np.float32(self.zero_point)
+        return in_layout(x, np.uint8, lambda values, out: quantize_values(values, scale, zero_point, out))
+
+    def _reference(self, a: np.ndarray, out: np.ndarray, columns: slice, epilogue: ProductEpilogue,
+                   residual: np.ndarray | None, residual_scale: float, residual_zero_point: int,
+                   shared: bool) -> None:
+        out[...] = int8_reference(a, self.weight[:, columns], self.scale[columns], self.zero_point, epilogue,
+                                  residual, residual_scale, residual_zero_point)
 
 
-class Bf16Product(_Product):
+class Bf16Product(Product):
     """``epilogue(bf16(x) @ bf16(weight))`` for float32 ``x`` (M, K), the float32 ``weight``
     (K, N) held as bfloat16, packed once for ``kernel`` (this CPU's by default)."""
 
@@ -325,36 +408,42 @@ class Bf16Product(_Product):
         k, n = weight.shape
         super().__init__(n, epilogue, kernel or bf16_kernel())
         self.in_features = k
+        self.in_dtype = np.float32 if self.kernel.dot is None else np.uint16
         bits = bf16_bits(np.asarray(weight, np.float32))
         if self.kernel.dot is None:
-            self.weight_bits = bits
+            self.weight_bits = self.packed = bits
         else:
-            self.packed, self._strip_bytes = pack(bits, self.kernel)
-            self._zeros, self._ones = np.zeros(n, np.float32), np.ones(n, np.float32)
+            self.packed, strip_bytes = pack(bits, self.kernel)
+            self._tiles = (self.packed, strip_bytes, np.zeros(n, np.int32), np.ones(n, np.float32))
 
-    def __call__(self, x: np.ndarray, residual: np.ndarray | None = None) -> np.ndarray:
-        """The product of float32 ``x`` (M, K); a float32 ``residual`` (M, N) is added as the
-        epilogue says."""
-        x = _activations(x, self.in_features, np.float32, "a bf16 product")
+    def activations(self, x: np.ndarray) -> np.ndarray:
+        """``x`` rounded to bfloat16: as uint16 bit patterns for the bf16 kernels (which pass as
+        they are), as float32 values for the widened products."""
+        if x.dtype == self.in_dtype == np.uint16:
+            return x
+        x = np.asarray(x, np.float32)
         if self.kernel.dot is None:
-            return self._widened(x, residual)
+            return round_bf16(x)
         from kuiperinfer.kernels.compiled.products import round_bf16_bits
 
-        bits = np.empty(x.shape, np.uint16)
-        round_bf16_bits(x, bits)
-        return self._compiled(bits, self.packed, self._strip_bytes, self._zeros, self._ones, residual, 1.0, 0)
+        return in_layout(x, np.uint16, round_bf16_bits)
 
-    def _widened(self, x: np.ndarray, residual: np.ndarray | None) -> np.ndarray:
+    def _reference(self, a: np.ndarray, out: np.ndarray, columns: slice, epilogue: ProductEpilogue,
+                   residual: np.ndarray | None, residual_scale: float, residual_zero_point: int,
+                   shared: bool) -> None:
         """:func:`bf16_reference` a block of columns at a time, each block's weights widened to
         float32 as it is multiplied, the blocks shared among the run's threads."""
-        rounded = round_bf16(x)
-        out = np.empty((len(x), self.out_features), np.float32)
-        step = self.WIDENED_COLUMNS
+        step, start = self.WIDENED_COLUMNS, columns.start
 
-        def columns(start: int) -> None:
-            block = slice(start, start + step)
-            y = np.matmul(rounded, widen_bf16(self.weight_bits[:, block]))
-            epilogue = ProductEpilogue(self._bias[block], self.epilogue.activation, self.epilogue.residual_activation)
-            out[:, block] = finish_reference(y, epilogue, None if residual is None else residual[:, block])
-        run_parts(range(0, self.out_features, step), out.size * self.in_features, columns)
-        return out
+        def block(first: int) -> None:
+            here = slice(first, min(first + step, columns.stop))
+            y = np.matmul(a, widen_bf16(self.weight_bits[:, here]))
+            part = ProductEpilogue(self._bias[here], epilogue.activation, epilogue.residual_activation)
+            target = slice(here.start - start, here.stop - start)
+            out[:, target] = finish_reference(y, part, None if residual is None else residual[:, target])
+        blocks = range(start, columns.stop, step)
+        if shared:
+            run_parts(blocks, out.size * self.in_features, block)
+        else:
+            for first in blocks:
+                block(first)
