@@ -121,15 +121,20 @@ def test_the_tile_state_is_granted_exactly_where_the_cpu_has_amx(capsys) -> None
 # -- the option ---------------------------------------------------------------------------------
 
 
-def test_precisions_by_name() -> None:
-    x = np.float32([1.00390625, 3.0])   # 1 + 2^-8 is a tie between two bfloat16 values
-    assert precision("fp32") is FP32 and FP32.activations(x) is x and FP32.weight(x) is x
+def test_precisions_by_name_say_which_kernel_runs() -> None:
+    x = np.float32([[1.00390625, 3.0]])   # 1 + 2^-8 is a tie between two bfloat16 values
+    assert precision("fp32") is FP32 and FP32.product(np.eye(2, dtype=np.float32)) is None
     bf16 = precision("bf16", MatrixFeatures())
-    assert bf16.name == "bf16" and "no bf16 products" in bf16.products
-    assert bf16.activations(x).tolist() == [1.0, 3.0] and bf16.weight(x).tolist() == [1.0, 3.0]
-    assert "AMX" in precision("bf16", MatrixFeatures(amx_bf16=True)).products
-    assert "VNNI" in precision("int8", MatrixFeatures(vnni=True)).products
-    assert "no int8 products" in precision("int8", MatrixFeatures()).products
+    assert bf16.name == "bf16" and "this CPU has no AVX512-BF16" in bf16.products
+    assert bf16.product(np.eye(2, dtype=np.float32))(x).tolist() == [[1.0, 3.0]]
+    assert "AVX512-BF16 (vdpbf16ps)" in precision("bf16", MatrixFeatures(avx512_bf16=True), "compiled",
+                                                  frozenset({"avx512bf16", "avx512bw"})).products
+    assert "NumPy reference" in precision("bf16", MatrixFeatures(avx512_bf16=True), "reference").products
+    assert "AVX512-VNNI (vpdpbusd)" in precision("int8", MatrixFeatures(avx512_vnni=True, vnni=True), "compiled",
+                                                 frozenset({"avx512vnni", "avx512bw"})).products
+    assert "AVX2 (vpmaddwd)" in precision("int8", MatrixFeatures(avx2=True), "compiled", frozenset({"avx2"})).products
+    assert "neither AVX2 nor VNNI" in precision("int8", MatrixFeatures()).products
+    assert "asked for" in precision("int8", kernels="reference").products
     with pytest.raises(KuiperError, match="one of"):
         precision("fp16")
 
