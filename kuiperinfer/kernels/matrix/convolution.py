@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from kuiperinfer.kernels.im2col import output_size, window_view
-from kuiperinfer.kernels.layout import nhwc, pad_nhwc
+from kuiperinfer.kernels.layout import nchw, nhwc, pad_nhwc
 from kuiperinfer.kernels.matrix.products import Product
 from kuiperinfer.kernels.parallel import even_step, run_parts, threads_for
 
@@ -59,13 +59,11 @@ class ProductConvolution:
     def __call__(self, x: np.ndarray, residual: np.ndarray | None = None, residual_scale: float = 1.0,
                  residual_zero_point: int = 0) -> np.ndarray:
         first = self.products[0]
-        a = first.activations(x)
-        padding = self.padding
+        a, padding = first.activations(x), self.padding
         if self.padding_mode not in ("zeros", "constant") or not self.compiled:
-            a, padding = pad_nhwc(a, padding, self.padding_mode, self._fill), ((0, 0), (0, 0))
-        else:
-            a = np.ascontiguousarray(nhwc(a))
-        n, h, w, _ = a.shape
+            a, padding = nchw(pad_nhwc(a, padding, self.padding_mode, self._fill)), ((0, 0), (0, 0))
+        a = np.ascontiguousarray(nhwc(a))
+        n, h, w, c = a.shape
         (top, bottom), (left, right) = padding
         oh, ow = (output_size(size, k, s, d) for size, k, s, d in
                   zip((h + top + bottom, w + left + right), self.kernel, self.stride, self.dilation))
@@ -75,7 +73,7 @@ class ProductConvolution:
             residual = Residual(np.ascontiguousarray(nhwc(residual)).reshape(rows.shape), residual_scale,
                                 residual_zero_point)
         if self.pointwise:
-            self._multiply(a.reshape(1, -1, a.shape[3]), rows, residual, shared=True)
+            self._multiply(a.reshape(1, -1, c), rows, residual, shared=True)
             return out
         depth = first.in_features
         step = max(1, BLOCK_BYTES // (ow * depth * a.itemsize))
@@ -83,7 +81,7 @@ class ProductConvolution:
         if n * oh <= step:   # one stripe: one product, its blocks shared
             columns = np.empty((len(self.products), len(rows), depth), a.dtype)
             for image in range(n):
-                self._columns(a, padding, image, 0, oh, ow, columns[:, image * oh * ow:(image + 1) * oh * ow])
+                self._columns(a, (top, left), image, 0, oh, ow, columns[:, image * oh * ow:(image + 1) * oh * ow])
             self._multiply(columns, rows, residual, shared=True)
             return out
         step = even_step(oh, step, threads_for(work), n)
@@ -92,28 +90,28 @@ class ProductConvolution:
             image, row0 = part
             count = min(step, oh - row0)
             columns = np.empty((len(self.products), count * ow, depth), a.dtype)
-            self._columns(a, padding, image, row0, count, ow, columns)
+            self._columns(a, (top, left), image, row0, count, ow, columns)
             block = slice((image * oh + row0) * ow, (image * oh + row0 + count) * ow)
             self._multiply(columns, rows[block], residual and residual.rows(block), shared=False)
         run_parts([(image, row0) for image in range(n) for row0 in range(0, oh, step)], work, stripe)
         return out
 
-    def _columns(self, a: np.ndarray, padding: Padding, image: int, row0: int, count: int, ow: int,
+    def _columns(self, a: np.ndarray, top_left: tuple[int, int], image: int, row0: int, count: int, ow: int,
                  columns: np.ndarray) -> None:
         """The columns of output rows ``row0`` to ``row0 + count`` of ``image`` of the NHWC
-        ``a``, one (count * ow, depth) matrix per group."""
+        ``a`` (padded by ``top_left`` before its first row and column), one (count * ow,
+        depth) matrix per group."""
         groups = len(columns)
         channels = a.shape[3] // groups
         if self.compiled:
             from kuiperinfer.kernels.compiled.columns import window_columns
 
             for group in range(groups):
-                window_columns(a, image, row0, count, ow, self.kernel, self.stride, self.dilation,
-                               (padding[0][0], padding[1][0]), (group * channels, channels), self._fill,
-                               columns[group])
+                window_columns(a, image, row0, count, ow, self.kernel, self.stride, self.dilation, top_left,
+                               (group * channels, channels), self._fill, columns[group])
             return
-        windows = window_view(a[image:image + 1], self.kernel, self.stride, self.dilation,
-                              (row0 + count, ow), groups)[0, row0:]
+        windows = window_view(a[image:image + 1], self.kernel, self.stride, self.dilation, (row0 + count, ow),
+                              groups)[0, row0:]
         for group in range(groups):
             columns[group] = windows[:, :, group].reshape(count * ow, -1)
 
