@@ -61,6 +61,7 @@ from kuiperinfer.pnnx.loading import load_graph
 from kuiperinfer.runtime.attribute import RuntimeAttribute
 from kuiperinfer.runtime.batching import Batching, Carrier, analyse
 from kuiperinfer.runtime.calibration import CalibrationTable, model_digest
+from kuiperinfer.runtime.memory import release_file_pages
 from kuiperinfer.runtime.operand import RuntimeOperand
 from kuiperinfer.runtime.operator import RuntimeOperator
 from kuiperinfer.runtime.options import LoadOptions
@@ -199,6 +200,7 @@ class RuntimeGraph:
         self._fits = [[] for _ in self._plan]
         for carrier in self.batching.carriers:
             self._fits[carrier.step].append(carrier)
+        release_file_pages(a.attribute.data for op in self.operators for a in op.attribute.values())
         self.graph_state = GraphState.Complete
 
     def _check_calibrated_model(self, calibration: CalibrationTable) -> None:
