@@ -52,52 +52,62 @@ def epilogue_numbers(activation: ActivationCode, residual_activation: Activation
 
 
 @inline
-def finish(y: np.ndarray, rows: int, width: int, skip: int, row0: int, column0: int, columns: int, first: int,
-           bias: np.ndarray, residual: np.ndarray, out: np.ndarray, numbers: np.ndarray, r: np.ndarray) -> None:
-    """The epilogue of a tile's sums ``y`` (``rows`` rows of ``width`` values, the first
+def finish(sums: np.ndarray, rows: int, width: int, skip: int, row0: int, column0: int, columns: int, first: int,
+           bias: np.ndarray, residual: np.ndarray, out: np.ndarray, numbers: np.ndarray, whole: bool,
+           biases: np.ndarray, scratch: np.ndarray) -> None:
+    """The epilogue of the tiles' sums ``sums`` (``rows`` rows of ``width`` values, the first
     ``skip`` of each left out) into ``columns`` columns of the product from ``column0`` on,
     rows from ``row0`` on, by the ``numbers`` of :func:`epilogue_numbers`; ``out`` (and the
-    residual) hold the product's columns from ``first`` on; ``r`` is a scratch row. An empty
-    ``residual`` adds none; a uint8 ``out`` is requantized (a float32 one takes the values
-    as they are)."""
-    stop = column0 + columns
+    residual) hold the product's columns from ``first`` on. An empty ``residual`` adds none;
+    a uint8 ``out`` is requantized (a float32 one takes the values as they are). Where the
+    rows are ``whole`` (``out``'s are the sums' columns, one run of memory), each step is one
+    pass over all of them (the bias repeated in ``biases``); else each step goes row by row.
+    ``scratch`` holds the dequantized residual."""
     code, low, high = int(numbers[ACTIVATION]), numbers[ACTIVATION + 1], numbers[ACTIVATION + 2]
     residual_code = int(numbers[RESIDUAL_ACTIVATION])
     residual_low, residual_high = numbers[RESIDUAL_ACTIVATION + 1], numbers[RESIDUAL_ACTIVATION + 2]
     residual_scale, residual_zero = numbers[RESIDUAL_SCALE], numbers[RESIDUAL_ZERO]
     out_scale, out_zero = numbers[OUT_SCALE], numbers[OUT_ZERO]
-    columns_bias = bias[column0:stop]
     target0 = column0 - first
-    for i in range(rows):
-        row = y[i * width + skip:i * width + skip + columns]
-        finish_row(row, columns_bias, code, low, high)
+    count = rows * columns if whole else columns
+    for i in range(1 if whole else rows):
+        at = row0 + i
+        values = sums[i * width + skip:i * width + skip + count]
+        finish_row(values, biases[:count] if whole else bias[column0:column0 + columns], code, low, high)
         if residual.size:
-            for j in range(columns):
-                r[j] = (np.float32(residual[row0 + i, target0 + j]) - residual_zero) * residual_scale
-            finish_row(row, r[:columns], residual_code, residual_low, residual_high)
-        target = out[row0 + i, target0:target0 + columns]
+            added = residual.reshape(-1)[at * columns:at * columns + count] if whole else \
+                residual[at, target0:target0 + columns]
+            for k in range(count):
+                scratch[k] = (np.float32(added[k]) - residual_zero) * residual_scale
+            finish_row(values, scratch[:count], residual_code, residual_low, residual_high)
+        target = out.reshape(-1)[at * columns:at * columns + count] if whole else out[at, target0:target0 + columns]
         if out.itemsize == 1:   # uint8
-            for j in range(columns):
-                q = np.rint(row[j] / out_scale) + out_zero
-                target[j] = np.uint8(min(max(q, LOWEST), HIGHEST))
+            for k in range(count):
+                q = np.rint(values[k] / out_scale) + out_zero
+                target[k] = np.uint8(min(max(q, LOWEST), HIGHEST))
         else:
-            for j in range(columns):
-                target[j] = row[j]
+            for k in range(count):
+                target[k] = values[k]
 
 
 @inline
 def panel(dot: int, a: np.ndarray, row: int, valid: int, packed: np.ndarray, offset: int, strip_bytes: int,
-          correction: np.ndarray, scale: np.ndarray, column0: int, y: np.ndarray, rows: int, strips: int) -> None:
+          correction: np.ndarray, scale: np.ndarray, column0: int, y: np.ndarray, y_start: int, y_stride: int,
+          rows: int, strips: int) -> None:
     """The :func:`~kuiperinfer.kernels.compiled.tiles.tile` of ``rows`` rows (a constant) and
     ``strips`` strips, at most 4: one of the four tiles as wide."""
     if strips >= 4:
-        tile(dot, a, row, valid, packed, offset, strip_bytes, correction, scale, column0, y, rows, 4)
+        tile(dot, a, row, valid, packed, offset, strip_bytes, correction, scale, column0, y, y_start, y_stride, rows, 4)
     elif strips == 3:
-        tile(dot, a, row, valid, packed, offset, strip_bytes, correction, scale, column0, y, rows, 3)
+        tile(dot, a, row, valid, packed, offset, strip_bytes, correction, scale, column0, y, y_start, y_stride, rows, 3)
     elif strips == 2:
-        tile(dot, a, row, valid, packed, offset, strip_bytes, correction, scale, column0, y, rows, 2)
+        tile(dot, a, row, valid, packed, offset, strip_bytes, correction, scale, column0, y, y_start, y_stride, rows, 2)
     else:
-        tile(dot, a, row, valid, packed, offset, strip_bytes, correction, scale, column0, y, rows, 1)
+        tile(dot, a, row, valid, packed, offset, strip_bytes, correction, scale, column0, y, y_start, y_stride, rows, 1)
+
+
+CHUNK_ROWS = 96
+"""Rows of a block the tiles fill before the epilogue finishes them, while they are in cache."""
 
 
 @inline
@@ -107,32 +117,45 @@ def blocks(dot: int, rows: int, strips: int, lanes: int, a: np.ndarray, packed: 
            numbers: np.ndarray) -> None:
     """Blocks ``first:last`` of ``parts`` (rows start, stop, strips start, stop each) of the
     product of ``a`` and ``packed`` through the register tiles of ``dot`` (``rows`` by
-    ``strips`` of ``lanes`` columns, constants), each tile's sums finished by :func:`finish`
-    into the product's ``columns`` (start, stop), which ``out`` holds."""
-    width = strips * lanes
-    y, r = np.empty(rows * width, np.float32), np.empty(width, np.float32)
+    ``strips`` of ``lanes`` columns, constants) into the product's ``columns`` (start, stop),
+    which ``out`` holds: :data:`CHUNK_ROWS` rows at a time, every strip's tiles into a buffer
+    of sums, then :func:`finish`."""
     start, stop = columns
+    widest = tallest = 0
+    for part in range(first, last):
+        widest = max(widest, (parts[part, 3] - parts[part, 2]) * lanes)
+        tallest = min(CHUNK_ROWS, max(tallest, parts[part, 1] - parts[part, 0]))
+    sums = np.empty((tallest + rows) * widest, np.float32)
+    biases, scratch = np.empty(tallest * widest, np.float32), np.empty(tallest * widest, np.float32)
+    contiguous = out.strides[1] == out.itemsize and out.strides[0] == out.shape[1] * out.itemsize
     for part in range(first, last):
         row0, row1, strip0, strip1 = parts[part]
-        for strip in range(strip0, strip1, strips):
-            left = min(strips, strip1 - strip)
-            offset = strip * strip_bytes
-            tile_column = strip * lanes
-            column0 = max(tile_column, start)
-            count = min(stop, tile_column + left * lanes) - column0
-            row = row0
-            while row < row1:
-                valid = min(rows, row1 - row)
-                if 2 * valid > rows:   # a whole tile, its rows past the last reading the last again
-                    panel(dot, a, row, valid, packed, offset, strip_bytes, correction, scale, tile_column, y, rows,
-                          left)
-                else:                  # rows one at a time
-                    valid = 1
-                    panel(dot, a, row, valid, packed, offset, strip_bytes, correction, scale, tile_column, y, 1,
-                          left)
-                finish(y, valid, left * lanes, column0 - tile_column, row, column0, count, start, bias, residual,
-                       out, numbers, r)
-                row += valid
+        width = (strip1 - strip0) * lanes
+        column0 = max(strip0 * lanes, start)
+        count = min(strip1 * lanes, stop) - column0
+        whole = contiguous and column0 == strip0 * lanes and count == width == out.shape[1]
+        if whole:
+            for i in range(tallest):
+                biases[i * width:(i + 1) * width] = bias[column0:column0 + width]
+        for chunk in range(row0, row1, tallest):
+            end = min(row1, chunk + tallest)
+            for strip in range(strip0, strip1, strips):
+                left = min(strips, strip1 - strip)
+                offset, y_column = strip * strip_bytes, (strip - strip0) * lanes
+                row = chunk
+                while row < end:
+                    valid = min(rows, end - row)
+                    y_start = (row - chunk) * width + y_column
+                    if 2 * valid > rows:   # a whole tile, its rows past the last reading the last again
+                        panel(dot, a, row, valid, packed, offset, strip_bytes, correction, scale, strip * lanes, sums,
+                              y_start, width, rows, left)
+                    else:                  # rows one at a time
+                        valid = 1
+                        panel(dot, a, row, valid, packed, offset, strip_bytes, correction, scale, strip * lanes, sums,
+                              y_start, width, 1, left)
+                    row += valid
+            finish(sums, end - chunk, width, column0 - strip0 * lanes, chunk, column0, count, start, bias, residual,
+                   out, numbers, whole, biases, scratch)
 
 
 def _blocks_of(dot: int, rows: int, strips: int, lanes: int, what: str):  # noqa: ANN202

@@ -2,7 +2,8 @@
 cannot reach, from Numba through LLVM IR that llvmlite builds.
 
 A tile multiplies ``rows`` rows of A by ``strips`` strips of the packed B (``lanes`` output
-columns each) over the whole depth, its ``rows x strips`` accumulators held in registers.
+columns each) over the whole depth, its ``rows x strips`` accumulators held in registers,
+and stores them, as float32, into the rows of a buffer.
 An A row is read in groups of 4 bytes (4 uint8 activations, or 2 bfloat16 values); for each
 group the tile loads every strip's packed group of B once, and for each row broadcasts the
 row's group to all lanes and multiplies-adds it into the row's accumulators, by one
@@ -215,13 +216,14 @@ if AVAILABLE:
 
     def _store_sums(dot: Dot, rows: int, strips: int, accumulators: list[list[Any]], context: Any, builder: Any,
                     signature: Any, args: Any) -> None:
-        """Store the accumulators into ``y`` as float32; integer ones as ``(acc - correction) * scale``
-        of their columns from ``column`` on."""
-        correction, scale, column, y = args[7:11]
+        """Store the accumulators into ``y`` as float32, row ``r``'s from ``y_start + r * y_stride``
+        on; integer ones as ``(acc - correction) * scale`` of their columns from ``column`` on."""
+        correction, scale, column, y, y_start, y_stride = args[7:13]
         corrections, scales, out = (context.make_array(signature.args[i])(context, builder, value).data
                                     for i, value in ((7, correction), (8, scale), (10, y)))
         floats = ir.VectorType(F32, dot.lanes)
-        out = builder.bitcast(out, floats.as_pointer())
+        row_starts = [builder.gep(out, [builder.add(y_start, builder.mul(y_stride, ir.Constant(y_stride.type, r)))])
+                      for r in range(rows)]
         for s in range(strips):
             lane0 = builder.add(column, ir.Constant(column.type, s * dot.lanes))
             if dot.accumulator is I32:
@@ -231,7 +233,8 @@ if AVAILABLE:
                 total = builder.load(accumulators[r][s])
                 if dot.accumulator is I32:
                     total = builder.fmul(builder.sitofp(builder.sub(total, columns_correction), floats), columns_scale)
-                builder.store(total, builder.gep(out, [ir.Constant(I32, r * strips + s)]), align=1)
+                target = builder.gep(row_starts[r], [ir.Constant(I32, s * dot.lanes)])
+                builder.store(total, builder.bitcast(target, floats.as_pointer()), align=1)
 
     def make_tile(dots: tuple[Dot, ...]) -> Any:
         """The tile intrinsic over ``dots``, which it takes by their index (:data:`tile` is
@@ -239,12 +242,13 @@ if AVAILABLE:
 
         @intrinsic(prefer_literal=True)
         def tile(typingctx, dot, a, row, valid, b, b_start, strip_bytes, correction, scale, column, y,  # noqa: ANN001, ANN202
-                 rows, strips):
-            """``y[r * strips + s]`` (``lanes`` float32 values each) = rows ``row + r`` of the 2-D
-            ``a`` (rows past ``row + valid - 1`` read as that one) times strips ``s`` of the packed
-            ``b``, the first at byte ``b_start``, the next ``strip_bytes`` further on; integer sums
-            as ``(acc - correction) * scale`` of their columns from ``column`` on (int32 and float32
-            arrays, past the last strip). ``dot``, ``rows`` and ``strips`` are constants."""
+                 y_start, y_stride, rows, strips):
+            """The float32 ``y`` from ``y_start + r * y_stride + s * lanes`` on (``lanes`` values) =
+            rows ``row + r`` of the 2-D ``a`` (rows past ``row + valid - 1`` read as that one) times
+            strips ``s`` of the packed ``b``, the first at byte ``b_start``, the next
+            ``strip_bytes`` further on; integer sums as ``(acc - correction) * scale`` of their
+            columns from ``column`` on (int32 and float32 arrays, past the last strip). ``dot``,
+            ``rows`` and ``strips`` are constants."""
             for name, value in (("dot", dot), ("rows", rows), ("strips", strips)):
                 if not isinstance(value, types.IntegerLiteral):
                     raise RequireLiteralValue(f"a tile's {name} must be a constant")
@@ -256,7 +260,7 @@ if AVAILABLE:
                 _emit_tile(chosen, tile_rows, tile_strips, context, builder, signature, args)
                 return context.get_dummy_value()
             return types.void(dot, a, types.intp, types.intp, b, types.intp, types.intp, correction, scale, types.intp,
-                              y, rows, strips), codegen
+                              y, types.intp, types.intp, rows, strips), codegen
         return tile
 
     tile = make_tile(DOTS)

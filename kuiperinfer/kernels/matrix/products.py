@@ -221,12 +221,22 @@ def in_layout(x: np.ndarray, dtype: type, fill: Callable[[np.ndarray, np.ndarray
     """``fill(values, out)`` over ``x`` as one C-contiguous run of memory (its axes ordered by
     their strides: a channels-last view's NHWC array), into a new array of ``dtype`` in the
     memory layout of ``x``; large arrays in parts shared among the run's threads."""
-    order = np.argsort(x.strides, kind="stable")[::-1]
-    values = np.ascontiguousarray(x.transpose(order)).reshape(-1)
+    if x.flags.c_contiguous:
+        order = None
+        values = x.reshape(-1)
+    else:
+        order = np.argsort(x.strides, kind="stable")[::-1]
+        values = np.ascontiguousarray(x.transpose(order)).reshape(-1)
     out = np.empty(values.shape, dtype)
-    step = max(ELEMENTWISE_PART, -(-values.size // MAX_PARTS))
-    run_parts([slice(i, i + step) for i in range(0, values.size, step)], ELEMENTWISE_WORK * values.size,
-              lambda part: fill(values[part], out[part]))
+    work = ELEMENTWISE_WORK * values.size
+    if threads_for(work) > 1:
+        step = max(ELEMENTWISE_PART, -(-values.size // MAX_PARTS))
+        run_parts([slice(i, i + step) for i in range(0, values.size, step)], work,
+                  lambda part: fill(values[part], out[part]))
+    else:
+        fill(values, out)
+    if order is None:
+        return out.reshape(x.shape)
     return out.reshape([x.shape[i] for i in order]).transpose(np.argsort(order))
 
 
@@ -257,6 +267,11 @@ class Product:
                          requantize.scale, requantize.zero_point)
         self.out_dtype = np.float32 if epilogue.requantize is None else np.uint8
         self._parts: dict[tuple[int, int, int], np.ndarray] = {}
+        self._epilogue_numbers: dict[tuple[float, int], np.ndarray] = {}
+        if kernel.dot is not None:
+            from kuiperinfer.kernels.compiled import products as compiled_products
+
+            self._compiled_products = compiled_products
 
     @property
     def nbytes(self) -> int:
@@ -311,22 +326,22 @@ class Product:
 
     def _compiled(self, a: np.ndarray, out: np.ndarray, columns: tuple[int, int], residual: np.ndarray | None,
                   residual_scale: float, residual_zero_point: int, shared: bool) -> None:
-        from kuiperinfer.kernels.compiled.products import BLOCKS, epilogue_numbers
-
         m, k = a.shape
         if residual is None:
             residual = self.NO_RESIDUAL
         elif not (residual.flags.c_contiguous and residual.flags.writeable):
             residual = residual.copy()
-        activation, residual_activation, out_scale, out_zero = self._numbers
-        numbers = epilogue_numbers(activation, residual_activation, residual_scale, residual_zero_point, out_scale,
-                                   out_zero)
+        numbers = self._epilogue_numbers.get((residual_scale, residual_zero_point))
+        if numbers is None:
+            numbers = self._epilogue_numbers[(residual_scale, residual_zero_point)] = \
+                self._compiled_products.epilogue_numbers(*self._numbers[:2], residual_scale, residual_zero_point,
+                                                         *self._numbers[2:])
         key = (m, *columns)
         parts = self._parts.get(key)
         if parts is None:
             parts = self._parts[key] = product_parts(m, self.out_features, k, self.kernel, columns)
         work = m * (columns[1] - columns[0]) * k // self.kernel.speedup
-        blocks = BLOCKS[self.kernel.dot]
+        blocks = self._compiled_products.BLOCKS[self.kernel.dot]
         packed, strip_bytes, correction, scale = self._tiles
 
         def run(span: tuple[int, int]) -> None:
