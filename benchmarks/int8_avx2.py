@@ -107,7 +107,7 @@ def _driver(tile, dot: int, rows: int, strips: int):  # noqa: ANN001, ANN202
         for strip in range(0, len(correction) // 8, strips):
             for row in range(0, a.shape[0], rows):
                 tile(dot, a, row, rows, packed, strip * strip_bytes, strip_bytes, correction, scale, strip * 8,
-                     y[row // rows], rows, strips)
+                     y[row // rows], 0, strips * 8, rows, strips)
     return product
 
 

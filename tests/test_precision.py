@@ -257,10 +257,66 @@ def test_reduced_precisions_at_every_batch_and_thread_count(tmp_path, precision)
     torch.manual_seed(1)
     model = SmallCNN().eval()
     param = export(Holder(model), (torch.randn(1, 3, 32, 32),), tmp_path)
-    options, expected = {"precision": precision}, None
-    if precision == "int8":
-        np.save(tmp_path / "calibrate.npy", np.random.default_rng(5).standard_normal((4, 3, 32, 32)).astype(np.float32))
-        options["calibration"] = kuiperinfer.quantize(param, tmp_path / "calibrate.npy").table
-    else:
-        expected = lambda inputs: bf16_reference(model, [torch.from_numpy(x) for x in inputs])  # noqa: E731
-    assert_same_at_every_batch(param, expected=expected, **options)
+    expected = None if precision == "int8" else \
+        lambda inputs: bf16_reference(model, [torch.from_numpy(x) for x in inputs])  # noqa: E731
+    assert_same_at_every_batch(param, expected=expected, **options_for(precision, param, tmp_path, (1, 3, 32, 32)))
+
+
+# -- the matrix engine's products in the layers ---------------------------------------------------
+
+
+def options_for(precision: str, param, tmp_path, shape) -> dict:
+    """The load options of ``precision``: int8's with a table calibrated on random inputs of ``shape``."""
+    if precision != "int8":
+        return {"precision": precision}
+    np.save(tmp_path / "calibrate.npy", np.random.default_rng(5).standard_normal((4, *shape[1:])).astype(np.float32))
+    return {"precision": precision, "calibration": kuiperinfer.quantize(param, tmp_path / "calibrate.npy").table}
+
+
+@pytest.mark.parametrize("precision, name", [*(("bf16", name) for name in [*LAYERS, "nn.MultiheadAttention"]),
+                                             *(("int8", name) for name in LAYERS if not name.startswith("F."))])
+def test_products_are_the_same_at_every_batch_thread_count_and_kernel(tmp_path, name, precision) -> None:
+    """Each layer's products at batch 1, 3 and 8, on 1 and 2 threads, alone or together: the
+    same values to the bit (the tiles sum each output the same way whatever else they
+    compute); against the NumPy reference kernels, int8's equal to the bit too (exact integer
+    sums) where no activation is approximated, bf16's to float32 rounding. (int8 does not
+    quantize weights that arrive at run time, nor nn.MultiheadAttention.)"""
+    model, *shapes = LAYERS[name] if name in LAYERS else (Attention(), (2, 7, 32))
+    torch.manual_seed(0)
+    module = model if isinstance(model, nn.Module) else _Function(model)
+    param = export(Holder(module.eval()), [torch.randn(*shape) for shape in shapes], tmp_path)
+    options = options_for(precision, param, tmp_path, shapes[0])
+    graphs = {threads: kuiperinfer.load(param, threads=threads, **options) for threads in (1, 2)}
+    reference = kuiperinfer.load(param, kernels="reference", **options)
+    rng = np.random.default_rng(3)
+    for batch in (1, 3, 8):
+        inputs = [rng.standard_normal((batch, *shapes[0][1:])).astype(np.float32),
+                  *(rng.standard_normal(shape).astype(np.float32) for shape in shapes[1:])]
+        ours = graphs[1].run(*inputs)
+        np.testing.assert_array_equal(graphs[2].run(*inputs)[0], ours[0], err_msg=f"batch {batch}, 2 threads")
+        alone = np.concatenate([graphs[1].run(inputs[0][i:i + 1], *inputs[1:])[0] for i in range(batch)])
+        np.testing.assert_array_equal(alone, ours[0], err_msg=f"batch {batch}, samples alone")
+        expected = reference.run(*inputs)[0]
+        if precision == "int8" and name != "small CNN":
+            np.testing.assert_array_equal(ours[0], expected, err_msg=f"batch {batch}, reference kernels")
+        elif name != "small CNN":   # one layer: float32 rounding of the sums; a network's roundings add up
+            np.testing.assert_allclose(ours[0], expected, rtol=0, atol=1e-5 * np.abs(expected).max())
+
+
+@pytest.mark.parametrize("precision, itemsize", [("bf16", 2), ("int8", 1)])
+def test_weights_are_held_packed_in_the_precision_and_stay_replaceable(tmp_path, precision, itemsize) -> None:
+    """A convolution's and a linear layer's products hold their weights as bfloat16 or int8
+    (half or a quarter of float32's bytes), no float32 copy; ``weights()`` still gives the
+    model's float32 weight and ``set_weights`` packs a new one."""
+    model = nn.Sequential(nn.Conv2d(16, 32, 3, padding=1), nn.Flatten(), nn.Linear(32 * 4 * 4, 16))
+    x = torch.randn(2, 16, 4, 4)
+    param = export(model.eval(), (x,), tmp_path)
+    graph = kuiperinfer.load(param, **options_for(precision, param, tmp_path, (2, 16, 4, 4)))
+    conv, linear = (next(op.layer for op in graph.operators if op.type == kind) for kind in ("nn.Conv2d", "nn.Linear"))
+    assert conv.packed is None and conv.kernel.nbytes == 32 * 16 * 9 * itemsize
+    assert not hasattr(linear, "_weight_t") and linear.product.nbytes == 16 * 512 * itemsize
+    np.testing.assert_array_equal(conv.weights(), model[0].weight.detach().numpy())
+    before = graph(x.numpy())
+    conv.set_weights(conv.weights() * 0)
+    after = graph(x.numpy())
+    assert not np.array_equal(before, after) and conv.weights().max() == 0

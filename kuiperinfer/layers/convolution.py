@@ -523,7 +523,6 @@ class Convolution(ParamLayer):
             self.packed = self.epilogue = None
             self.kernel = product_convolution(weight_2d, self._bias, self.geometry, self.precision, ProductEpilogue(
                 None, self.plan.activation, self.plan.residual_activation, self.requantize), self.compiled)
-            """The way this convolution computes: the products of its precision."""
             return
         scale, epilogue = product_epilogue(self._bias, self._weight.shape[0], self.plan.activation, self.compiled)
         self.epilogue = epilogue
@@ -532,7 +531,8 @@ class Convolution(ParamLayer):
                                    scale, epilogue, self.compiled)
         """The weight in the form the kernels take (made again when the weights change)."""
         self.kernel = Conv2dKernel(self.packed, self.geometry, epilogue)
-        """The way this convolution computes, chosen for its weight and geometry."""
+        """The way this convolution computes, chosen for its weight and geometry (in bf16 and
+        int8 a :class:`~kuiperinfer.kernels.matrix.convolution.ProductConvolution`)."""
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         x, unbatched = as_2d(inputs[0], self.rank, f"conv{self.rank}d")
@@ -545,7 +545,6 @@ class Convolution(ParamLayer):
         if not self.plan.channels_last:
             out = np.ascontiguousarray(out)
         return [out]
-
 
     def _products(self, x: np.ndarray, residual: np.ndarray | None) -> np.ndarray:
         """The convolution by the products of its precision, the residual added in their epilogue."""

@@ -118,8 +118,8 @@ def blocks(dot: int, rows: int, strips: int, lanes: int, a: np.ndarray, packed: 
     """Blocks ``first:last`` of ``parts`` (rows start, stop, strips start, stop each) of the
     product of ``a`` and ``packed`` through the register tiles of ``dot`` (``rows`` by
     ``strips`` of ``lanes`` columns, constants) into the product's ``columns`` (start, stop),
-    which ``out`` holds: :data:`CHUNK_ROWS` rows at a time, every strip's tiles into a buffer
-    of sums, then :func:`finish`."""
+    which ``out`` (C-contiguous) holds: :data:`CHUNK_ROWS` rows at a time, every strip's tiles
+    into a buffer of sums, then :func:`finish`."""
     start, stop = columns
     widest = tallest = 0
     for part in range(first, last):
@@ -127,13 +127,12 @@ def blocks(dot: int, rows: int, strips: int, lanes: int, a: np.ndarray, packed: 
         tallest = min(CHUNK_ROWS, max(tallest, parts[part, 1] - parts[part, 0]))
     sums = np.empty((tallest + rows) * widest, np.float32)
     biases, scratch = np.empty(tallest * widest, np.float32), np.empty(tallest * widest, np.float32)
-    contiguous = out.strides[1] == out.itemsize and out.strides[0] == out.shape[1] * out.itemsize
     for part in range(first, last):
         row0, row1, strip0, strip1 = parts[part]
         width = (strip1 - strip0) * lanes
         column0 = max(strip0 * lanes, start)
         count = min(strip1 * lanes, stop) - column0
-        whole = contiguous and column0 == strip0 * lanes and count == width == out.shape[1]
+        whole = column0 == strip0 * lanes and count == width == out.shape[1]
         if whole:
             for i in range(tallest):
                 biases[i * width:(i + 1) * width] = bias[column0:column0 + width]

@@ -316,8 +316,12 @@ class Product:
                                        self.epilogue.residual_activation, self.epilogue.requantize)
             self._reference(a, out, slice(start, stop), epilogue, residual, residual_scale, residual_zero_point,
                             shared)
-            return
-        self._compiled(a, out, (start, stop), residual, residual_scale, residual_zero_point, shared)
+        elif out.flags.c_contiguous:
+            self._compiled(a, out, (start, stop), residual, residual_scale, residual_zero_point, shared)
+        else:   # a group's channels of a convolution's output
+            whole = np.empty(out.shape, out.dtype)
+            self._compiled(a, whole, (start, stop), residual, residual_scale, residual_zero_point, shared)
+            out[...] = whole
 
     def _reference(self, a: np.ndarray, out: np.ndarray, columns: slice, epilogue: ProductEpilogue,
                    residual: np.ndarray | None, residual_scale: float, residual_zero_point: int,
