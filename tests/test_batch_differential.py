@@ -19,6 +19,7 @@ from batches import assert_joined_requests_match, assert_same_at_every_batch, ra
 from e2e.test_shufflenet import ShuffleNetV2
 from oracle import export, torch_outputs
 
+import kuiperinfer
 from benchmarks.networks import (
     SentenceEncoder,
     VisionTransformer,
@@ -132,3 +133,16 @@ def test_a_constant_with_a_row_per_sample_fixes_the_batch(tmp_path):
         graph.run_samples(np.zeros((4, 6), np.float32))
     # the batcher never joins it, and a request of another batch gets the error
     assert assert_joined_requests_match(graph, [random_inputs(graph, 4, seed) for seed in range(3)]) == 3
+
+
+@pytest.mark.parametrize("precision", ["bf16", "int8"])
+@pytest.mark.parametrize("name", ["resnet18", "mobilenetv3", "yolov5s", "unet", "vit-nn-multihead-attention"])
+def test_reduced_precisions_at_every_batch_and_worker_count(exported, tmp_path, name, precision):
+    """bf16 and int8 (calibrated on random inputs) at batch 1, 3 and 8 on 2 threads give the
+    one-thread results, and each sample what it gives alone."""
+    _, param = exported[name]
+    options = {"precision": precision}
+    if precision == "int8":
+        np.savez(tmp_path / "calibrate.npz", *random_inputs(kuiperinfer.load(param, warmup=False), 4, seed=9))
+        options["calibration"] = kuiperinfer.quantize(param, tmp_path / "calibrate.npz").table
+    assert_same_at_every_batch(param, threads=(2,), **options)

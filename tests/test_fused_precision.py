@@ -15,6 +15,7 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from batches import assert_same_at_every_batch
 from oracle import export
 
 import kuiperinfer
@@ -136,3 +137,19 @@ def test_one_calibration_table_names_the_operators_as_pnnx_wrote_them(blocks):
     convolutions = [op.name for op in plain.operators if op.type == "nn.Conv2d"]
     assert gate.layer.products == tuple(convolutions)
     assert {name for name in table.read_text().split() if name in convolutions} == set(convolutions)
+
+
+@pytest.mark.parametrize("precision", ["bf16", "int8"])
+@pytest.mark.parametrize("name", BLOCKS)
+def test_fused_operators_at_every_batch_and_thread_count(tmp_path, name, precision):
+    """Each block exported with a dynamic batch, in each reduced precision: batches of 1, 3
+    and 8 give on 2 threads what they give on one, and what their samples give alone."""
+    make, shape, _ = BLOCKS[name]
+    torch.manual_seed(0)
+    param = export(make().eval(), (torch.rand(1, *shape[1:]),), tmp_path, inputs2=(torch.rand(2, *shape[1:]),))
+    options = {"precision": precision}
+    if precision == "int8":
+        np.save(tmp_path / "calibrate.npy", np.random.default_rng(1).standard_normal((8, *shape[1:])).astype(np.float32))
+        options["calibration"] = kuiperinfer.quantize(param, tmp_path / "calibrate.npy", method="minmax").table
+    graph = assert_same_at_every_batch(param, threads=(2,), **options)
+    assert graph.batching.independent and graph.batching.batch is None

@@ -88,11 +88,13 @@ def test_features_are_read_from_cpuinfo() -> None:
     flags = cpu_flags(CPUINFO)
     assert "amx_tile" in flags and "fpu" in flags
     sapphire = MatrixFeatures.from_flags(flags)
-    assert sapphire == MatrixFeatures(amx_bf16=True, amx_int8=True, avx512_bf16=True, vnni=True)
+    assert sapphire == MatrixFeatures(amx_bf16=True, amx_int8=True, avx512_bf16=True, vnni=True, avx512_vnni=True,
+                                      avx2=True)
     assert sapphire.bf16_products == "AMX"
     zen4 = MatrixFeatures.from_flags(frozenset({"avx512_bf16", "avx512_vnni", "amx_bf16"}))   # no amx_tile
     assert (zen4.amx_bf16, zen4.bf16_products, zen4.vnni) == (False, "AVX512-BF16", True)
-    assert MatrixFeatures.from_flags(frozenset({"avx2", "avx_vnni"})).vnni
+    alder_lake = MatrixFeatures.from_flags(frozenset({"avx2", "avx_vnni"}))
+    assert (alder_lake.vnni, alder_lake.avx512_vnni, alder_lake.avx2) == (True, False, True)
     assert MatrixFeatures().bf16_products is None
     assert cpu_flags("") == frozenset()
 
@@ -119,15 +121,20 @@ def test_the_tile_state_is_granted_exactly_where_the_cpu_has_amx(capsys) -> None
 # -- the option ---------------------------------------------------------------------------------
 
 
-def test_precisions_by_name() -> None:
-    x = np.float32([1.00390625, 3.0])   # 1 + 2^-8 is a tie between two bfloat16 values
-    assert precision("fp32") is FP32 and FP32.activations(x) is x and FP32.weight(x) is x
+def test_precisions_by_name_say_which_kernel_runs() -> None:
+    x = np.float32([[1.00390625, 3.0]])   # 1 + 2^-8 is a tie between two bfloat16 values
+    assert precision("fp32") is FP32 and FP32.product(np.eye(2, dtype=np.float32)) is None
     bf16 = precision("bf16", MatrixFeatures())
-    assert bf16.name == "bf16" and "no bf16 products" in bf16.products
-    assert bf16.activations(x).tolist() == [1.0, 3.0] and bf16.weight(x).tolist() == [1.0, 3.0]
-    assert "AMX" in precision("bf16", MatrixFeatures(amx_bf16=True)).products
-    assert "VNNI" in precision("int8", MatrixFeatures(vnni=True)).products
-    assert "no int8 products" in precision("int8", MatrixFeatures()).products
+    assert bf16.name == "bf16" and "this CPU has no AVX512-BF16" in bf16.products
+    assert bf16.product(np.eye(2, dtype=np.float32))(x).tolist() == [[1.0, 3.0]]
+    assert "AVX512-BF16 (vdpbf16ps)" in precision("bf16", MatrixFeatures(avx512_bf16=True), "compiled",
+                                                  frozenset({"avx512bf16", "avx512bw"})).products
+    assert "NumPy reference" in precision("bf16", MatrixFeatures(avx512_bf16=True), "reference").products
+    assert "AVX512-VNNI (vpdpbusd)" in precision("int8", MatrixFeatures(avx512_vnni=True, vnni=True), "compiled",
+                                                 frozenset({"avx512vnni", "avx512bw"})).products
+    assert "AVX2 (vpmaddwd)" in precision("int8", MatrixFeatures(avx2=True), "compiled", frozenset({"avx2"})).products
+    assert "neither AVX2 nor VNNI" in precision("int8", MatrixFeatures()).products
+    assert "asked for" in precision("int8", kernels="reference").products
     with pytest.raises(KuiperError, match="one of"):
         precision("fp16")
 
@@ -250,10 +257,66 @@ def test_reduced_precisions_at_every_batch_and_thread_count(tmp_path, precision)
     torch.manual_seed(1)
     model = SmallCNN().eval()
     param = export(Holder(model), (torch.randn(1, 3, 32, 32),), tmp_path)
-    options, expected = {"precision": precision}, None
-    if precision == "int8":
-        np.save(tmp_path / "calibrate.npy", np.random.default_rng(5).standard_normal((4, 3, 32, 32)).astype(np.float32))
-        options["calibration"] = kuiperinfer.quantize(param, tmp_path / "calibrate.npy").table
-    else:
-        expected = lambda inputs: bf16_reference(model, [torch.from_numpy(x) for x in inputs])  # noqa: E731
-    assert_same_at_every_batch(param, expected=expected, **options)
+    expected = None if precision == "int8" else \
+        lambda inputs: bf16_reference(model, [torch.from_numpy(x) for x in inputs])  # noqa: E731
+    assert_same_at_every_batch(param, expected=expected, **options_for(precision, param, tmp_path, (1, 3, 32, 32)))
+
+
+# -- the matrix engine's products in the layers ---------------------------------------------------
+
+
+def options_for(precision: str, param, tmp_path, shape) -> dict:
+    """The load options of ``precision``: int8's with a table calibrated on random inputs of ``shape``."""
+    if precision != "int8":
+        return {"precision": precision}
+    np.save(tmp_path / "calibrate.npy", np.random.default_rng(5).standard_normal((4, *shape[1:])).astype(np.float32))
+    return {"precision": precision, "calibration": kuiperinfer.quantize(param, tmp_path / "calibrate.npy").table}
+
+
+@pytest.mark.parametrize("precision, name", [*(("bf16", name) for name in [*LAYERS, "nn.MultiheadAttention"]),
+                                             *(("int8", name) for name in LAYERS if not name.startswith("F."))])
+def test_products_are_the_same_at_every_batch_thread_count_and_kernel(tmp_path, name, precision) -> None:
+    """Each layer's products at batch 1, 3 and 8, on 1 and 2 threads, alone or together: the
+    same values to the bit (the tiles sum each output the same way whatever else they
+    compute); against the NumPy reference kernels, int8's equal to the bit too (exact integer
+    sums) where no activation is approximated, bf16's to float32 rounding. (int8 does not
+    quantize weights that arrive at run time, nor nn.MultiheadAttention.)"""
+    model, *shapes = LAYERS[name] if name in LAYERS else (Attention(), (2, 7, 32))
+    torch.manual_seed(0)
+    module = model if isinstance(model, nn.Module) else _Function(model)
+    param = export(Holder(module.eval()), [torch.randn(*shape) for shape in shapes], tmp_path)
+    options = options_for(precision, param, tmp_path, shapes[0])
+    graphs = {threads: kuiperinfer.load(param, threads=threads, **options) for threads in (1, 2)}
+    reference = kuiperinfer.load(param, kernels="reference", **options)
+    rng = np.random.default_rng(3)
+    for batch in (1, 3, 8):
+        inputs = [rng.standard_normal((batch, *shapes[0][1:])).astype(np.float32),
+                  *(rng.standard_normal(shape).astype(np.float32) for shape in shapes[1:])]
+        ours = graphs[1].run(*inputs)
+        np.testing.assert_array_equal(graphs[2].run(*inputs)[0], ours[0], err_msg=f"batch {batch}, 2 threads")
+        alone = np.concatenate([graphs[1].run(inputs[0][i:i + 1], *inputs[1:])[0] for i in range(batch)])
+        np.testing.assert_array_equal(alone, ours[0], err_msg=f"batch {batch}, samples alone")
+        expected = reference.run(*inputs)[0]
+        if precision == "int8" and name != "small CNN":
+            np.testing.assert_array_equal(ours[0], expected, err_msg=f"batch {batch}, reference kernels")
+        elif name != "small CNN":   # one layer: float32 rounding of the sums; a network's roundings add up
+            np.testing.assert_allclose(ours[0], expected, rtol=0, atol=1e-5 * np.abs(expected).max())
+
+
+@pytest.mark.parametrize("precision, itemsize", [("bf16", 2), ("int8", 1)])
+def test_weights_are_held_packed_in_the_precision_and_stay_replaceable(tmp_path, precision, itemsize) -> None:
+    """A convolution's and a linear layer's products hold their weights as bfloat16 or int8
+    (half or a quarter of float32's bytes), no float32 copy; ``weights()`` still gives the
+    model's float32 weight and ``set_weights`` packs a new one."""
+    model = nn.Sequential(nn.Conv2d(16, 32, 3, padding=1), nn.Flatten(), nn.Linear(32 * 4 * 4, 16))
+    x = torch.randn(2, 16, 4, 4)
+    param = export(model.eval(), (x,), tmp_path)
+    graph = kuiperinfer.load(param, **options_for(precision, param, tmp_path, (2, 16, 4, 4)))
+    conv, linear = (next(op.layer for op in graph.operators if op.type == kind) for kind in ("nn.Conv2d", "nn.Linear"))
+    assert conv.packed is None and conv.kernel.nbytes == 32 * 16 * 9 * itemsize
+    assert not hasattr(linear, "_weight_t") and linear.product.nbytes == 16 * 512 * itemsize
+    np.testing.assert_array_equal(conv.weights(), model[0].weight.detach().numpy())
+    before = graph(x.numpy())
+    conv.set_weights(conv.weights() * 0)
+    after = graph(x.numpy())
+    assert not np.array_equal(before, after) and conv.weights().max() == 0

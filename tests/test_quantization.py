@@ -6,6 +6,7 @@ evaluation inputs kept apart."""
 from __future__ import annotations
 
 import json
+from functools import partial
 
 import numpy as np
 import pytest
@@ -22,7 +23,6 @@ from kuiperinfer.errors import CalibrationError, OptionError
 from kuiperinfer.kernels.matrix.int8 import (
     activation_parameters,
     dequantize,
-    dequantize_weight,
     quantize,
     quantize_weight,
 )
@@ -65,21 +65,26 @@ def test_weights_take_a_symmetric_scale_per_output_channel(axis) -> None:
     assert (moved.max(axis=1)[[0, 1, 3]] == 127).all() and moved[2].max() == 0
     shape = [1] * 4
     shape[axis] = -1
-    assert np.all(np.abs(dequantize_weight(q, scales, axis) - w) <= scales.reshape(shape) / 2 + 1e-7)
+    assert np.all(np.abs(q * scales.reshape(shape) - w) <= scales.reshape(shape) / 2 + 1e-7)
 
 
 # -- layers against PyTorch quantizing the same way ------------------------------------------------
 
 
-def fake_quantize(x: torch.Tensor, low: float, high: float) -> torch.Tensor:
+def int8_product(product, x: torch.Tensor, low: float, high: float, weight: torch.Tensor, axis: int) -> torch.Tensor:
+    """``product(x, weight)`` (a convolution, a linear layer) as int8 defines it: uint8
+    activations of the range's scale and zero point, int8 weights of a symmetric scale per
+    output channel (``axis``), their products summed exactly (float64 holds these integer sums
+    exactly), the sums scaled into float32 (the bias comes after)."""
     scale, zero = activation_parameters(low, high)
-    return (torch.clamp(torch.round(x / scale) + zero, 0, 255) - zero) * scale
-
-
-def fake_quantize_weight(w: torch.Tensor, axis: int) -> torch.Tensor:
-    dims = [d for d in range(w.dim()) if d != axis]
-    scale = torch.amax(w.abs(), dim=dims, keepdim=True) / 127
-    return torch.clamp(torch.round(w / scale), -127, 127) * scale
+    q = torch.clamp(torch.round(x / scale) + zero, 0, 255) - zero
+    dims = [d for d in range(weight.dim()) if d != axis]
+    weight_scale = torch.amax(weight.abs(), dim=dims, keepdim=True) / 127
+    w = torch.clamp(torch.round(weight / weight_scale), -127, 127)
+    sums = product(q.double(), w.double()).float()
+    shape = [1] * sums.dim()
+    shape[1 if sums.dim() > 2 else -1] = -1
+    return sums * (np.float32(scale) * weight_scale).reshape(shape)
 
 
 class Network(nn.Module):
@@ -95,15 +100,14 @@ class Network(nn.Module):
         return self.linear(F.relu(self.up(x)).amax((2, 3)))
 
     def int8(self, x, ranges):
-        """The same with every product but the depthwise one's inputs quantized."""
+        """The same with every product but the depthwise one's computed as int8 defines it."""
         conv, up, linear = self.conv, self.up, self.linear
-        x = F.relu(F.conv2d(fake_quantize(x, *ranges["conv"]), fake_quantize_weight(conv.weight, 0), conv.bias,
-                            padding=1))
+        x = F.relu(int8_product(partial(F.conv2d, padding=1), x, *ranges["conv"], conv.weight, 0)
+                   + conv.bias.reshape(-1, 1, 1))
         x = F.relu(self.depthwise(x))
-        x = F.relu(F.conv_transpose2d(fake_quantize(x, *ranges["up"]), fake_quantize_weight(up.weight, 1), up.bias,
-                                      stride=2))
-        return F.linear(fake_quantize(x.amax((2, 3)), *ranges["linear"]), fake_quantize_weight(linear.weight, 0),
-                        linear.bias)
+        x = F.relu(int8_product(partial(F.conv_transpose2d, stride=2), x, *ranges["up"], up.weight, 1)
+                   + up.bias.reshape(-1, 1, 1))
+        return int8_product(F.linear, x.amax((2, 3)), *ranges["linear"], linear.weight, 0) + linear.bias
 
 
 def operator_names(param) -> dict[str, str]:
@@ -131,6 +135,40 @@ def test_layers_compute_what_pytorch_computes_with_the_same_quantization(tmp_pat
     for kernels in ("compiled", "reference"):
         graph = kuiperinfer.load(param, precision="int8", calibration=tmp_path / "t.table", kernels=kernels)
         assert_matches(graph.run(x.numpy()), expected)
+
+
+class Chain(nn.Module):
+    """A convolution only a convolution reads, one a residual addition reads too, and one
+    whose output a linear layer reads through a flatten."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b, self.c = nn.Conv2d(3, 16, 3, padding=1), nn.Conv2d(16, 16, 3, padding=1), nn.Conv2d(16, 16, 1)
+        self.fc = nn.Linear(16 * 8 * 8, 10)
+
+    def forward(self, x):
+        y = F.relu(self.b(F.relu(self.a(x))))
+        return self.fc(torch.flatten(F.relu(self.c(y) + y), 1))
+
+
+def test_int8_values_between_products_stay_uint8(tmp_path) -> None:
+    """An int8 graph hands a product's output on as uint8 where only products of one range
+    read it (through a flatten too), requantized in the producer's epilogue, and keeps it
+    float32 where anything else reads it (a residual addition): the same numbers as the
+    graph as pnnx wrote it, where every product quantizes its own input."""
+    torch.manual_seed(0)
+    param = export(Chain().eval(), (torch.randn(1, 3, 8, 8),), tmp_path)
+    rng = np.random.default_rng(6)
+    np.save(tmp_path / "calibrate.npy", rng.standard_normal((8, 3, 8, 8)).astype(np.float32))
+    table = calibrate_model(param, tmp_path / "calibrate.npy").table
+    optimised = kuiperinfer.load(param, precision="int8", calibration=table)
+    plans = {op.name: op.plan.quantized_for for op in optimised.operators if getattr(op.plan, "quantized_for", None)}
+    assert plans == {"a": "b", "c": "fc"}
+    x = rng.standard_normal((3, 3, 8, 8)).astype(np.float32)
+    values = optimised.run(x, fetch=["a", "b", "c"])
+    assert [values[name].dtype for name in ("a", "b", "c")] == [np.uint8, np.float32, np.uint8]
+    np.testing.assert_array_equal(optimised(x), kuiperinfer.load(param, precision="int8", calibration=table,
+                                                                 optimize=False)(x))
 
 
 # -- the calibration table --------------------------------------------------------------------------

@@ -74,11 +74,12 @@ def concatenate_channels(arrays: Sequence[np.ndarray]) -> np.ndarray:
 
 
 def pad_nhwc(x: np.ndarray, pads: tuple[tuple[int, int], tuple[int, int]],
-             mode: str = "zeros") -> np.ndarray:
+             mode: str = "zeros", value: float = 0) -> np.ndarray:
     """The NCHW array ``x`` padded along H and W by ``pads`` ((top, bottom), (left, right)),
     as a contiguous NHWC array: one copy, which also converts a row-major ``x``.
 
-    ``mode`` is a PyTorch padding mode: zeros, reflect, replicate or circular.
+    ``mode`` is a PyTorch padding mode: zeros (with ``value``: what zero is in ``x``'s
+    form, uint8 activations' zero point), reflect, replicate or circular.
     """
     (top, bottom), (left, right) = pads
     source = nhwc(x)
@@ -89,10 +90,10 @@ def pad_nhwc(x: np.ndarray, pads: tuple[tuple[int, int], tuple[int, int]],
         out = np.empty((n, top + h + bottom, left + w + right, c), dtype=x.dtype)
         # only the border is zeroed: np.zeros would first write the whole buffer
         # (large ones come from the heap, not fresh zero pages; runtime/memory.py)
-        out[:, :top] = 0
-        out[:, top + h:] = 0
-        out[:, top:top + h, :left] = 0
-        out[:, top:top + h, left + w:] = 0
+        out[:, :top] = value
+        out[:, top + h:] = value
+        out[:, top:top + h, :left] = value
+        out[:, top:top + h, left + w:] = value
         copy_in_bands([(out[:, top:top + h, left:left + w], source)])
         return out
     return np.ascontiguousarray(np.pad(source, ((0, 0), (top, bottom), (left, right), (0, 0)),

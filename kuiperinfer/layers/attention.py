@@ -12,7 +12,7 @@ scaling, mask and softmax pnnx writes for hand-written attention (timm's, BERT's
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -21,7 +21,8 @@ import numpy as np
 from kuiperinfer.errors import InferError, InferStatus
 from kuiperinfer.errors import ParseParameterAttrStatus as Status
 from kuiperinfer.kernels.compiled import attention as compiled_attention
-from kuiperinfer.kernels.matrix.precision import FP32
+from kuiperinfer.kernels.matrix.precision import FP32, Precision
+from kuiperinfer.kernels.matrix.products import ProductEpilogue
 from kuiperinfer.layers.base import Layer, NonParamLayer, declared_rank
 from kuiperinfer.layers.linear import linear
 from kuiperinfer.layers.softmax import softmax
@@ -146,9 +147,19 @@ class Projection:
     """Index of the input among query/key/value inputs."""
     roles: str
     """Which of "q", "k", "v" the columns hold, in order."""
-    weight_t: np.ndarray
-    """(in_features, len(roles) * embed_dim), contiguous."""
-    bias: np.ndarray | None
+    multiply: Callable[[np.ndarray], np.ndarray]
+    """The product (:func:`weight_product`) of (..., in_features) to (..., len(roles) * embed_dim)."""
+
+
+def weight_product(weight: np.ndarray, bias: np.ndarray | None, precision: Precision,
+                   reference: bool) -> Callable[[np.ndarray], np.ndarray]:
+    """``x @ weight.T + bias`` over the last dimension of ``x`` in ``precision``: float32
+    products of the transposed weight packed once, or the product of a reduced precision."""
+    product = precision.product(weight.T, ProductEpilogue(bias), reference)
+    if product is None:
+        weight_t = np.ascontiguousarray(weight.T)
+        return lambda x: linear(x, weight_t, bias)
+    return lambda x: product(x.reshape(-1, x.shape[-1])).reshape(*x.shape[:-1], product.out_features)
 
 
 @register_layer("nn.MultiheadAttention")
@@ -156,8 +167,8 @@ class MultiheadAttention(Layer):
     """nn.MultiheadAttention: projections, attention per head, output projection.
 
     The projection weights are packed at build time into one GEMM per distinct input
-    (self-attention projects q, k and v with a single (E, 3E) matrix), with the
-    1/sqrt(head_dim) scaling folded into the query columns.
+    (self-attention projects q, k and v with a single (E, 3E) matrix), in the operator's
+    precision; attention scales the scores by 1/sqrt(head_dim).
 
     What pnnx writes, and how it is read:
 
@@ -179,12 +190,12 @@ class MultiheadAttention(Layer):
     """What the projections compute (the attention between them stays fp32)."""
 
     def __init__(self, layer_name: str, num_heads: int, batch_first: bool,
-                 projections: tuple[Projection, ...], out_weight_t: np.ndarray, out_bias: np.ndarray | None,
+                 projections: tuple[Projection, ...], out_projection: Callable[[np.ndarray], np.ndarray],
                  bias_kv: tuple[np.ndarray, np.ndarray] | None, add_zero_attn: bool,
                  mask_at: int | None, key_padding: bool, need_weights: bool, average_weights: bool):
         super().__init__(layer_name)
         self.num_heads, self.batch_first = num_heads, batch_first
-        self.projections, self.out_weight_t, self.out_bias = projections, out_weight_t, out_bias
+        self.projections, self.out_projection = projections, out_projection
         self.bias_kv, self.add_zero_attn = bias_kv, add_zero_attn
         self.mask_at, self.key_padding = mask_at, key_padding
         self.need_weights, self.average_weights = need_weights, average_weights
@@ -198,20 +209,18 @@ class MultiheadAttention(Layer):
         kdim, vdim = op.param_int("kdim", default=embed), op.param_int("vdim", default=embed)
         use_bias = op.param_bool("bias", Status.kParameterMissingUseBias, default=op.has_weight("in_proj_bias"))
 
-        precision = options.precision_of(op.name)
+        precision, reference = options.precision_of(op.name), not options.compiled
         if op.has_weight("in_proj_weight"):
-            wq, wk, wv = np.split(precision.weight(op.weight("in_proj_weight", (3 * embed, embed))), 3)
+            wq, wk, wv = np.split(op.weight("in_proj_weight", (3 * embed, embed)), 3)
         else:
-            wq, wk, wv = (precision.weight(op.weight(f"{role}_proj_weight", (embed, dim)))
+            wq, wk, wv = (op.weight(f"{role}_proj_weight", (embed, dim))
                           for role, dim in (("q", embed), ("k", kdim), ("v", vdim)))
         biases = (np.split(op.weight("in_proj_bias", (3 * embed,), Status.kAttrMissingBias), 3)
                   if use_bias else [None, None, None])
-        scaling = np.float32(1.0 / math.sqrt(embed // heads))
-        weights = {"q": (wq * scaling, None if biases[0] is None else biases[0] * scaling),
-                   "k": (wk, biases[1]), "v": (wv, biases[2])}
+        weights = {"q": (wq, biases[0]), "k": (wk, biases[1]), "v": (wv, biases[2])}
 
-        out_weight_t = np.ascontiguousarray(precision.weight(op.weight("out_proj.weight", (embed, embed))).T)
         out_bias = op.weight("out_proj.bias", (embed,), Status.kAttrMissingBias) if use_bias else None
+        out_projection = weight_product(op.weight("out_proj.weight", (embed, embed)), out_bias, precision, reference)
         bias_kv = None
         if op.param_bool("add_bias_kv", default=op.has_weight("bias_k")):
             bias_kv = (op.weight("bias_k", (1, 1, embed)), op.weight("bias_v", (1, 1, embed)))
@@ -221,7 +230,7 @@ class MultiheadAttention(Layer):
         if not 1 <= len(sources) <= 3:
             raise op.error(f"expected query, key and value inputs, got {len(sources)}", Status.kParameterInvalidValue)
         roles = {1: ("qkv",), 2: ("q", "kv"), 3: ("q", "k", "v")}[len(sources)]
-        projections = tuple(_pack(source, role, weights) for source, role in enumerate(roles))
+        projections = tuple(_pack(source, role, weights, precision, reference) for source, role in enumerate(roles))
 
         batch_first = op.param_bool("batch_first", default=False)
         query_shape = op.input_operands_seq[sources[0]].shapes
@@ -229,7 +238,7 @@ class MultiheadAttention(Layer):
                                                               query_shape, batch_first)
         need_weights = len(op.output_operands) == 2
         average = not (need_weights and len(op.output_operands[1].shapes) == len(query_shape) + 1)
-        layer = cls(op.name, heads, batch_first, projections, out_weight_t, out_bias, bias_kv,
+        layer = cls(op.name, heads, batch_first, projections, out_projection, bias_kv,
                     op.param_bool("add_zero_attn", default=False), mask_at, key_padding, need_weights, average)
         layer.compiled, layer.precision = options.compiled, precision
         # batch-first (N, L, E) sequences with no mask or a key padding mask (N, S): each sample
@@ -246,8 +255,7 @@ class MultiheadAttention(Layer):
         sources = [self._to_batch_first(x, batched) for x in sources]
         projected: dict[str, np.ndarray] = {}
         for p in self.projections:
-            y = linear(self.precision.activations(sources[p.source]), p.weight_t, p.bias)
-            projected.update(zip(p.roles, np.split(y, len(p.roles), axis=-1)))
+            projected.update(zip(p.roles, np.split(p.multiply(sources[p.source]), len(p.roles), axis=-1)))
         q, k, v = projected["q"], projected["k"], projected["v"]
         n, embed = q.shape[0], q.shape[-1]
         if self.bias_kv is not None:
@@ -260,12 +268,12 @@ class MultiheadAttention(Layer):
         mask = None
         if self.mask_at is not None:
             mask = self._mask(inputs[self.mask_at], n, q.shape[2], k.shape[2])
+        scale = 1.0 / math.sqrt(embed // self.num_heads)
         if self.compiled and not self.need_weights:
-            out, weights = fast_attention(q, k, v, mask, 1.0, safe=True), None
+            out, weights = fast_attention(q, k, v, mask, scale, safe=True), None
         else:
-            out, weights = attention(q, k, v, mask, 1.0, safe=not self.need_weights)
-        out = self.precision.activations(out.transpose(0, 2, 1, 3).reshape(n, -1, embed))
-        out = linear(out, self.out_weight_t, self.out_bias)
+            out, weights = attention(q, k, v, mask, scale, safe=not self.need_weights)
+        out = self.out_projection(out.transpose(0, 2, 1, 3).reshape(n, -1, embed))
         if not batched:
             out = out[0]
         elif not self.batch_first:
@@ -308,12 +316,13 @@ class MultiheadAttention(Layer):
         return np.pad(mask, [(0, 0)] * (mask.ndim - 1) + [(0, added)]) if added else mask
 
 
-def _pack(source: int, roles: str, weights: dict[str, tuple[np.ndarray, np.ndarray | None]]) -> Projection:
+def _pack(source: int, roles: str, weights: dict[str, tuple[np.ndarray, np.ndarray | None]], precision: Precision,
+          reference: bool) -> Projection:
     """The Projection of input ``source`` computing ``roles`` (for example "kv") in one GEMM."""
-    weight_t = np.ascontiguousarray(np.concatenate([weights[r][0] for r in roles]).T)
     biases = [weights[r][1] for r in roles]
     bias = None if biases[0] is None else np.concatenate(biases)
-    return Projection(source, roles, weight_t, bias)
+    return Projection(source, roles, weight_product(np.concatenate([weights[r][0] for r in roles]), bias, precision,
+                                                    reference))
 
 
 def _mask_position(op: RuntimeOperator) -> int | None:

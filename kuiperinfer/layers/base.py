@@ -13,8 +13,8 @@ the values of a run and hands each layer its inputs.
 
 Class-level facts let the optimiser ask what a type is without building its layer
 (:meth:`LayerRegisterer.layer_class <kuiperinfer.runtime.registry.LayerRegisterer.layer_class>`):
-:attr:`Layer.shape_only`, :meth:`Layer.takes_activation`, and the activation layers'
-:meth:`~kuiperinfer.layers.activation.InplaceActivationLayer.activation_of`.
+:attr:`Layer.shape_only`, :meth:`Layer.takes_activation`, :meth:`Layer.input_product`, and
+the activation layers' :meth:`~kuiperinfer.layers.activation.InplaceActivationLayer.activation_of`.
 """
 
 from __future__ import annotations
@@ -27,6 +27,8 @@ import numpy as np
 
 from kuiperinfer.errors import ParseParameterAttrStatus, WeightError
 from kuiperinfer.kernels.elementwise import InplaceActivation
+from kuiperinfer.kernels.matrix.precision import Int8
+from kuiperinfer.kernels.matrix.products import Requantize
 from kuiperinfer.runtime.batching import Batch
 from kuiperinfer.runtime.operator import RuntimeOperator
 from kuiperinfer.runtime.options import BuildOptions
@@ -75,6 +77,13 @@ class Layer:
         an activation the optimiser plans (``op.plan``) is applied in place."""
         return False
 
+    @classmethod
+    def input_product(cls, op: RuntimeOperator) -> str | None:
+        """The product (by the name its precision is asked for) whose activations are ``op``'s
+        first input, which int8 takes as uint8 in that product's form; None where the layer
+        reads its first input otherwise."""
+        return None
+
     def batch_flow(self, inputs: Sequence[Batch]) -> Batch | None:
         """What the outputs are to the batch, given what the inputs are (some of them
         ``ROWS``): ``ROWS`` when the layer keeps the samples apart, None when it mixes them.
@@ -95,6 +104,13 @@ class ActivationPlan:
     (nn.Linear, pnnx.Expression)."""
 
     activation: InplaceActivation | None = None
+
+
+def requantize_for(options: BuildOptions, name: str | None) -> Requantize | None:
+    """The uint8 form the int8 product of the pnnx operator ``name`` takes its input in, where
+    a plan hands an output on to it (``quantized_for``); None without one."""
+    precision = None if name is None else options.precision_of(name)
+    return precision.requantize if isinstance(precision, Int8) else None
 
 
 def declared_rank(op: RuntimeOperator) -> int:

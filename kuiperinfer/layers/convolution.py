@@ -43,12 +43,15 @@ from kuiperinfer.kernels.im2col import (
     planar_conv2d,
 )
 from kuiperinfer.kernels.layout import is_channels_last, nchw, nhwc, pad_nhwc
+from kuiperinfer.kernels.matrix.convolution import ProductConvolution
+from kuiperinfer.kernels.matrix.int8 import weight_scales
 from kuiperinfer.kernels.matrix.precision import FP32, Precision
+from kuiperinfer.kernels.matrix.products import ProductEpilogue, Requantize
 from kuiperinfer.kernels.padding import PAD_MODES, pad_last_dims
 from kuiperinfer.kernels.parallel import threads_for
 from kuiperinfer.kernels.windows import as_batched
 from kuiperinfer.kernels.winograd import winograd_conv3x3, winograd_pays, winograd_weight
-from kuiperinfer.layers.base import Layer, ParamLayer, batched, functional
+from kuiperinfer.layers.base import Layer, ParamLayer, batched, functional, requantize_for
 from kuiperinfer.runtime.operator import RuntimeOperator
 from kuiperinfer.runtime.options import BuildOptions
 from kuiperinfer.runtime.registry import register_layer
@@ -170,10 +173,10 @@ class ConvGeometry:
         return (output_size(padded_hw[0], self.kernel[0], self.stride[0], self.dilation[0]),
                 output_size(padded_hw[1], self.kernel[1], self.stride[1], self.dilation[1]))
 
-    def transposed_output_hw(self, x: np.ndarray, output_padding: tuple[int, int]) -> tuple[int, int]:
-        """Size of the uncropped output of a transposed convolution of NCHW ``x``."""
+    def transposed_output_hw(self, hw: tuple[int, int], output_padding: tuple[int, int]) -> tuple[int, int]:
+        """Size of the uncropped output of a transposed convolution of an input of size ``hw``."""
         return tuple((size - 1) * s + d * (k - 1) + 1 + extra for size, s, d, k, extra in
-                     zip(x.shape[2:], self.stride, self.dilation, self.kernel, output_padding))
+                     zip(hw, self.stride, self.dilation, self.kernel, output_padding))
 
 
 def _read_channels(op: RuntimeOperator, geometry: ConvGeometry) -> tuple[int, int]:
@@ -320,23 +323,30 @@ def product_epilogue(bias: np.ndarray | None, channels: int, activation: Inplace
 
 class PointwiseProduct:
     """A 1x1, stride-1, single-group convolution as a product of rows of pixels: (P, Cin) rows
-    times :attr:`matrix` (Cin, Cout), then :attr:`epilogue` (bias and activation) in place,
-    in its :attr:`precision`, as the nn.Conv2d computes it. The fused operators compute their
-    1x1 convolutions through it."""
+    times the (Cin, Cout) weight, then the bias and activation, in its :attr:`precision`, as
+    the nn.Conv2d computes it. The fused operators compute their 1x1 convolutions through it:
+    in fp32 by :attr:`matrix` and :attr:`epilogue` (in place), in bf16 and int8 by
+    :attr:`product` (its epilogue fused; ``requantize``, for an int8 product, hands its output
+    on as uint8)."""
 
     def __init__(self, weight: np.ndarray, bias: np.ndarray | None, activation: InplaceActivation | None,
-                 compiled: bool = False, precision: Precision = FP32):
+                 compiled: bool = False, precision: Precision = FP32, requantize: Requantize | None = None):
         if weight.ndim != 4 or weight.shape[2:] != (1, 1):
             raise ValueError(f"a 1x1 convolution's weight has shape (out, in, 1, 1), not {weight.shape}")
-        scale, self.epilogue = product_epilogue(bias, weight.shape[0], activation, compiled)
+        self.out_channels, self.in_channels = weight.shape[:2]
         self.precision = precision
-        """What the product computes: :attr:`matrix` is the weight in it, and the rows are
-        taken in it (:meth:`Precision.activations`) by whoever multiplies them."""
-        self.matrix = PackedWeight(precision.weight(weight), 1, scale=scale).matrix
-        self.in_channels, self.out_channels = self.matrix.shape
+        """What the product computes."""
+        self.product = precision.product(weight.reshape(weight.shape[:2]).T,
+                                         ProductEpilogue(bias, activation, requantize=requantize), not compiled)
+        self.matrix = self.epilogue = None
+        if self.product is None:
+            scale, self.epilogue = product_epilogue(bias, weight.shape[0], activation, compiled)
+            self.matrix = PackedWeight(weight, 1, scale=scale).matrix
 
     def __call__(self, rows: np.ndarray) -> np.ndarray:
-        out = np.matmul(self.precision.activations(rows), self.matrix)
+        if self.product is not None:
+            return self.product(rows)
+        out = np.matmul(rows, self.matrix)
         self.epilogue(out)
         return out
 
@@ -466,6 +476,10 @@ class ConvolutionPlan:
     channels_last: bool = False
     """Whether the output stays in the channels-last memory the kernels compute in
     (:mod:`kuiperinfer.kernels.layout`) instead of being copied to row-major NCHW."""
+    quantized_for: str | None = None
+    """In int8, the pnnx operator whose int8 product alone reads the output (with any
+    others of the same input range): the output is handed on as uint8 in that product's
+    input form, requantized in this convolution's epilogue."""
 
 
 NO_PLAN = ConvolutionPlan()
@@ -480,8 +494,11 @@ class Convolution(ParamLayer):
 
     def __init__(self, layer_name: str, weight: np.ndarray, bias: np.ndarray | None,
                  geometry: ConvGeometry, rank: int, plan: ConvolutionPlan = NO_PLAN,
-                 recorded: tuple[int, int, int] = (0, 0, 0), compiled: bool = False, precision: Precision = FP32):
+                 recorded: tuple[int, int, int] = (0, 0, 0), compiled: bool = False, precision: Precision = FP32,
+                 requantize: Requantize | None = None):
         super().__init__(layer_name, weight, bias)
+        self.requantize = requantize
+        """In int8, the form its output is handed on in (uint8), where the plan says so."""
         if plan.padding is not None:
             geometry = replace(geometry, padding=plan.padding)
         self.geometry, self.rank, self.plan, self.compiled = geometry, rank, plan, compiled
@@ -513,7 +530,7 @@ class Convolution(ParamLayer):
             raise op.error(f"a convolution adding a residual takes 2 inputs, not {len(op.input_operands_seq)}",
                            Status.kParameterInvalidValue)
         layer = cls(op.name, weight, _read_bias(op, c_out), geometry, rank, plan, _recorded_output(op),
-                    options.compiled, options.precision_of(op.name))
+                    options.compiled, options.precision_of(op.name), requantize_for(options, plan.quantized_for))
         layer.batch_independent = batched(op, rank)
         return layer
 
@@ -521,8 +538,17 @@ class Convolution(ParamLayer):
     def takes_activation(cls, op: RuntimeOperator) -> bool:
         return True
 
+    @classmethod
+    def input_product(cls, op: RuntimeOperator) -> str | None:
+        return op.name
+
     def pack(self) -> None:
-        weight_2d = self.precision.weight(self._weight.reshape(*self._weight.shape[:2], *self.geometry.kernel))
+        weight_2d = self._weight.reshape(*self._weight.shape[:2], *self.geometry.kernel)
+        if self.precision.name != "fp32":
+            self.packed = self.epilogue = None
+            self.kernel = product_convolution(weight_2d, self._bias, self.geometry, self.precision, ProductEpilogue(
+                None, self.plan.activation, self.plan.residual_activation, self.requantize), self.compiled)
+            return
         scale, epilogue = product_epilogue(self._bias, self._weight.shape[0], self.plan.activation, self.compiled)
         self.epilogue = epilogue
         """Bias and planned activation, applied in place on each block of output."""
@@ -530,40 +556,71 @@ class Convolution(ParamLayer):
                                    scale, epilogue, self.compiled)
         """The weight in the form the kernels take (made again when the weights change)."""
         self.kernel = Conv2dKernel(self.packed, self.geometry, epilogue)
-        """The way this convolution computes, chosen for its weight and geometry."""
+        """The way this convolution computes, chosen for its weight and geometry (in bf16 and
+        int8 a :class:`~kuiperinfer.kernels.matrix.convolution.ProductConvolution`)."""
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         x, unbatched = as_2d(inputs[0], self.rank, f"conv{self.rank}d")
-        out = from_2d(nchw(self.kernel(self.precision.activations(x))), self.rank, unbatched)
-        if self.plan.residual:
-            out = add_residual(out, inputs[1], self.plan.residual_activation, self.compiled)
+        if isinstance(self.kernel, ProductConvolution):
+            out = from_2d(nchw(self._products(x, inputs[1] if self.plan.residual else None)), self.rank, unbatched)
+        else:
+            out = from_2d(nchw(self.kernel(x)), self.rank, unbatched)
+            if self.plan.residual:
+                out = add_residual(out, inputs[1], self.plan.residual_activation, self.compiled)
         if not self.plan.channels_last:
             out = np.ascontiguousarray(out)
         return [out]
+
+    def _products(self, x: np.ndarray, residual: np.ndarray | None) -> np.ndarray:
+        """The convolution by the products of its precision, the residual added in their epilogue."""
+        check_channels(x, self.kernel.in_channels)
+        if residual is None:
+            return self.kernel(x)
+        residual = as_2d(residual, self.rank, f"conv{self.rank}d")[0]
+        n, _, h, w = x.shape
+        (top, bottom), (left, right) = self.geometry.padding
+        shape = (n, self.kernel.out_channels, *self.geometry.output_hw((h + top + bottom, w + left + right)))
+        return self.kernel(x, np.broadcast_to(np.asarray(residual, np.float32), shape))
+
+
+def product_convolution(weight: np.ndarray, bias: np.ndarray | None, geometry: ConvGeometry, precision: Precision,
+                        epilogue: ProductEpilogue, compiled: bool) -> ProductConvolution:
+    """The convolution by a (Cout, Cin/groups, kh, kw) ``weight`` through the products of
+    ``precision`` (one per group), each with ``epilogue`` and its channels' ``bias``."""
+    matrices = pack_weight(weight, geometry.groups)
+    width = matrices.shape[2]
+    products = [precision.product(matrix, replace(epilogue, bias=None if bias is None else
+                                                  bias[group * width:(group + 1) * width]), not compiled)
+                for group, matrix in enumerate(matrices)]
+    return ProductConvolution(products, geometry.kernel, geometry.stride, geometry.dilation, geometry.padding,
+                              geometry.padding_mode, compiled)
 
 
 @register_layer("F.conv1d", "F.conv2d")
 class FunctionalConvolution(Layer):
     """F.conv1d / F.conv2d whose weight (and bias) arrive as inputs at run time."""
 
-    def __init__(self, layer_name: str, geometry: ConvGeometry, rank: int, precision: Precision = FP32):
+    def __init__(self, layer_name: str, geometry: ConvGeometry, rank: int, precision: Precision = FP32,
+                 compiled: bool = False):
         super().__init__(layer_name)
-        self.geometry, self.rank, self.precision = geometry, rank, precision
+        self.geometry, self.rank, self.precision, self.compiled = geometry, rank, precision, compiled
 
     @classmethod
     def create(cls, op: RuntimeOperator, options: BuildOptions) -> FunctionalConvolution:
         rank = spatial_rank(op)
         layer = cls(op.name, ConvGeometry.from_operator(op, _weight_operand_kernel(op)), rank,
-                    options.precision_of(op.name))
+                    options.precision_of(op.name), options.compiled)
         return functional(layer, op, batched(op, rank))
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         x, unbatched = as_2d(inputs[0], self.rank, f"conv{self.rank}d")
         weight = _check_weight(inputs[1], self.geometry, self.rank)
-        if not is_depthwise(weight, self.geometry.groups):
-            x, weight = self.precision.activations(x), self.precision.weight(weight)
         bias = inputs[2] if len(inputs) > 2 else None
-        out = conv2d(x, PackedWeight(weight, self.geometry.groups), self.geometry, Epilogue(bias))
+        if self.precision.name != "fp32" and not is_depthwise(weight, self.geometry.groups):
+            check_channels(x, weight.shape[1] * self.geometry.groups)
+            out = product_convolution(weight, bias, self.geometry, self.precision, ProductEpilogue(), self.compiled)(x)
+        else:
+            out = conv2d(x, PackedWeight(weight, self.geometry.groups), self.geometry, Epilogue(bias))
         return [from_2d(np.ascontiguousarray(nchw(out)), self.rank, unbatched)]
 
 
@@ -600,17 +657,66 @@ def conv_transpose2d(x: np.ndarray, packed: np.ndarray, bias: np.ndarray | None,
     kh, kw = geometry.kernel
     c_out = groups * rows // (kh * kw)
     cols = np.matmul(packed, x.reshape(n, groups, c_in_group, h * w))
-    full_hw = geometry.transposed_output_hw(x, output_padding)
-    out = col2im(cols.reshape(n, c_out, kh, kw, h, w), geometry.stride, geometry.dilation, full_hw)
+    return fold_columns(cols.reshape(n, c_out, kh, kw, h, w), bias, geometry, output_padding)
+
+
+def fold_columns(cols: np.ndarray, bias: np.ndarray | None, geometry: ConvGeometry,
+                 output_padding: tuple[int, int]) -> np.ndarray:
+    """A transposed convolution's NCHW output from its columns (N, Cout, kh, kw, H, W): the
+    overlapping taps summed (col2im), the padding cropped off, the bias added."""
+    h, w = cols.shape[4:]
+    full_hw = geometry.transposed_output_hw((h, w), output_padding)
+    out = col2im(cols, geometry.stride, geometry.dilation, full_hw)
     (top, _), (left, _) = geometry.padding
     oh, ow = full_hw[0] - 2 * top, full_hw[1] - 2 * left
     if oh < 1 or ow < 1:
-        raise InferError(f"input {x.shape} is too small for padding {geometry.padding}",
+        raise InferError(f"an input of {h}x{w} pixels is too small for padding {geometry.padding}",
                          status=InferStatus.kInferFailedOutputSizeError)
     out = out[:, :, top: top + oh, left: left + ow]
     if bias is not None:
         out += bias.reshape(-1, 1, 1)
     return out
+
+
+class ProductTransposedConvolution:
+    """A transposed convolution (not depthwise) by the products of a bf16 or int8 ``precision``,
+    one per group: the input pixels' channels (N*H*W, Cin/groups) times the (Cin/groups,
+    Cout/groups*kh*kw) weight, whose taps share their output channel's int8 scale. The
+    overlapping taps' outputs are then summed as float32 (:func:`fold_columns`); with a
+    blockwise geometry (stride equal to the kernel), where none overlap, each input pixel's
+    block of outputs, bias included, is copied into place. Calling it gives NCHW output
+    (channels-last memory for the blockwise geometry)."""
+
+    def __init__(self, weight: np.ndarray, bias: np.ndarray | None, geometry: ConvGeometry,
+                 output_padding: tuple[int, int], precision: Precision, compiled: bool):
+        c_in, width, kh, kw = weight.shape
+        self.geometry, self.output_padding, self.bias, self.in_channels = geometry, output_padding, bias, c_in
+        self.blockwise = geometry.blockwise_transposed(output_padding)
+        scales = weight_scales(weight, axis=1)
+        if self.blockwise:   # columns (kh, kw, Cout): each input pixel's block in NHWC order
+            matrices, scales = [pack_blockwise_weight(weight)], np.tile(scales, kh * kw)
+            epilogue = ProductEpilogue(None if bias is None else np.tile(bias, kh * kw))
+        else:                # columns (Cout/groups, kh, kw) per group
+            matrices = weight.reshape(geometry.groups, c_in // geometry.groups, width * kh * kw)
+            scales, epilogue = np.repeat(scales, kh * kw), ProductEpilogue()
+        self.products = [precision.product(matrix, epilogue, not compiled, scales) for matrix in matrices]
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        check_channels(x, self.in_channels)
+        n, c, h, w = x.shape
+        rows = np.ascontiguousarray(nhwc(self.products[0].activations(x))).reshape(n * h * w, c)
+        kh, kw = self.geometry.kernel
+        if self.blockwise:
+            y = self.products[0](rows)
+            k = y.shape[1] // (kh * kw)
+            out = np.empty((n, h, kh, w, kw, k), np.float32)
+            np.copyto(out, y.reshape(n, h, w, kh, kw, k).transpose(0, 1, 3, 2, 4, 5))
+            return nchw(out.reshape(n, h * kh, w * kw, k))
+        group = c // len(self.products)
+        cols = np.concatenate([product(rows[:, i * group:(i + 1) * group]) for i, product in enumerate(self.products)],
+                              axis=1)
+        cols = cols.reshape(n, h, w, -1, kh, kw).transpose(0, 3, 4, 5, 1, 2)
+        return fold_columns(cols, self.bias, self.geometry, self.output_padding)
 
 
 def _read_transposed_geometry(op: RuntimeOperator, kernel: tuple[int, ...]
@@ -636,9 +742,9 @@ class TransposedConvolution(ParamLayer):
 
     def __init__(self, layer_name: str, weight: np.ndarray, bias: np.ndarray | None,
                  geometry: ConvGeometry, output_padding: tuple[int, int], rank: int,
-                 channels_last: bool = False, precision: Precision = FP32):
+                 channels_last: bool = False, precision: Precision = FP32, compiled: bool = False):
         super().__init__(layer_name, weight, bias)
-        self.geometry, self.output_padding, self.rank = geometry, output_padding, rank
+        self.geometry, self.output_padding, self.rank, self.compiled = geometry, output_padding, rank, compiled
         depthwise = is_depthwise(weight, geometry.groups)
         self.products = () if depthwise else (layer_name,)
         self.precision = FP32 if depthwise else precision
@@ -646,6 +752,10 @@ class TransposedConvolution(ParamLayer):
         """Whether an output computed in channels-last memory stays so (the optimiser
         selects it); otherwise it is copied to row-major NCHW."""
         self.pack()
+
+    @classmethod
+    def input_product(cls, op: RuntimeOperator) -> str | None:
+        return op.name
 
     @classmethod
     def create(cls, op: RuntimeOperator, options: BuildOptions) -> TransposedConvolution:
@@ -656,19 +766,22 @@ class TransposedConvolution(ParamLayer):
         weight = op.weight("weight", (c_in, c_out // geometry.groups, *kernel), copy=False)
         channels_last = op.plan is not None and op.plan.channels_last
         layer = cls(op.name, weight, _read_bias(op, c_out), geometry, output_padding, rank, channels_last,
-                    options.precision_of(op.name))
+                    options.precision_of(op.name), options.compiled)
         layer.batch_independent = batched(op, rank)
         return layer
 
     def pack(self) -> None:
-        weight = self.precision.weight(self._weight.reshape(*self._weight.shape[:2], *self.geometry.kernel), axis=1)
-        self._packed = pack_conv_transpose_weight(weight, self.geometry, self.output_padding)
+        weight = self._weight.reshape(*self._weight.shape[:2], *self.geometry.kernel)
+        if self.precision.name != "fp32":
+            self._kernel = ProductTransposedConvolution(weight, self._bias, self.geometry, self.output_padding,
+                                                        self.precision, self.compiled)
+            return
+        packed = pack_conv_transpose_weight(weight, self.geometry, self.output_padding)
+        self._kernel = lambda x: conv_transpose2d(x, packed, self._bias, self.geometry, self.output_padding)
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         x, unbatched = as_2d(inputs[0], self.rank, f"conv_transpose{self.rank}d")
-        x = self.precision.activations(x)
-        out = conv_transpose2d(x, self._packed, self._bias, self.geometry,
-                               self.output_padding)
+        out = self._kernel(x)
         if not self.channels_last:
             out = np.ascontiguousarray(out)
         return [from_2d(out, self.rank, unbatched)]
@@ -679,28 +792,30 @@ class FunctionalTransposedConvolution(Layer):
     """F.conv_transpose1d / F.conv_transpose2d whose weight (and bias) arrive as inputs."""
 
     def __init__(self, layer_name: str, geometry: ConvGeometry, output_padding: tuple[int, int],
-                 rank: int, precision: Precision = FP32):
+                 rank: int, precision: Precision = FP32, compiled: bool = False):
         super().__init__(layer_name)
         self.geometry, self.output_padding, self.rank = geometry, output_padding, rank
-        self.precision = precision
+        self.precision, self.compiled = precision, compiled
 
     @classmethod
     def create(cls, op: RuntimeOperator, options: BuildOptions) -> FunctionalTransposedConvolution:
         geometry, output_padding = _read_transposed_geometry(op, _weight_operand_kernel(op))
         rank = spatial_rank(op)
-        return functional(cls(op.name, geometry, output_padding, rank, options.precision_of(op.name)), op,
-                          batched(op, rank))
+        return functional(cls(op.name, geometry, output_padding, rank, options.precision_of(op.name),
+                              options.compiled), op, batched(op, rank))
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         x, unbatched = as_2d(inputs[0], self.rank, f"conv_transpose{self.rank}d")
         weight = _check_weight(inputs[1], self.geometry, self.rank)
-        if not is_depthwise(weight, self.geometry.groups):
-            x, weight = self.precision.activations(x), self.precision.weight(weight, axis=1)
         if weight.shape[0] % self.geometry.groups:
             raise InferError(f"weight of shape {weight.shape} does not split into "
                              f"{self.geometry.groups} groups",
                              status=InferStatus.kInferFailedWeightParameterError)
-        packed = pack_conv_transpose_weight(weight, self.geometry, self.output_padding)
         bias = inputs[2] if len(inputs) > 2 else None
-        out = conv_transpose2d(x, packed, bias, self.geometry, self.output_padding)
+        if self.precision.name != "fp32" and not is_depthwise(weight, self.geometry.groups):
+            out = ProductTransposedConvolution(weight, bias, self.geometry, self.output_padding, self.precision,
+                                               self.compiled)(x)
+        else:
+            packed = pack_conv_transpose_weight(weight, self.geometry, self.output_padding)
+            out = conv_transpose2d(x, packed, bias, self.geometry, self.output_padding)
         return [from_2d(np.ascontiguousarray(out), self.rank, unbatched)]

@@ -22,14 +22,15 @@ from typing import Any, ClassVar
 import numpy as np
 
 from kuiperinfer.errors import ParseParameterAttrStatus as Status
-from kuiperinfer.kernels.compiled.depthwise import pointwise_depthwise
+from kuiperinfer.kernels.compiled.depthwise import float_pointwise, pointwise_depthwise
 from kuiperinfer.kernels.compiled.squeeze_excitation import CompiledSqueezeExcitation
 from kuiperinfer.kernels.depthwise_stripes import depthwise_in_stripes
 from kuiperinfer.kernels.elementwise import InplaceActivation
 from kuiperinfer.kernels.jit import kernel_array
 from kuiperinfer.kernels.layout import nchw, nhwc
+from kuiperinfer.kernels.matrix.products import Requantize
 from kuiperinfer.kernels.pooling import global_avg_pool2d
-from kuiperinfer.layers.base import Layer, batched
+from kuiperinfer.layers.base import Layer, batched, requantize_for
 from kuiperinfer.layers.convolution import (
     Convolution,
     ConvolutionPlan,
@@ -77,9 +78,11 @@ class SqueezeExcitationPlan:
     expand: Pointwise
 
 
-def pointwise_product(op: RuntimeOperator, pointwise: Pointwise, what: str, options: BuildOptions) -> PointwiseProduct:
+def pointwise_product(op: RuntimeOperator, pointwise: Pointwise, what: str, options: BuildOptions,
+                      requantize: Requantize | None = None) -> PointwiseProduct:
     """The product computing the 1x1 convolution ``what`` of the fused ``op``, in the precision
-    its operator had before it was fused."""
+    its operator had before it was fused (int8 outputs handed on as uint8 in the form
+    ``requantize`` says)."""
     weight, bias = pointwise.weight, pointwise.bias
     if weight.ndim != 4 or weight.shape[2:] != (1, 1):
         raise op.error(f"the {what} convolution's weight has shape {weight.shape}, expected (out, in, 1, 1)",
@@ -88,7 +91,7 @@ def pointwise_product(op: RuntimeOperator, pointwise: Pointwise, what: str, opti
         raise op.error(f"the {what} convolution's bias has shape {bias.shape}, expected {weight.shape[:1]}",
                        Status.kAttrWrongSize)
     return PointwiseProduct(weight, bias, pointwise.activation, options.compiled,
-                            options.precision_of(pointwise.source))
+                            options.precision_of(pointwise.source), requantize)
 
 
 def plan_of(op: RuntimeOperator, plan_class: type) -> Any:
@@ -113,6 +116,10 @@ class PointwiseDepthwise(Layer):
         self.products = (source,)
 
     @classmethod
+    def input_product(cls, op: RuntimeOperator) -> str | None:
+        return op.plan.pointwise.source if isinstance(op.plan, PointwiseDepthwisePlan) else None
+
+    @classmethod
     def create(cls, op: RuntimeOperator, options: BuildOptions) -> PointwiseDepthwise:
         plan = plan_of(op, PointwiseDepthwisePlan)
         pointwise = pointwise_product(op, plan.pointwise, "1x1", options)
@@ -127,11 +134,16 @@ class PointwiseDepthwise(Layer):
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         (x, unbatched), geometry = as_2d(inputs[0], 2, "conv2d"), self.depthwise.geometry
         check_channels(x, self.pointwise.in_channels)
-        x = self.pointwise.precision.activations(x)
-        compiled = self.depthwise.packed.compiled_depthwise
-        if compiled is not None:
-            out = nchw(pointwise_depthwise(nhwc(x), self.pointwise.matrix, self.pointwise.epilogue, compiled,
-                                           geometry.stride, geometry.padding))
+        compiled, product = self.depthwise.packed.compiled_depthwise, self.pointwise.product
+        if product is not None and compiled is not None:
+            out = nchw(pointwise_depthwise(nhwc(product.activations(x)), self._reduced_rows,
+                                           self.pointwise.out_channels, compiled, geometry.stride, geometry.padding))
+        elif product is not None:   # the 1x1 product whole, then the depthwise convolution
+            expanded = product(np.ascontiguousarray(nhwc(x)).reshape(-1, x.shape[1]))
+            out = nchw(self.depthwise.kernel(nchw(expanded.reshape(*nhwc(x).shape[:3], -1))))
+        elif compiled is not None:
+            out = nchw(pointwise_depthwise(nhwc(x), float_pointwise(self.pointwise.matrix, self.pointwise.epilogue),
+                                           self.pointwise.out_channels, compiled, geometry.stride, geometry.padding))
         else:
             padded_hw = [size + before + after for size, (before, after) in zip(x.shape[2:], geometry.padding)]
             out = nchw(depthwise_in_stripes(np.ascontiguousarray(nhwc(x)), self.depthwise.packed.depthwise,
@@ -139,6 +151,11 @@ class PointwiseDepthwise(Layer):
                                             self.depthwise.epilogue, self.pointwise.matrix, self.pointwise.epilogue))
         out = from_2d(out, 2, unbatched)
         return [out if self.depthwise.plan.channels_last else np.ascontiguousarray(out)]
+
+    def _reduced_rows(self, rows: np.ndarray, out: np.ndarray, channels: slice) -> None:
+        """A stripe's 1x1 convolution in bf16 or int8
+        (:data:`~kuiperinfer.kernels.compiled.depthwise.PointwiseRows`)."""
+        self.pointwise.product.multiply(rows, out, columns=(channels.start, channels.stop), shared=False)
 
 
 @register_layer(SqueezeExcitationPlan.TYPE)
@@ -163,7 +180,8 @@ class SqueezeExcitation(Layer):
     @classmethod
     def create(cls, op: RuntimeOperator, options: BuildOptions) -> SqueezeExcitation:
         plan = plan_of(op, SqueezeExcitationPlan)
-        reduce = pointwise_product(op, plan.reduce, "reducing", options)
+        # in int8, the reduced channels go to the expanding product as uint8
+        reduce = pointwise_product(op, plan.reduce, "reducing", options, requantize_for(options, plan.expand.source))
         expand = pointwise_product(op, plan.expand, "expanding", options)
         if (expand.in_channels, expand.out_channels) != (reduce.out_channels, reduce.in_channels):
             raise op.error(f"the expanding convolution maps {expand.in_channels} to {expand.out_channels} "

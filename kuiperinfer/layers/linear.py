@@ -14,6 +14,7 @@ thread.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -24,8 +25,9 @@ from kuiperinfer.kernels.compiled.activation import ActivationCode
 from kuiperinfer.kernels.compiled.epilogue import finish_rows, finish_transposed
 from kuiperinfer.kernels.elementwise import InplaceActivation
 from kuiperinfer.kernels.matrix.precision import FP32, Precision
+from kuiperinfer.kernels.matrix.products import ProductEpilogue, Requantize
 from kuiperinfer.kernels.parallel import run_parts, threads_for
-from kuiperinfer.layers.base import ActivationPlan, Layer, ParamLayer, declared_rank, functional
+from kuiperinfer.layers.base import ActivationPlan, Layer, ParamLayer, declared_rank, functional, requantize_for
 from kuiperinfer.runtime.operator import RuntimeOperator
 from kuiperinfer.runtime.options import BuildOptions
 from kuiperinfer.runtime.registry import register_layer
@@ -64,18 +66,31 @@ def column_parts(columns: int, parts: int) -> list[tuple[int, int]]:
     return list(zip(bounds, bounds[1:]))
 
 
+@dataclass(frozen=True)
+class LinearPlan(ActivationPlan):
+    """The plan of an nn.Linear: an activation applied in place on its output, and in int8
+    the product it hands its output on to."""
+
+    quantized_for: str | None = None
+    """As :attr:`ConvolutionPlan.quantized_for <kuiperinfer.layers.convolution.ConvolutionPlan.quantized_for>`."""
+
+
 @register_layer("nn.Linear")
 class Linear(ParamLayer):
-    """y = x W^T + b over the last dimension; W^T is packed once, contiguous."""
+    """y = x W^T + b over the last dimension; W^T is packed once, contiguous (in bf16 and
+    int8, the product of the precision, :attr:`product`)."""
 
-    plan_class = ActivationPlan
+    plan_class = LinearPlan
 
     def __init__(self, layer_name: str, weight: np.ndarray, bias: np.ndarray | None = None,
-                 activation: InplaceActivation | None = None, compiled: bool = False, precision: Precision = FP32):
+                 activation: InplaceActivation | None = None, compiled: bool = False, precision: Precision = FP32,
+                 requantize: Requantize | None = None):
         super().__init__(layer_name, weight, bias)
         self.products = (layer_name,)
         self.precision = precision
         """What the product computes."""
+        self.requantize = requantize
+        """In int8, the form its output is handed on in (uint8), where the plan says so."""
         self.activation = activation
         """An activation the graph optimiser fused in, applied in place on the output."""
         self.compiled = compiled
@@ -89,8 +104,9 @@ class Linear(ParamLayer):
         weight = op.weight("weight", (out_features, in_features), copy=False)
         use_bias = op.param_bool("bias", Status.kParameterMissingUseBias, default=op.has_weight("bias"))
         bias = op.weight("bias", (out_features,), Status.kAttrMissingBias) if use_bias else None
-        layer = cls(op.name, weight, bias, op.plan.activation if op.plan is not None else None, options.compiled,
-                    options.precision_of(op.name))
+        plan = op.plan or LinearPlan()
+        layer = cls(op.name, weight, bias, plan.activation, options.compiled, options.precision_of(op.name),
+                    requantize_for(options, getattr(plan, "quantized_for", None)))
         layer.batch_independent = declared_rank(op) >= 2
         return layer
 
@@ -98,8 +114,19 @@ class Linear(ParamLayer):
     def takes_activation(cls, op: RuntimeOperator) -> bool:
         return True
 
+    @classmethod
+    def input_product(cls, op: RuntimeOperator) -> str | None:
+        return op.name
+
     def pack(self) -> None:
-        self._matrix = self.precision.weight(self._weight)
+        self.product = self.precision.product(self._weight.T, ProductEpilogue(self._bias, self.activation,
+                                                                              requantize=self.requantize),
+                                              not self.compiled)
+        """The product of a reduced precision (None: fp32's float32 product, below)."""
+        if self.product is not None:
+            self._compute = self._reduced_product
+            return
+        self._matrix = self._weight
         self._weight_t = np.require(self._matrix.T, np.float32, "CA")
         # a writable copy: a read-only array (the model file's) would be another specialisation
         out_features = self._weight.shape[0]
@@ -109,7 +136,12 @@ class Linear(ParamLayer):
         """The kernel, chosen once: compiled epilogues or the NumPy reference."""
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
-        return [self._compute(self.precision.activations(inputs[0]))]
+        return [self._compute(inputs[0])]
+
+    def _reduced_product(self, x: np.ndarray) -> np.ndarray:
+        in_features = self.product.in_features
+        check_features(x, in_features)
+        return self.product(x.reshape(-1, in_features)).reshape(*x.shape[:-1], self.product.out_features)
 
     def _reference_product(self, x: np.ndarray) -> np.ndarray:
         y = linear(x, self._weight_t, self._bias)
@@ -160,6 +192,8 @@ class FunctionalLinear(Layer):
 
     precision = FP32
     """What the product computes."""
+    compiled = False
+    """Whether a reduced precision's product runs this machine's kernel (else NumPy's)."""
 
     @classmethod
     def create(cls, op: RuntimeOperator, options: BuildOptions) -> FunctionalLinear:
@@ -167,7 +201,7 @@ class FunctionalLinear(Layer):
             raise op.error(f"F.linear needs the input, the weight and an optional bias as inputs, got "
                            f"{len(op.input_operands_seq)}", Status.kAttrMissingWeight)
         layer = cls(op.name)
-        layer.precision = options.precision_of(op.name)
+        layer.precision, layer.compiled = options.precision_of(op.name), options.compiled
         return functional(layer, op, declared_rank(op) >= 2)
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
@@ -176,4 +210,8 @@ class FunctionalLinear(Layer):
         if weight.ndim != 2:
             raise InferError(f"F.linear weight has shape {weight.shape}, expected (out_features, in_features)",
                              status=InferStatus.kInferFailedWeightParameterError)
-        return [linear(self.precision.activations(x), self.precision.weight(weight).T, bias)]
+        product = self.precision.product(np.asarray(weight, np.float32).T, ProductEpilogue(bias), not self.compiled)
+        if product is None:
+            return [linear(x, weight.T, bias)]
+        check_features(x, product.in_features)
+        return [product(x.reshape(-1, product.in_features)).reshape(*x.shape[:-1], product.out_features)]

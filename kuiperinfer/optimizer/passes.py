@@ -28,6 +28,9 @@
   (:mod:`kuiperinfer.kernels.winograd`) where it pays.
 * :func:`select_channels_last`: convolutions (and learned 2x upsampling) hand on their
   output in channels-last memory (:mod:`kuiperinfer.kernels.layout`), as they compute it.
+* :func:`select_uint8_activations`: in int8, a convolution or linear layer whose output only
+  int8 products of one input range read hands it on as uint8 in their form, requantized in
+  its epilogue.
 
 A pass takes the graph and returns how many rewrites it made. It learns what an operator
 is from the :class:`LayerRegisterer`'s classes (:func:`is_a`), without building layers,
@@ -41,12 +44,13 @@ not the optimiser's business: it is the graph's ``kernels`` option.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import fields, replace
 
 import numpy as np
 
 from kuiperinfer.errors import ExpressionError, GraphError, KuiperError
 from kuiperinfer.expression import Call, Constant, InputRef, Node, compile_expression
+from kuiperinfer.kernels.matrix.precision import Int8
 from kuiperinfer.kernels.winograd import MIN_CHANNELS
 from kuiperinfer.layers.activation import GELU, InplaceActivationLayer
 from kuiperinfer.layers.attention import AttentionPlan, ScaledDotProductAttention
@@ -563,9 +567,52 @@ def select_channels_last(graph: RuntimeGraph) -> int:
     return selected
 
 
+def select_uint8_activations(graph: RuntimeGraph) -> int:
+    """In int8, let an int8 convolution or linear layer whose output only int8 products read,
+    all of one input range (directly, or through shape-only operators such as reshapes), hand
+    it on as uint8 in their input form, requantized in its epilogue: they take it without
+    quantizing it (the numbers are the same), and the value between them takes a quarter of
+    float32's memory. Any other reader (a residual addition, pooling, a graph output) keeps
+    the output float32."""
+    table = graph.options.calibration
+    selected = 0
+    for op in graph.operators if table is not None else ():
+        plan_class = getattr(LayerRegisterer.layer_class(op.type), "plan_class", None)
+        if not (isinstance(table.precision_of(op.name), Int8) and len(op.output_operands) == 1
+                and "quantized_for" in {f.name for f in fields(plan_class or object)}):
+            continue
+        readers = _product_readers(op.output_operands[0])
+        forms = {table.precision_of(name) for name in readers or ()}
+        if len(forms) == 1 and isinstance(forms.pop(), Int8):
+            set_plan(op, replace(op.plan or plan_class(), quantized_for=readers[0]))
+            selected += 1
+    return selected
+
+
+def _product_readers(operand) -> list[str] | None:
+    """The products (by the names their precisions are asked for) whose activations are
+    ``operand``, read by them directly or through shape-only operators; None if anything
+    else reads it."""
+    found = []
+    for reader in operand.consumers:
+        layer_class = LayerRegisterer.layer_class(reader.type)
+        if layer_class is None or reader.input_operands_seq[0] is not operand \
+                or reader.input_operands_seq.count(operand) != 1:
+            return None
+        if layer_class.shape_only and len(reader.output_operands) == 1:
+            inner = _product_readers(reader.output_operands[0])
+        else:
+            name = layer_class.input_product(reader)
+            inner = None if name is None else [name]
+        if inner is None:
+            return None
+        found += inner
+    return found
+
+
 PASSES: tuple[Pass, ...] = (fold_batch_norm, fold_zero_padding, fuse_activation, fuse_pointwise_depthwise,
                             fuse_squeeze_excitation, fuse_residual_add, fuse_attention, fuse_add_layer_norm,
-                            select_winograd, select_channels_last)
+                            select_winograd, select_channels_last, select_uint8_activations)
 
 
 def optimize(graph: RuntimeGraph, passes: tuple[Pass, ...] = PASSES) -> dict[str, int]:

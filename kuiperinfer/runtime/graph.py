@@ -59,6 +59,7 @@ from kuiperinfer.pnnx.loading import load_graph
 from kuiperinfer.runtime.attribute import RuntimeAttribute
 from kuiperinfer.runtime.batching import Batching, analyse
 from kuiperinfer.runtime.calibration import CalibrationTable, model_digest
+from kuiperinfer.runtime.memory import release_file_pages
 from kuiperinfer.runtime.operand import RuntimeOperand
 from kuiperinfer.runtime.operator import RuntimeOperator
 from kuiperinfer.runtime.options import LoadOptions
@@ -197,6 +198,7 @@ class RuntimeGraph:
                                 self._constant_value)
         self._run_plan = RunPlan(self._plan, self.graph_input_operands(), self.graph_output_operands(),
                                  self.batching.carriers)
+        release_file_pages(a.attribute.data for op in self.operators for a in op.attribute.values())
         self.graph_state = GraphState.Complete
 
     def _check_calibrated_model(self, calibration: CalibrationTable) -> None:

@@ -131,7 +131,7 @@ class LoadOptions:
 
     def products(self) -> Precision:
         """What the graph's products compute and how this machine computes them."""
-        return choose_precision(self.precision)
+        return choose_precision(self.precision, kernels=self.kernels)
 
     def build(self) -> BuildOptions:
         """What the layers read when they are created."""

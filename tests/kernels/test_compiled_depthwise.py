@@ -69,8 +69,8 @@ def test_pointwise_depthwise_matches_the_reference(kernel, stride, pads, act, st
     weight = RNG.standard_normal((24, 1, *kernel), dtype=np.float32)
     bias = RNG.standard_normal(24, dtype=np.float32)
     relu6 = InplaceActivation("clip", (0.0, 6.0))
-    ours = depthwise.pointwise_depthwise(x, pack_weight(expand, 1)[0], CompiledEpilogue(expand_bias, 24, relu6),
-                                         depthwise.CompiledDepthwise(weight[:, 0].transpose(1, 2, 0),
+    pointwise = depthwise.float_pointwise(pack_weight(expand, 1)[0], CompiledEpilogue(expand_bias, 24, relu6))
+    ours = depthwise.pointwise_depthwise(x, pointwise, 24, depthwise.CompiledDepthwise(weight[:, 0].transpose(1, 2, 0),
                                                                      CompiledEpilogue(bias, 24, act)), stride, pads)
     check(ours, reference(x, weight, bias, act, stride, pads, out_hw((12, 9), kernel, stride, pads), expand,
                           expand_bias, relu6))
@@ -101,8 +101,8 @@ def test_parts_shared_among_threads_and_strided_inputs(pointwise, batch, halo_sh
     with intra_op(3, min_work=0):
         for source in (x, readonly):
             if pointwise:
-                ours = depthwise.pointwise_depthwise(source, pack_weight(expand, 1)[0], CompiledEpilogue(None, channels, None),
-                                                     dw, stride, pads)
+                pointwise = depthwise.float_pointwise(pack_weight(expand, 1)[0], CompiledEpilogue(None, channels, None))
+                ours = depthwise.pointwise_depthwise(source, pointwise, channels, dw, stride, pads)
             else:
                 ours = dw(source, stride, pads)
             check(ours, expected)

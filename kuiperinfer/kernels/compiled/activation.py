@@ -100,48 +100,68 @@ def gelu_tanh(v: np.float32) -> np.float32:
 
 
 @inline
+def activate(v: np.float32, code: int, a: np.float32, b: np.float32) -> np.float32:
+    """The activation ``code`` (with its parameters ``a`` and ``b``) of one value. Inlined with
+    a constant ``code`` (as :func:`finish_row` does) only its own branch is left. NaN stays
+    NaN: comparisons with NaN are false, and the branches keep the value then."""
+    if code == RELU:
+        return ZERO if v < ZERO else v
+    if code == CLIP:
+        return a if v < a else (b if v > b else v)
+    if code == LEAKY_RELU:
+        return v * a if v < ZERO else v
+    if code == SIGMOID:
+        return HALF + HALF * tanh(v * HALF)
+    if code == SILU:
+        return v * (HALF + HALF * tanh(v * HALF))
+    if code == HARDSIGMOID:
+        gate = v + THREE
+        return (ZERO if gate < ZERO else (SIX if gate > SIX else gate)) * SIXTH
+    if code == HARDSWISH:
+        gate = v + THREE
+        return v * (ZERO if gate < ZERO else (SIX if gate > SIX else gate)) * SIXTH
+    if code == GELU:
+        return gelu(v)
+    if code == GELU_TANH:
+        return gelu_tanh(v)
+    return v
+
+
+@inline
 def finish_row(row: np.ndarray, bias: np.ndarray, code: int, a: np.float32, b: np.float32) -> None:
-    """``row = activation(row + bias)`` in place (``bias`` as long as the row). NaN stays NaN:
-    comparisons with NaN are false, and the branches keep the value then."""
+    """``row = activation(row + bias)`` in place (``bias`` as long as the row), one loop per
+    activation, so that LLVM vectorises each."""
     n = row.shape[0]
     if code == NONE:
         for j in range(n):
             row[j] += bias[j]
     elif code == RELU:
         for j in range(n):
-            v = row[j] + bias[j]
-            row[j] = ZERO if v < ZERO else v
+            row[j] = activate(row[j] + bias[j], RELU, a, b)
     elif code == CLIP:
         for j in range(n):
-            v = row[j] + bias[j]
-            row[j] = a if v < a else (b if v > b else v)
+            row[j] = activate(row[j] + bias[j], CLIP, a, b)
     elif code == LEAKY_RELU:
         for j in range(n):
-            v = row[j] + bias[j]
-            row[j] = v * a if v < ZERO else v
+            row[j] = activate(row[j] + bias[j], LEAKY_RELU, a, b)
     elif code == SIGMOID:
         for j in range(n):
-            v = row[j] + bias[j]
-            row[j] = HALF + HALF * tanh(v * HALF)
+            row[j] = activate(row[j] + bias[j], SIGMOID, a, b)
     elif code == SILU:
         for j in range(n):
-            v = row[j] + bias[j]
-            row[j] = v * (HALF + HALF * tanh(v * HALF))
+            row[j] = activate(row[j] + bias[j], SILU, a, b)
     elif code == HARDSIGMOID:
         for j in range(n):
-            v = row[j] + bias[j] + THREE
-            row[j] = (ZERO if v < ZERO else (SIX if v > SIX else v)) * SIXTH
+            row[j] = activate(row[j] + bias[j], HARDSIGMOID, a, b)
     elif code == HARDSWISH:
         for j in range(n):
-            v = row[j] + bias[j]
-            gate = v + THREE
-            row[j] = v * (ZERO if gate < ZERO else (SIX if gate > SIX else gate)) * SIXTH
+            row[j] = activate(row[j] + bias[j], HARDSWISH, a, b)
     elif code == GELU:
         for j in range(n):
-            row[j] = gelu(row[j] + bias[j])
+            row[j] = activate(row[j] + bias[j], GELU, a, b)
     else:  # GELU_TANH
         for j in range(n):
-            row[j] = gelu_tanh(row[j] + bias[j])
+            row[j] = activate(row[j] + bias[j], GELU_TANH, a, b)
 
 
 @inline

@@ -272,17 +272,30 @@ def parts_of(images: int, rows: int, channels: int, work: int, threads: int, hal
             for start, stop in zip(bounds, bounds[1:]) if stop > start]
 
 
-def pointwise_depthwise(x: np.ndarray, matrix: np.ndarray, pointwise: CompiledEpilogue,
-                        depthwise: CompiledDepthwise, stride: tuple[int, int], padding: Padding) -> np.ndarray:
-    """``depthwise(pointwise(x))`` of NHWC ``x`` (N, H, W, Cin; any memory layout), where the 1x1
-    convolution is ``x @ matrix`` (Cin, E) followed by the ``pointwise`` epilogue; a new
-    contiguous (N, OH, OW, E) array. Each part (an image, a band of a single image's rows
-    or a block of its channels) walks down its output rows a stripe at a time: the product
-    fills the buffer with the expanded input rows the stripe reads that the previous stripe
-    did not, then the depthwise kernel makes the stripe's rows."""
-    x = kernel_array(x)
+PointwiseRows = Callable[[np.ndarray, np.ndarray, slice], object]
+"""A stripe's 1x1 convolution: ``pointwise(rows, out, channels)`` writes the output channels
+``channels`` of the product of the input pixels ``rows`` (P, Cin), its epilogue applied, into
+the float32 ``out`` (P, width)."""
+
+
+def float_pointwise(matrix: np.ndarray, epilogue: CompiledEpilogue) -> PointwiseRows:
+    """The float32 1x1 convolution ``rows @ matrix`` (Cin, E), then ``epilogue``."""
+    def pointwise(rows: np.ndarray, out: np.ndarray, channels: slice) -> None:
+        np.matmul(rows, matrix[:, channels], out=out)
+        finish_rows(out, epilogue.bias[channels], *epilogue.code)
+    return pointwise
+
+
+def pointwise_depthwise(x: np.ndarray, pointwise: PointwiseRows, channels: int, depthwise: CompiledDepthwise,
+                        stride: tuple[int, int], padding: Padding) -> np.ndarray:
+    """``depthwise(pointwise(x))`` of NHWC ``x`` (N, H, W, Cin; any memory layout, float32 or
+    the form ``pointwise`` multiplies), where the 1x1 convolution makes ``channels`` channels;
+    a new contiguous (N, OH, OW, channels) array. Each part (an image, a band of a single
+    image's rows or a block of its channels) walks down its output rows a stripe at a time:
+    the product fills the buffer with the expanded input rows the stripe reads that the
+    previous stripe did not, then the depthwise kernel makes the stripe's rows."""
+    x = np.ascontiguousarray(x)
     n, h, w, c_in = x.shape
-    channels = matrix.shape[1]
     kh, kw = depthwise.taps.shape[:2]
     (sh, _), top = stride, padding[0][0]
     oh = output_size(h, kh, sh, *padding[0])
@@ -293,7 +306,7 @@ def pointwise_depthwise(x: np.ndarray, matrix: np.ndarray, pointwise: CompiledEp
 
     def run(part: Part) -> None:
         image, first, stop, block = part
-        source, weight, bias = x[image], matrix[:, block], pointwise.bias[block]
+        source = x[image]
         width = block.stop - block.start
         stripe = max(1, (STRIPE_BYTES // (w * width * 4) - kh) // sh + 1)
         rows = min(h, (min(stripe, stop - first) - 1) * sh + kh)
@@ -306,9 +319,8 @@ def pointwise_depthwise(x: np.ndarray, matrix: np.ndarray, pointwise: CompiledEp
             if keep:
                 buffer[:keep] = buffer[start - held_start:held_stop - held_start]
             if finish > start + keep:
-                made = buffer[keep:finish - start].reshape(-1, width)
-                np.matmul(source[start + keep:finish].reshape(-1, c_in), weight, out=made)
-                finish_rows(made, bias, *pointwise.code)
+                pointwise(source[start + keep:finish].reshape(-1, c_in), buffer[keep:finish - start].reshape(-1, width),
+                          block)
             held_start, held_stop = start, finish
             depthwise.rows(buffer, start, h, out[image], block, y, end, stride, padding)
 

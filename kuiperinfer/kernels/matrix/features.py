@@ -2,9 +2,10 @@
 
 Linux reports the CPU's features as flags in ``/proc/cpuinfo``; the ones the matrix engine
 cares for are the AMX tiles and their bf16 and int8 products (``amx_tile``, ``amx_bf16``,
-``amx_int8``), AVX-512's bf16 dot product (``avx512_bf16``) and the int8 dot products of
-VNNI (``avx512_vnni``, ``avx_vnni``). A precision's ``products`` says which of them this
-machine has for it (:func:`kuiperinfer.kernels.matrix.precision.precision`).
+``amx_int8``), AVX-512's bf16 dot product (``avx512_bf16``), the int8 dot products of
+VNNI (``avx512_vnni``, ``avx_vnni``) and AVX2's integer products (``avx2``). A precision's
+``products`` says which of them this machine has for it
+(:func:`kuiperinfer.kernels.matrix.precision.precision`).
 """
 
 from __future__ import annotations
@@ -22,12 +23,17 @@ class MatrixFeatures:
     avx512_bf16: bool = False
     vnni: bool = False
     """int8 dot products (``vpdpbusd``), in AVX-512 or in AVX."""
+    avx512_vnni: bool = False
+    """int8 dot products on 512-bit vectors (what the VNNI kernels run on)."""
+    avx2: bool = False
+    """AVX2's integer products (``vpmaddwd``), the floor of the int8 kernels."""
 
     @classmethod
     def from_flags(cls, flags: frozenset[str]) -> MatrixFeatures:
         tiles = "amx_tile" in flags
         return cls(amx_bf16=tiles and "amx_bf16" in flags, amx_int8=tiles and "amx_int8" in flags,
-                   avx512_bf16="avx512_bf16" in flags, vnni=bool({"avx512_vnni", "avx_vnni"} & flags))
+                   avx512_bf16="avx512_bf16" in flags, vnni=bool({"avx512_vnni", "avx_vnni"} & flags),
+                   avx512_vnni="avx512_vnni" in flags, avx2="avx2" in flags)
 
     @property
     def bf16_products(self) -> str | None:

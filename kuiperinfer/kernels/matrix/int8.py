@@ -5,9 +5,9 @@ uint8, with one ``scale`` and ``zero_point`` per tensor chosen so that the calib
 ``[low, high]`` (widened to hold 0, which stays exact) spans the 256 steps. A weight is held
 as ``clip(round(w / scale_c), -127, 127)``, an int8, with one symmetric scale per output
 channel ``c``: ``max |w_c| / 127``. Rounding is to nearest, ties to even. A product of the
-two accumulates ``(q - zero_point) * q_w`` exactly in int32 and scales the sum by
-``scale * scale_c``; this reference dequantizes both and multiplies in float32, which gives
-the same sums to float32's rounding.
+two sums ``(q - zero_point) * q_w`` exactly, as integers, and scales the sum by
+``scale * scale_c`` (both float32) into float32
+(:func:`~kuiperinfer.kernels.matrix.products.int8_reference`).
 """
 
 from __future__ import annotations
@@ -43,18 +43,22 @@ def dequantize(q: np.ndarray, scale: float, zero_point: int) -> np.ndarray:
     return x
 
 
-def quantize_weight(weight: np.ndarray, axis: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """An int8 weight and its float32 scale per index along ``axis`` (the output channels)."""
+def weight_scales(weight: np.ndarray, axis: int = 0) -> np.ndarray:
+    """The float32 scale of an int8 weight per index along ``axis`` (the output channels):
+    the largest magnitude over 127 (1 where all are zero)."""
     weight = np.asarray(weight, np.float32)
     others = tuple(i for i in range(weight.ndim) if i != axis)
-    largest = np.max(np.abs(weight), axis=others, keepdims=True) if weight.size else np.ones((1,) * weight.ndim)
-    scales = np.where(largest > 0, largest / WEIGHT_LIMIT, 1).astype(np.float32)
-    q = np.clip(np.rint(weight / scales), -WEIGHT_LIMIT, WEIGHT_LIMIT).astype(np.int8)
-    return q, scales.reshape(-1)
+    largest = np.max(np.abs(weight), axis=others) if weight.size else np.ones(weight.shape[axis], np.float32)
+    return np.where(largest > 0, largest / WEIGHT_LIMIT, 1).astype(np.float32)
 
 
-def dequantize_weight(q: np.ndarray, scales: np.ndarray, axis: int = 0) -> np.ndarray:
-    """An int8 weight back to float32."""
-    shape = [1] * q.ndim
+def quantize_weight(weight: np.ndarray, axis: int = 0,
+                    scales: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """An int8 weight and its float32 scale per index along ``axis`` (:func:`weight_scales`
+    unless ``scales`` are given)."""
+    weight = np.asarray(weight, np.float32)
+    scales = weight_scales(weight, axis) if scales is None else np.asarray(scales, np.float32)
+    shape = [1] * weight.ndim
     shape[axis] = -1
-    return q.astype(np.float32) * scales.reshape(shape)
+    q = np.clip(np.rint(weight / scales.reshape(shape)), -WEIGHT_LIMIT, WEIGHT_LIMIT).astype(np.int8)
+    return q, scales

@@ -13,17 +13,14 @@ sums), normalisations, activations, the additions between layers, the biases.
 * ``int8``: the products take uint8 activations (one scale and zero point per operator,
   from a calibration table) and int8 weights (one scale per output channel, symmetric),
   as onnxruntime's static quantization with per-channel weights does
-  (:mod:`~kuiperinfer.kernels.matrix.int8`); an operator the table leaves out stays fp32.
+  (:mod:`~kuiperinfer.kernels.matrix.int8`), and sum them exactly, as integers; an
+  operator the table leaves out stays fp32.
 
-The numbers are the same on every machine; a CPU that multiplies bf16 (AMX, AVX512-BF16) or
-int8 (AMX-INT8, VNNI) is where a reduced precision can be fast. Until kuiperinfer's kernels
-use those instructions, the inputs are rounded (or quantized and dequantized) and multiplied
-in float32, slower than ``fp32``: it previews the precision's accuracy.
-
-Each operator holds a :class:`Precision` (the graph's, or an :class:`Int8` of its own
-calibrated range), which its layer asks for its weights when it is built
-(:meth:`Precision.weight`) and for its activations on every call
-(:meth:`Precision.activations`).
+The numbers are the same on every machine; the CPU decides which kernel computes them
+(:mod:`~kuiperinfer.kernels.matrix.products`: AVX512-VNNI or AVX2 for int8, AVX512-BF16 for
+bf16, NumPy elsewhere). Each operator holds a :class:`Precision` (the graph's, or an
+:class:`Int8` of its own calibrated range), which its layer asks for each product when it
+is built (:meth:`Precision.product`).
 """
 
 from __future__ import annotations
@@ -33,9 +30,22 @@ from dataclasses import dataclass
 import numpy as np
 
 from kuiperinfer.errors import KuiperError
-from kuiperinfer.kernels.matrix import int8
-from kuiperinfer.kernels.matrix.bf16 import round_bf16
 from kuiperinfer.kernels.matrix.features import MatrixFeatures, detect
+from kuiperinfer.kernels.matrix.products import (
+    AVX2,
+    AVX512_BF16,
+    BF16_WIDENED,
+    NO_EPILOGUE,
+    REFERENCE,
+    VNNI,
+    Bf16Product,
+    Int8Product,
+    Product,
+    ProductEpilogue,
+    Requantize,
+    bf16_kernel,
+    int8_kernel,
+)
 
 PRECISIONS = ("fp32", "bf16", "int8")
 
@@ -43,18 +53,19 @@ PRECISIONS = ("fp32", "bf16", "int8")
 @dataclass(frozen=True)
 class Precision:
     """What a graph's products compute (:attr:`name`) and how this machine computes it
-    (:attr:`products`); this base class is ``fp32``, which leaves the arrays as they are."""
+    (:attr:`products`); this base class is ``fp32``, whose layers multiply in float32."""
 
     name: str = "fp32"
     products: str = "float32 products"
 
-    def weight(self, weight: np.ndarray, axis: int = 0) -> np.ndarray:
-        """A product's weight in this precision, at build time (``axis``: its output channels)."""
-        return weight
-
-    def activations(self, x: np.ndarray) -> np.ndarray:
-        """A product's activations in this precision, on every call."""
-        return x
+    def product(self, weight: np.ndarray, epilogue: ProductEpilogue = NO_EPILOGUE, reference: bool = False,
+                scales: np.ndarray | None = None) -> Product | None:
+        """The product of activations (M, K) by the float32 ``weight`` (K, N) in this
+        precision, then ``epilogue``, made once when a layer is built: on this machine's
+        kernel, or the NumPy ``reference``. ``scales``, int8's weight scale of each column
+        where columns share their output channel's (a transposed convolution's taps):
+        :func:`~kuiperinfer.kernels.matrix.int8.weight_scales`. None for fp32."""
+        return None
 
 
 @dataclass(frozen=True)
@@ -63,11 +74,9 @@ class BFloat16(Precision):
 
     name: str = "bf16"
 
-    def weight(self, weight: np.ndarray, axis: int = 0) -> np.ndarray:
-        return round_bf16(weight)
-
-    def activations(self, x: np.ndarray) -> np.ndarray:
-        return round_bf16(x) if x.dtype == np.float32 else x
+    def product(self, weight: np.ndarray, epilogue: ProductEpilogue = NO_EPILOGUE, reference: bool = False,
+                scales: np.ndarray | None = None) -> Product:
+        return Bf16Product(weight, epilogue, BF16_WIDENED if reference else None)
 
 
 @dataclass(frozen=True)
@@ -79,34 +88,45 @@ class Int8(Precision):
     scale: float = 1.0
     zero_point: int = 0
 
-    def weight(self, weight: np.ndarray, axis: int = 0) -> np.ndarray:
-        return int8.dequantize_weight(*int8.quantize_weight(weight, axis), axis)
+    def product(self, weight: np.ndarray, epilogue: ProductEpilogue = NO_EPILOGUE, reference: bool = False,
+                scales: np.ndarray | None = None) -> Product:
+        return Int8Product.from_float(weight, self.scale, self.zero_point, epilogue, REFERENCE if reference else None,
+                                      scales)
 
-    def activations(self, x: np.ndarray) -> np.ndarray:
-        if x.dtype != np.float32:
-            return x
-        return int8.dequantize(int8.quantize(x, self.scale, self.zero_point), self.scale, self.zero_point)
+    @property
+    def requantize(self) -> Requantize:
+        """uint8 outputs in this operator's input form, for a producer that hands them on."""
+        return Requantize(self.scale, self.zero_point)
 
 
 FP32 = Precision()
 
 
-def precision(name: str, features: MatrixFeatures | None = None) -> Precision:
+def precision(name: str, features: MatrixFeatures | None = None, kernels: str = "compiled",
+              compilable: frozenset[str] | None = None) -> Precision:
     """The graph-wide precision ``name`` on a machine with ``features`` (this one's by
-    default). For ``int8``, the operators take an :class:`Int8` each from the calibration."""
+    default) where Numba may compile ``compilable`` (this process's by default), its products
+    on this machine's kernels or the NumPy ``"reference"`` ones. For ``int8``, the operators
+    take an :class:`Int8` each from the calibration."""
     if name not in PRECISIONS:
         raise KuiperError(f"precision must be one of {PRECISIONS}, got {name!r}")
     if name == "fp32":
         return FP32
     found = features or detect()
-    hardware = found.bf16_products if name == "bf16" else ("AMX-INT8" if found.amx_int8 else
-                                                           "VNNI" if found.vnni else None)
-    what = "bf16 inputs" if name == "bf16" else "int8 activations and weights, dequantized,"
-    if hardware is None:
-        wanting = "neither AMX nor AVX512-BF16" if name == "bf16" else "neither AMX-INT8 nor VNNI"
-        how = (f"{what} multiplied in float32: this CPU has no {name} products ({wanting}), so {name} "
-               f"previews its accuracy and runs slower than fp32")
+    if name == "bf16":
+        kernel = BF16_WIDENED if kernels == "reference" else bf16_kernel(found, compilable)
+        how = ("bf16 products on AVX512-BF16 (vdpbf16ps), weights held as bfloat16" if kernel is AVX512_BF16 else
+               f"bf16 weights (held as bfloat16) widened to float32 products: "
+               f"{'the NumPy reference' if kernels == 'reference' else 'this CPU has no AVX512-BF16'}")
+        return BFloat16(products=how)
+    kernel = REFERENCE if kernels == "reference" else int8_kernel(found, compilable)
+    if kernel.dot is not None:
+        how = f"int8 products on {kernel.name} ({INSTRUCTIONS[kernel.name]}), weights held as int8"
     else:
-        how = (f"{what} multiplied in float32: this CPU multiplies {name} ({hardware}), which kuiperinfer's "
-               f"kernels do not use yet, so {name} runs slower than fp32")
-    return BFloat16(products=how) if name == "bf16" else Precision("int8", how)
+        why = "asked for" if kernels == "reference" else "this CPU (or Numba) has neither AVX2 nor VNNI"
+        how = f"int8 products in the NumPy reference: {why}"
+    return Precision("int8", how)
+
+
+INSTRUCTIONS = {VNNI.name: "vpdpbusd", AVX2.name: "vpmaddwd"}
+"""The instruction each int8 kernel multiplies with."""

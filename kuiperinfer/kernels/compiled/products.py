@@ -1,0 +1,197 @@
+"""The matrix engine's products, compiled: register tiles (:mod:`.tiles`) over blocks of a
+product's rows and strips, each tile's epilogue fused into its store.
+
+A block of a product ``C = A B`` runs, for each panel of ``strips`` strips of the packed
+B, its rows ``rows`` at a time through one register tile (a partial panel at the right
+through a narrower one), and finishes each row of the tile while it is in cache:
+
+``y = (acc - correction[n]) * scale[n]``, then ``activation(y + bias)``, then, with a
+residual, ``residual_activation(y + residual)``, stored as float32 or requantized to uint8
+(``clip(rint(y / scale) + zero_point, 0, 255)``, as :func:`~kuiperinfer.kernels.matrix.int8.quantize`).
+
+For int8 the accumulators are the exact int32 sums of uint8 activations times int8 weights,
+``correction`` the zero point times each column's sum of weights and ``scale`` the
+activations' scale times each column's; for bf16 the float32 sums, no correction, scale 1.
+The steps are separate passes over the tile's row, each rounded as the NumPy reference
+rounds it (:mod:`kuiperinfer.kernels.matrix.products`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kuiperinfer.kernels.compiled.activation import ActivationCode, finish_row
+from kuiperinfer.kernels.compiled.tiles import tile
+from kuiperinfer.kernels.jit import inline, kernel
+
+VNNI, AVX2, BF16 = range(3)
+"""The tiles' dots, by their codes (:data:`kuiperinfer.kernels.compiled.tiles.DOTS`)."""
+VNNI_ROWS, VNNI_STRIPS = 6, 4
+AVX2_ROWS, AVX2_STRIPS = 4, 3
+BF16_ROWS, BF16_STRIPS = 6, 4
+"""Rows and strips of B of each dot's register tile: as many accumulators as leave registers
+for the strips of B and the broadcast row (32 zmm registers; 16 ymm on an AVX2 CPU)."""
+TILES = ((VNNI_ROWS, VNNI_STRIPS, 16), (AVX2_ROWS, AVX2_STRIPS, 8), (BF16_ROWS, BF16_STRIPS, 16))
+"""Per dot, its tile's rows, strips and output columns per strip."""
+LOWEST, HIGHEST = np.float32(0), np.float32(255)
+
+
+ACTIVATION, RESIDUAL_ACTIVATION, RESIDUAL_SCALE, RESIDUAL_ZERO, OUT_SCALE, OUT_ZERO = 0, 3, 6, 7, 8, 9
+"""Where the epilogue's numbers are in its float32 array: two activations (code, and two
+parameters each: :class:`~kuiperinfer.kernels.compiled.activation.ActivationCode`), the
+residual's scale and zero point, the output's (one array, since a call's arguments each
+cost time to pass)."""
+EPILOGUE_NUMBERS = 10
+
+
+def epilogue_numbers(activation: ActivationCode, residual_activation: ActivationCode, residual_scale: float,
+                     residual_zero: int, out_scale: float, out_zero: int) -> np.ndarray:
+    """The epilogue's numbers as :func:`blocks` takes them."""
+    return np.array([*activation, *residual_activation, residual_scale, residual_zero, out_scale, out_zero],
+                    np.float32)
+
+
+@inline
+def finish(sums: np.ndarray, rows: int, width: int, skip: int, row0: int, column0: int, columns: int, first: int,
+           bias: np.ndarray, residual: np.ndarray, out: np.ndarray, numbers: np.ndarray, whole: bool,
+           biases: np.ndarray, scratch: np.ndarray) -> None:
+    """The epilogue of the tiles' sums ``sums`` (``rows`` rows of ``width`` values, the first
+    ``skip`` of each left out) into ``columns`` columns of the product from ``column0`` on,
+    rows from ``row0`` on, by the ``numbers`` of :func:`epilogue_numbers`; ``out`` (and the
+    residual) hold the product's columns from ``first`` on. An empty ``residual`` adds none;
+    a uint8 ``out`` is requantized (a float32 one takes the values as they are). Where the
+    rows are ``whole`` (``out``'s are the sums' columns, one run of memory), each step is one
+    pass over all of them (the bias repeated in ``biases``); else each step goes row by row.
+    ``scratch`` holds the dequantized residual."""
+    code, low, high = int(numbers[ACTIVATION]), numbers[ACTIVATION + 1], numbers[ACTIVATION + 2]
+    residual_code = int(numbers[RESIDUAL_ACTIVATION])
+    residual_low, residual_high = numbers[RESIDUAL_ACTIVATION + 1], numbers[RESIDUAL_ACTIVATION + 2]
+    residual_scale, residual_zero = numbers[RESIDUAL_SCALE], numbers[RESIDUAL_ZERO]
+    out_scale, out_zero = numbers[OUT_SCALE], numbers[OUT_ZERO]
+    target0 = column0 - first
+    count = rows * columns if whole else columns
+    for i in range(1 if whole else rows):
+        at = row0 + i
+        values = sums[i * width + skip:i * width + skip + count]
+        finish_row(values, biases[:count] if whole else bias[column0:column0 + columns], code, low, high)
+        if residual.size:
+            added = residual.reshape(-1)[at * columns:at * columns + count] if whole else \
+                residual[at, target0:target0 + columns]
+            for k in range(count):
+                scratch[k] = (np.float32(added[k]) - residual_zero) * residual_scale
+            finish_row(values, scratch[:count], residual_code, residual_low, residual_high)
+        target = out.reshape(-1)[at * columns:at * columns + count] if whole else out[at, target0:target0 + columns]
+        if out.itemsize == 1:   # uint8
+            for k in range(count):
+                q = np.rint(values[k] / out_scale) + out_zero
+                target[k] = np.uint8(min(max(q, LOWEST), HIGHEST))
+        else:
+            for k in range(count):
+                target[k] = values[k]
+
+
+@inline
+def panel(dot: int, a: np.ndarray, row: int, valid: int, packed: np.ndarray, offset: int, strip_bytes: int,
+          correction: np.ndarray, scale: np.ndarray, column0: int, y: np.ndarray, y_start: int, y_stride: int,
+          rows: int, strips: int) -> None:
+    """The :func:`~kuiperinfer.kernels.compiled.tiles.tile` of ``rows`` rows (a constant) and
+    ``strips`` strips, at most 4: one of the four tiles as wide."""
+    if strips >= 4:
+        tile(dot, a, row, valid, packed, offset, strip_bytes, correction, scale, column0, y, y_start, y_stride, rows, 4)
+    elif strips == 3:
+        tile(dot, a, row, valid, packed, offset, strip_bytes, correction, scale, column0, y, y_start, y_stride, rows, 3)
+    elif strips == 2:
+        tile(dot, a, row, valid, packed, offset, strip_bytes, correction, scale, column0, y, y_start, y_stride, rows, 2)
+    else:
+        tile(dot, a, row, valid, packed, offset, strip_bytes, correction, scale, column0, y, y_start, y_stride, rows, 1)
+
+
+CHUNK_ROWS = 96
+"""Rows of a block the tiles fill before the epilogue finishes them, while they are in cache."""
+
+
+@inline
+def blocks(dot: int, rows: int, strips: int, lanes: int, a: np.ndarray, packed: np.ndarray,
+           strip_bytes: int, parts: np.ndarray, first: int, last: int, columns: tuple[int, int],
+           correction: np.ndarray, scale: np.ndarray, bias: np.ndarray, residual: np.ndarray, out: np.ndarray,
+           numbers: np.ndarray) -> None:
+    """Blocks ``first:last`` of ``parts`` (rows start, stop, strips start, stop each) of the
+    product of ``a`` and ``packed`` through the register tiles of ``dot`` (``rows`` by
+    ``strips`` of ``lanes`` columns, constants) into the product's ``columns`` (start, stop),
+    which ``out`` (C-contiguous) holds: :data:`CHUNK_ROWS` rows at a time, every strip's tiles
+    into a buffer of sums, then :func:`finish`."""
+    start, stop = columns
+    widest = tallest = 0
+    for part in range(first, last):
+        widest = max(widest, (parts[part, 3] - parts[part, 2]) * lanes)
+        tallest = min(CHUNK_ROWS, max(tallest, parts[part, 1] - parts[part, 0]))
+    sums = np.empty((tallest + rows) * widest, np.float32)
+    biases, scratch = np.empty(tallest * widest, np.float32), np.empty(tallest * widest, np.float32)
+    for part in range(first, last):
+        row0, row1, strip0, strip1 = parts[part]
+        width = (strip1 - strip0) * lanes
+        column0 = max(strip0 * lanes, start)
+        count = min(strip1 * lanes, stop) - column0
+        whole = column0 == strip0 * lanes and count == width == out.shape[1]
+        if whole:
+            for i in range(tallest):
+                biases[i * width:(i + 1) * width] = bias[column0:column0 + width]
+        for chunk in range(row0, row1, tallest):
+            end = min(row1, chunk + tallest)
+            for strip in range(strip0, strip1, strips):
+                left = min(strips, strip1 - strip)
+                offset, y_column = strip * strip_bytes, (strip - strip0) * lanes
+                row = chunk
+                while row < end:
+                    valid = min(rows, end - row)
+                    y_start = (row - chunk) * width + y_column
+                    if 2 * valid > rows:   # a whole tile, its rows past the last reading the last again
+                        panel(dot, a, row, valid, packed, offset, strip_bytes, correction, scale, strip * lanes, sums,
+                              y_start, width, rows, left)
+                    else:                  # rows one at a time
+                        valid = 1
+                        panel(dot, a, row, valid, packed, offset, strip_bytes, correction, scale, strip * lanes, sums,
+                              y_start, width, 1, left)
+                    row += valid
+            finish(sums, end - chunk, width, column0 - strip0 * lanes, chunk, column0, count, start, bias, residual,
+                   out, numbers, whole, biases, scratch)
+
+
+def _blocks_of(dot: int, rows: int, strips: int, lanes: int, what: str):  # noqa: ANN202
+    """The compiled :func:`blocks` of one dot, its tile's size constants in the code."""
+
+    def product(a, packed, strip_bytes, parts, first, last, columns, correction, scale, bias, residual,  # noqa: ANN001
+                out, numbers) -> None:
+        blocks(dot, rows, strips, lanes, a, packed, strip_bytes, parts, first, last, columns, correction, scale,
+               bias, residual, out, numbers)
+    product.__name__ = product.__qualname__ = f"{what}_blocks"
+    product.__doc__ = f":func:`blocks` through {what} tiles."
+    return kernel(product)
+
+
+BLOCKS = tuple(_blocks_of(dot, rows, strips, lanes, what)
+               for dot, ((rows, strips, lanes), what) in enumerate(zip(TILES, ("vnni", "avx2", "bf16"))))
+"""The compiled product of each dot, by its code."""
+
+
+@kernel
+def round_bf16_bits(x: np.ndarray, out: np.ndarray) -> None:
+    """``out`` = float32 ``x`` rounded to bfloat16 (to nearest, ties to even; NaN to NaN), as
+    uint16 bit patterns: the compiled twin of
+    :func:`~kuiperinfer.kernels.matrix.products.bf16_bits` (both C-contiguous, of one shape)."""
+    bits, target = x.reshape(-1).view(np.uint32), out.reshape(-1)
+    for i in range(bits.size):
+        b = bits[i]
+        rounded = (b + np.uint32(0x7FFF) + ((b >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)
+        target[i] = np.uint16(0x7FC0) if (b & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000) else np.uint16(rounded)
+
+
+@kernel
+def quantize_values(x: np.ndarray, scale: np.float32, zero_point: np.float32, out: np.ndarray) -> None:
+    """``out`` = float32 ``x`` quantized to uint8, ``clip(rint(x / scale) + zero_point, 0, 255)``:
+    the compiled twin of :func:`~kuiperinfer.kernels.matrix.int8.quantize` (both C-contiguous,
+    of one shape)."""
+    values, target = x.reshape(-1), out.reshape(-1)
+    for i in range(values.size):
+        q = np.rint(values[i] / scale) + zero_point
+        target[i] = np.uint8(min(max(q, LOWEST), HIGHEST))

@@ -1,0 +1,137 @@
+"""Convolutions through the matrix engine's products (:mod:`.products`): what a convolution
+computes in ``int8`` and ``bf16``.
+
+:class:`ProductConvolution` takes the activations once into the form its products multiply
+(uint8, bfloat16), then makes the columns of a stripe of output rows at a time from the
+channels-last input, padding included (:mod:`kuiperinfer.kernels.compiled.columns`, or
+NumPy's strided windows for the reference), and multiplies them by the packed weight, the
+epilogue fused. A 1x1, stride-1 convolution needs no columns: its input pixels are the
+rows. Stripes of several images' rows go to the run's threads as parts, each made and
+multiplied by one thread while its columns are in cache; a convolution small enough for
+one stripe is one product, whose own blocks the threads share. Winograd does not apply:
+the products are the definition.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from kuiperinfer.kernels.im2col import output_size, window_view
+from kuiperinfer.kernels.layout import nchw, nhwc, pad_nhwc
+from kuiperinfer.kernels.matrix.products import Product
+from kuiperinfer.kernels.parallel import even_step, run_parts, threads_for
+
+BLOCK_BYTES = 1 << 20
+"""Bytes of columns made and multiplied at a time: a stripe of an image's output rows."""
+
+Padding = tuple[tuple[int, int], tuple[int, int]]
+
+
+class ProductConvolution:
+    """A 2-D convolution whose weight products are ``products``, one per group, each taking
+    the columns (kh*kw*Cin/groups, taps (i, j) then channels) to Cout/groups output channels
+    with its epilogue; ``compiled`` makes the columns with the compiled kernel (else NumPy's
+    strided windows). Calling it on NCHW ``x`` (any memory layout; float32, or already in the
+    products' form) gives a new NHWC (N, OH, OW, Cout) array, float32 or, where the products
+    requantize, uint8; a ``residual`` (NCHW, Cout channels) is added as their epilogue says."""
+
+    def __init__(self, products: Sequence[Product], kernel: tuple[int, int], stride: tuple[int, int],
+                 dilation: tuple[int, int], padding: Padding, padding_mode: str, compiled: bool):
+        self.products, self.kernel, self.stride, self.dilation = list(products), kernel, stride, dilation
+        self.padding, self.padding_mode, self.compiled = padding, padding_mode, compiled
+        first = self.products[0]
+        self.in_channels = first.in_features // (kernel[0] * kernel[1]) * len(self.products)
+        self.out_channels = first.out_features * len(self.products)
+        self.pointwise = (kernel == (1, 1) and stride == (1, 1) and len(self.products) == 1
+                          and padding == ((0, 0), (0, 0)))
+        """Whether the input pixels are the columns."""
+        self._fill = first.in_dtype(first.zero)
+        """Padding in the products' form."""
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the weights the products hold."""
+        return sum(product.nbytes for product in self.products)
+
+    def __call__(self, x: np.ndarray, residual: np.ndarray | None = None, residual_scale: float = 1.0,
+                 residual_zero_point: int = 0) -> np.ndarray:
+        first = self.products[0]
+        a, padding = first.activations(x), self.padding
+        if self.padding_mode not in ("zeros", "constant") or not self.compiled:
+            a, padding = nchw(pad_nhwc(a, padding, self.padding_mode, self._fill)), ((0, 0), (0, 0))
+        a = np.ascontiguousarray(nhwc(a))
+        n, h, w, c = a.shape
+        (top, bottom), (left, right) = padding
+        oh, ow = (output_size(size, k, s, d) for size, k, s, d in
+                  zip((h + top + bottom, w + left + right), self.kernel, self.stride, self.dilation))
+        out = np.empty((n, oh, ow, self.out_channels), first.out_dtype)
+        rows = out.reshape(-1, self.out_channels)
+        if residual is not None:
+            residual = Residual(np.ascontiguousarray(nhwc(residual)).reshape(rows.shape), residual_scale,
+                                residual_zero_point)
+        if self.pointwise:
+            self._multiply(a.reshape(1, -1, c), rows, residual, shared=True)
+            return out
+        depth = first.in_features
+        step = max(1, BLOCK_BYTES // (ow * depth * a.itemsize))
+        work = rows.size * depth * len(self.products) // first.kernel.speedup
+        if n * oh <= step:   # one stripe: one product, its blocks shared
+            columns = np.empty((len(self.products), len(rows), depth), a.dtype)
+            for image in range(n):
+                self._columns(a, (top, left), image, 0, oh, ow, columns[:, image * oh * ow:(image + 1) * oh * ow])
+            self._multiply(columns, rows, residual, shared=True)
+            return out
+        step = even_step(oh, step, threads_for(work), n)
+
+        def stripe(part: tuple[int, int]) -> None:
+            image, row0 = part
+            count = min(step, oh - row0)
+            columns = np.empty((len(self.products), count * ow, depth), a.dtype)
+            self._columns(a, (top, left), image, row0, count, ow, columns)
+            block = slice((image * oh + row0) * ow, (image * oh + row0 + count) * ow)
+            self._multiply(columns, rows[block], residual and residual.rows(block), shared=False)
+        run_parts([(image, row0) for image in range(n) for row0 in range(0, oh, step)], work, stripe)
+        return out
+
+    def _columns(self, a: np.ndarray, top_left: tuple[int, int], image: int, row0: int, count: int, ow: int,
+                 columns: np.ndarray) -> None:
+        """The columns of output rows ``row0`` to ``row0 + count`` of ``image`` of the NHWC
+        ``a`` (padded by ``top_left`` before its first row and column), one (count * ow,
+        depth) matrix per group."""
+        groups = len(columns)
+        channels = a.shape[3] // groups
+        if self.compiled:
+            from kuiperinfer.kernels.compiled.columns import window_columns
+
+            for group in range(groups):
+                window_columns(a, image, row0, count, ow, self.kernel, self.stride, self.dilation, top_left,
+                               (group * channels, channels), self._fill, columns[group])
+            return
+        windows = window_view(a[image:image + 1], self.kernel, self.stride, self.dilation, (row0 + count, ow),
+                              groups)[0, row0:]
+        for group in range(groups):
+            columns[group] = windows[:, :, group].reshape(count * ow, -1)
+
+    def _multiply(self, columns: np.ndarray, rows: np.ndarray, residual: Residual | None, shared: bool) -> None:
+        """``rows`` = each group's columns times its product, into its output channels."""
+        width = self.products[0].out_features
+        for group, product in enumerate(self.products):
+            part = slice(group * width, (group + 1) * width)
+            added = () if residual is None else (residual.values[:, part], residual.scale, residual.zero_point)
+            product.multiply(columns[group], rows[:, part], *added, shared=shared)
+
+
+@dataclass(frozen=True)
+class Residual:
+    """A residual as a product's epilogue adds it: (M, N) rows, float32, or uint8 with its
+    scale and zero point."""
+
+    values: np.ndarray
+    scale: float = 1.0
+    zero_point: int = 0
+
+    def rows(self, block: slice) -> Residual:
+        return Residual(self.values[block], self.scale, self.zero_point)

@@ -1,0 +1,468 @@
+"""The matrix engine's products: int8 and bf16 weights packed once, one call per product,
+the epilogue fused, on the instructions this CPU has.
+
+A layer makes its product when it is built and calls it on every run::
+
+    product = Int8Product(weight_q, weight_scales, input_scale, input_zero_point,
+                          ProductEpilogue(bias, activation, requantize=Requantize(0.05, 3)))
+    y = product(a)              # (M, K) uint8 -> (M, N) uint8 (float32 without requantize)
+
+    product = Bf16Product(weight, ProductEpilogue(bias, activation))
+    y = product(x)              # (M, K) float32 -> (M, N) float32
+
+**int8** (:class:`Int8Product`): uint8 activations ``a`` with one zero point, int8 weights
+``w`` (K, N), symmetric, one scale per output column. The sums ``sum_k (a - zero_point) w``
+are exact integers: the kernels add ``a w`` in int32 and subtract ``zero_point * sum_k w``,
+a correction per column made when packing. Then, per column, ``y = acc * scale`` (the
+activations' scale times the column's, in float32), ``activation(y + bias)``, with a
+residual ``residual_activation(y + residual)``, and float32 out or uint8 requantized
+(:class:`ProductEpilogue`). :func:`int8_reference` is the definition in NumPy.
+
+**bf16** (:class:`Bf16Product`): weights held as bfloat16 (half of float32's memory), the
+activations rounded to bfloat16 (:func:`~kuiperinfer.kernels.matrix.bf16.round_bf16`), their
+products (exact in float32) summed in float32; the same epilogue, float32 out.
+:func:`bf16_reference` is the definition in NumPy.
+
+**Kernels** (:func:`int8_kernel`, :func:`bf16_kernel`, chosen once per product from the
+CPU's flags and what Numba may compile for it): register tiles of AVX512-VNNI, AVX2 or
+AVX512-BF16 (:mod:`kuiperinfer.kernels.compiled.tiles`), or the NumPy reference, which any
+CPU runs (for bf16, in blocks of columns whose weights are widened to float32 as they are
+multiplied). A product is cut into blocks of rows and strips of columns that depend on its
+shape only, shared among the run's threads (:func:`~kuiperinfer.kernels.parallel.run_parts`);
+the outputs are the same at any thread count.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from kuiperinfer.kernels.compiled.activation import ActivationCode
+from kuiperinfer.kernels.compiled.tiles import GROUP_BYTES, target_features
+from kuiperinfer.kernels.elementwise import Epilogue, InplaceActivation
+from kuiperinfer.kernels.matrix import int8
+from kuiperinfer.kernels.matrix.bf16 import round_bf16
+from kuiperinfer.kernels.matrix.features import MatrixFeatures, detect
+from kuiperinfer.kernels.parallel import run_parts, threads_for
+
+INT8_ACCUMULATION_LIMIT = (2**31 - 1) // (int8.ACTIVATION_STEPS * int8.WEIGHT_LIMIT)
+"""The deepest int8 product whose sums fit int32 whatever the values (66,311)."""
+PART_WORK = 1 << 20
+"""Multiply-adds a block of a product holds at least, where the product has enough."""
+MAX_PARTS = 16
+"""Blocks a product is cut into at most: enough for two or four threads to share evenly."""
+
+
+@dataclass(frozen=True)
+class Requantize:
+    """Outputs as uint8: ``clip(rint(y / scale) + zero_point, 0, 255)``."""
+
+    scale: float
+    zero_point: int
+
+
+@dataclass(frozen=True)
+class ProductEpilogue:
+    """What a product does to its sums before it stores them: ``activation(y + bias)``; with a
+    residual given to the call, ``residual_activation(y + residual)``; with ``requantize``,
+    uint8 out."""
+
+    bias: np.ndarray | None = None
+    activation: InplaceActivation | None = None
+    residual_activation: InplaceActivation | None = None
+    requantize: Requantize | None = None
+
+
+NO_EPILOGUE = ProductEpilogue()
+"""Sums scaled and stored as float32, nothing more."""
+
+
+def finish_reference(y: np.ndarray, epilogue: ProductEpilogue, residual: np.ndarray | None = None,
+                     residual_scale: float = 1.0, residual_zero_point: int = 0) -> np.ndarray:
+    """The epilogue in NumPy, in place on the float32 sums ``y`` (M, N); a uint8 ``residual``
+    is dequantized with its scale and zero point."""
+    Epilogue(epilogue.bias, epilogue.activation)(y)
+    if residual is not None:
+        y += int8.dequantize(residual, residual_scale, residual_zero_point) if residual.dtype == np.uint8 else residual
+        if epilogue.residual_activation is not None:
+            epilogue.residual_activation(y)
+    return y if epilogue.requantize is None else int8.quantize(y, epilogue.requantize.scale,
+                                                               epilogue.requantize.zero_point)
+
+
+def int8_sums(a: np.ndarray, weight: np.ndarray, zero_point: int) -> np.ndarray:
+    """``(a - zero_point) @ weight`` exactly, as int32: through float64, whose products and
+    sums of these integers are exact."""
+    return (np.matmul(a.astype(np.float64) - zero_point, weight.astype(np.float64))).astype(np.int32)
+
+
+def int8_reference(a: np.ndarray, weight: np.ndarray, scale: np.ndarray, zero_point: int,
+                   epilogue: ProductEpilogue = NO_EPILOGUE, residual: np.ndarray | None = None,
+                   residual_scale: float = 1.0, residual_zero_point: int = 0) -> np.ndarray:
+    """The int8 product, the definition: uint8 ``a`` (M, K) with ``zero_point``, int8 ``weight``
+    (K, N), float32 ``scale`` (N,) per column; ``(float32(sums) * scale)`` then the epilogue."""
+    y = int8_sums(a, weight, zero_point).astype(np.float32)
+    y *= scale
+    return finish_reference(y, epilogue, residual, residual_scale, residual_zero_point)
+
+
+def bf16_bits(x: np.ndarray) -> np.ndarray:
+    """float32 ``x`` rounded to bfloat16, as its uint16 bit patterns."""
+    return (round_bf16(x).view(np.uint32) >> 16).astype(np.uint16)
+
+
+def widen_bf16(bits: np.ndarray) -> np.ndarray:
+    """bfloat16 bit patterns as float32 values (exact)."""
+    return (bits.astype(np.uint32) << 16).view(np.float32)
+
+
+def bf16_reference(x: np.ndarray, weight_bits: np.ndarray, epilogue: ProductEpilogue = NO_EPILOGUE,
+                   residual: np.ndarray | None = None) -> np.ndarray:
+    """The bf16 product, the definition: float32 ``x`` (M, K) rounded to bfloat16 times the
+    bfloat16 ``weight_bits`` (K, N), in float32, then the epilogue."""
+    return finish_reference(np.matmul(round_bf16(x), widen_bf16(weight_bits)), epilogue, residual)
+
+
+# -- the kernels ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ProductKernel:
+    """How a product is computed here: ``name`` for people, the compiled tile's ``dot``
+    (:mod:`kuiperinfer.kernels.compiled.products`), or None for the NumPy reference."""
+
+    name: str
+    dot: int | None = None
+    speedup: int = 1
+    """About how many times the float32 product's multiply-adds it does in a given time,
+    for how large a product is worth sharing among threads."""
+
+
+REFERENCE = ProductKernel("NumPy reference")
+VNNI = ProductKernel("AVX512-VNNI", 0, 4)
+AVX2 = ProductKernel("AVX2", 1, 2)
+AVX512_BF16 = ProductKernel("AVX512-BF16", 2, 2)
+BF16_WIDENED = ProductKernel("float32 products of widened bf16 weights")
+
+
+def int8_kernel(features: MatrixFeatures | None = None, compilable: frozenset[str] | None = None) -> ProductKernel:
+    """The int8 kernel for a CPU of ``features`` (this one's by default) where Numba may compile
+    the instruction sets ``compilable`` (LLVM's names; this process's by default)."""
+    features = features or detect()
+    compilable = target_features() if compilable is None else compilable
+    if features.avx512_vnni and {"avx512vnni", "avx512bw"} <= compilable:
+        return VNNI
+    if features.avx2 and "avx2" in compilable:
+        return AVX2
+    return REFERENCE
+
+
+def bf16_kernel(features: MatrixFeatures | None = None, compilable: frozenset[str] | None = None) -> ProductKernel:
+    """The bf16 kernel for a CPU of ``features`` where Numba may compile ``compilable``
+    (as :func:`int8_kernel`)."""
+    features = features or detect()
+    compilable = target_features() if compilable is None else compilable
+    if features.avx512_bf16 and {"avx512bf16", "avx512bw"} <= compilable:
+        return AVX512_BF16
+    return BF16_WIDENED
+
+
+def _tile(kernel: ProductKernel) -> tuple[int, int, int]:
+    from kuiperinfer.kernels.compiled.products import TILES
+
+    return TILES[kernel.dot]
+
+
+def pack(weight: np.ndarray, kernel: ProductKernel) -> tuple[np.ndarray, int]:
+    """The (K, N) int8 or bfloat16 ``weight`` as ``kernel``'s tiles read it, and the bytes of a
+    strip: strips of ``lanes`` columns, one after another; in each, groups of 4 bytes of K
+    (zeros past K and N), and in each group each column's 4 bytes (for AVX2, the columns'
+    first 2 bytes, then their last 2)."""
+    _, _, lanes = _tile(kernel)
+    per_group = GROUP_BYTES // weight.itemsize
+    k, n = weight.shape
+    groups, strips = -(-k // per_group), -(-n // lanes)
+    padded = np.zeros((groups * per_group, strips * lanes), weight.dtype)
+    padded[:k, :n] = weight
+    if kernel is AVX2:
+        order = padded.reshape(groups, 2, 2, strips, lanes).transpose(3, 0, 1, 4, 2)
+    else:
+        order = padded.reshape(groups, per_group, strips, lanes).transpose(2, 0, 3, 1)
+    return np.ascontiguousarray(order).reshape(-1).view(np.uint8), groups * GROUP_BYTES * lanes
+
+
+def _whole_strips(values: np.ndarray, kernel: ProductKernel) -> np.ndarray:
+    """A value per column, zeros after the last up to the end of its strip (the tiles read whole strips)."""
+    lanes = _tile(kernel)[2]
+    return np.concatenate([values, np.zeros(-len(values) % lanes, values.dtype)])
+
+
+def product_parts(m: int, n: int, k: int, kernel: ProductKernel, columns: tuple[int, int] | None = None) -> np.ndarray:
+    """The blocks a product of (M, K) by (K, N) (or its ``columns``, start and stop) is cut
+    into, as rows (start, stop) and strips (start, stop): about one per :data:`PART_WORK`
+    multiply-adds, at most :data:`MAX_PARTS`, cut along the rows first (each block then reads
+    all of B once), and along whole tiles."""
+    rows, strips, lanes = _tile(kernel)
+    start, stop = columns or (0, n)
+    first = start // lanes
+    strip_count = -(-stop // lanes) - first
+    count = int(np.clip(m * (stop - start) * k // PART_WORK, 1, MAX_PARTS))
+    row_blocks = min(count, -(-m // rows))
+    strip_blocks = min(max(1, count // row_blocks), -(-strip_count // strips))
+    row_cuts = [rows * (-(-m // rows) * i // row_blocks) for i in range(row_blocks)] + [m]
+    strip_cuts = [first + strips * (-(-strip_count // strips) * i // strip_blocks) for i in range(strip_blocks)]
+    strip_cuts.append(first + strip_count)
+    return np.array([(r0, r1, s0, s1) for r0, r1 in zip(row_cuts, row_cuts[1:])
+                     for s0, s1 in zip(strip_cuts, strip_cuts[1:])], np.int64)
+
+
+def in_layout(x: np.ndarray, dtype: type, fill: Callable[[np.ndarray, np.ndarray], object]) -> np.ndarray:
+    """``fill(values, out)`` over ``x`` as one C-contiguous run of memory (its axes ordered by
+    their strides: a channels-last view's NHWC array), into a new array of ``dtype`` in the
+    memory layout of ``x``; large arrays in parts shared among the run's threads."""
+    if x.flags.c_contiguous:
+        order = None
+        values = x.reshape(-1)
+    else:
+        order = np.argsort(x.strides, kind="stable")[::-1]
+        values = np.ascontiguousarray(x.transpose(order)).reshape(-1)
+    out = np.empty(values.shape, dtype)
+    work = ELEMENTWISE_WORK * values.size
+    if threads_for(work) > 1:
+        step = max(ELEMENTWISE_PART, -(-values.size // MAX_PARTS))
+        run_parts([slice(i, i + step) for i in range(0, values.size, step)], work,
+                  lambda part: fill(values[part], out[part]))
+    else:
+        fill(values, out)
+    if order is None:
+        return out.reshape(x.shape)
+    return out.reshape([x.shape[i] for i in order]).transpose(np.argsort(order))
+
+
+ELEMENTWISE_PART = 1 << 16
+"""Values an elementwise part (quantizing, rounding) holds at least."""
+ELEMENTWISE_WORK = 8
+"""Multiply-adds an elementwise value counts as when deciding whether to share it among threads."""
+
+
+class Product:
+    """What int8 and bf16 products share: the epilogue's arrays, the kernel's call over the
+    blocks of a product, shared among the run's threads."""
+
+    NO_RESIDUAL = np.empty((0, 0), np.float32)
+    in_features: int
+    in_dtype: type
+    """The form :meth:`activations` gives."""
+    zero: int = 0
+    """The value of 0.0 in that form (what padding is)."""
+
+    def __init__(self, n: int, epilogue: ProductEpilogue, kernel: ProductKernel):
+        self.epilogue, self.kernel, self.out_features = epilogue, kernel, n
+        self._bias = np.zeros(n, np.float32) if epilogue.bias is None else np.array(epilogue.bias, np.float32)
+        if self._bias.shape != (n,):
+            raise ValueError(f"a product of {n} columns takes a bias of {n}, not {self._bias.shape}")
+        requantize = epilogue.requantize or Requantize(1.0, 0)
+        self._numbers = (ActivationCode.of(epilogue.activation), ActivationCode.of(epilogue.residual_activation),
+                         requantize.scale, requantize.zero_point)
+        self.out_dtype = np.float32 if epilogue.requantize is None else np.uint8
+        self._parts: dict[tuple[int, int, int], np.ndarray] = {}
+        self._epilogue_numbers: dict[tuple[float, int], np.ndarray] = {}
+        if kernel.dot is not None:
+            from kuiperinfer.kernels.compiled import products as compiled_products
+
+            self._compiled_products = compiled_products
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the weights the product holds (packed, or as the reference takes them)."""
+        return self.packed.nbytes
+
+    def activations(self, x: np.ndarray) -> np.ndarray:
+        """float32 ``x`` (any shape and memory layout) in the form the product multiplies,
+        in the same layout."""
+        raise NotImplementedError
+
+    def __call__(self, a: np.ndarray, residual: np.ndarray | None = None, residual_scale: float = 1.0,
+                 residual_zero_point: int = 0) -> np.ndarray:
+        """The product of ``a`` (M, K), float32 or already in the form :meth:`activations`
+        gives; a ``residual`` (M, N), float32 or uint8 with its scale and zero point, is added
+        as the epilogue says."""
+        a = self.activations(a)
+        k = self.in_features
+        if a.ndim != 2 or a.shape[1] != k:
+            raise ValueError(f"a product of {k} rows takes (M, {k}) activations, not {a.dtype} {a.shape}")
+        a = a if a.flags.c_contiguous and a.flags.writeable else a.copy()
+        out = np.empty((len(a), self.out_features), self.out_dtype)
+        self.multiply(a, out, residual, residual_scale, residual_zero_point)
+        return out
+
+    def multiply(self, a: np.ndarray, out: np.ndarray, residual: np.ndarray | None = None,
+                 residual_scale: float = 1.0, residual_zero_point: int = 0, columns: tuple[int, int] | None = None,
+                 shared: bool = True) -> None:
+        """``out`` = the product of ``a`` (M, K), C-contiguous, in the form :meth:`activations`
+        gives, or its ``columns`` (start, stop), which ``out`` (M, stop - start) and the
+        ``residual`` then hold; the blocks shared among the run's threads unless ``shared``
+        is False (a caller that shares its own parts)."""
+        start, stop = columns or (0, self.out_features)
+        if out.shape != (len(a), stop - start) or out.dtype != self.out_dtype:
+            raise ValueError(f"the product of {len(a)} rows and columns {start}:{stop} goes to a "
+                             f"{np.dtype(self.out_dtype)} {(len(a), stop - start)} array, not {out.dtype} {out.shape}")
+        if residual is not None and (residual.shape != out.shape or residual.dtype not in (np.float32, np.uint8)):
+            raise ValueError(f"a residual of a {out.shape} product is float32 or uint8 of that shape, "
+                             f"not {residual.dtype} {residual.shape}")
+        if self.kernel.dot is None:
+            epilogue = ProductEpilogue(self._bias[start:stop], self.epilogue.activation,
+                                       self.epilogue.residual_activation, self.epilogue.requantize)
+            self._reference(a, out, slice(start, stop), epilogue, residual, residual_scale, residual_zero_point,
+                            shared)
+        elif out.flags.c_contiguous:
+            self._compiled(a, out, (start, stop), residual, residual_scale, residual_zero_point, shared)
+        else:   # a group's channels of a convolution's output
+            whole = np.empty(out.shape, out.dtype)
+            self._compiled(a, whole, (start, stop), residual, residual_scale, residual_zero_point, shared)
+            out[...] = whole
+
+    def _reference(self, a: np.ndarray, out: np.ndarray, columns: slice, epilogue: ProductEpilogue,
+                   residual: np.ndarray | None, residual_scale: float, residual_zero_point: int,
+                   shared: bool) -> None:
+        raise NotImplementedError
+
+    def _compiled(self, a: np.ndarray, out: np.ndarray, columns: tuple[int, int], residual: np.ndarray | None,
+                  residual_scale: float, residual_zero_point: int, shared: bool) -> None:
+        m, k = a.shape
+        if residual is None:
+            residual = self.NO_RESIDUAL
+        elif not (residual.flags.c_contiguous and residual.flags.writeable):
+            residual = residual.copy()
+        numbers = self._epilogue_numbers.get((residual_scale, residual_zero_point))
+        if numbers is None:
+            numbers = self._epilogue_numbers[(residual_scale, residual_zero_point)] = \
+                self._compiled_products.epilogue_numbers(*self._numbers[:2], residual_scale, residual_zero_point,
+                                                         *self._numbers[2:])
+        key = (m, *columns)
+        parts = self._parts.get(key)
+        if parts is None:
+            parts = self._parts[key] = product_parts(m, self.out_features, k, self.kernel, columns)
+        work = m * (columns[1] - columns[0]) * k // self.kernel.speedup
+        blocks = self._compiled_products.BLOCKS[self.kernel.dot]
+        packed, strip_bytes, correction, scale = self._tiles
+
+        def run(span: tuple[int, int]) -> None:
+            blocks(a, packed, strip_bytes, parts, span[0], span[1], columns, correction, scale, self._bias, residual,
+                   out, numbers)
+        if shared and threads_for(work) > 1:
+            run_parts([(i, i + 1) for i in range(len(parts))], work, run)
+        else:
+            run((0, len(parts)))
+
+
+class Int8Product(Product):
+    """``epilogue((a - input_zero_point) @ weight * input_scale * weight_scales)`` for uint8
+    ``a`` (M, K), the int8 ``weight`` (K, N) packed once for ``kernel`` (this CPU's by
+    default); :attr:`kernel` says which runs."""
+
+    def __init__(self, weight: np.ndarray, weight_scales: np.ndarray, input_scale: float, input_zero_point: int,
+                 epilogue: ProductEpilogue = NO_EPILOGUE, kernel: ProductKernel | None = None):
+        if weight.ndim != 2 or weight.dtype != np.int8:
+            raise ValueError(f"an int8 product's weight is a 2-D int8 array (K, N), not {weight.dtype} {weight.shape}")
+        k, n = weight.shape
+        if k > INT8_ACCUMULATION_LIMIT:
+            raise ValueError(f"an int8 product sums at most {INT8_ACCUMULATION_LIMIT} products in int32, not {k}")
+        super().__init__(n, epilogue, kernel or int8_kernel())
+        self.in_features, self.zero_point, self.in_dtype = k, int(input_zero_point), np.uint8
+        self.zero = self.zero_point
+        self.input_scale = np.float32(input_scale)
+        self.scale = (self.input_scale * np.asarray(weight_scales, np.float32)).reshape(n)
+        if self.kernel.dot is None:
+            self.weight = self.packed = weight
+        else:
+            self.packed, strip_bytes = pack(weight, self.kernel)
+            correction = (self.zero_point * weight.sum(axis=0, dtype=np.int64)).astype(np.int32)
+            self._tiles = (self.packed, strip_bytes,
+                           *(_whole_strips(v, self.kernel) for v in (correction, self.scale)))
+
+    @classmethod
+    def from_float(cls, weight: np.ndarray, input_scale: float, input_zero_point: int,
+                   epilogue: ProductEpilogue = NO_EPILOGUE, kernel: ProductKernel | None = None,
+                   scales: np.ndarray | None = None) -> Int8Product:
+        """The product of a float32 weight (K, N) quantized per column
+        (:func:`~kuiperinfer.kernels.matrix.int8.quantize_weight`), by ``scales`` (N,) where given."""
+        q, scales = int8.quantize_weight(weight, 1, scales)
+        return cls(q, scales, input_scale, input_zero_point, epilogue, kernel)
+
+    def activations(self, x: np.ndarray) -> np.ndarray:
+        """``x`` quantized to uint8 by the product's input scale and zero point (uint8 ``x``,
+        quantized so already, as it is)."""
+        if x.dtype == np.uint8:
+            return x
+        x = np.asarray(x, np.float32)
+        if self.kernel.dot is None:
+            return int8.quantize(x, self.input_scale, self.zero_point)
+        from kuiperinfer.kernels.compiled.products import quantize_values
+
+        scale, zero_point = self.input_scale, np.float32(self.zero_point)
+        return in_layout(x, np.uint8, lambda values, out: quantize_values(values, scale, zero_point, out))
+
+    def _reference(self, a: np.ndarray, out: np.ndarray, columns: slice, epilogue: ProductEpilogue,
+                   residual: np.ndarray | None, residual_scale: float, residual_zero_point: int,
+                   shared: bool) -> None:
+        out[...] = int8_reference(a, self.weight[:, columns], self.scale[columns], self.zero_point, epilogue,
+                                  residual, residual_scale, residual_zero_point)
+
+
+class Bf16Product(Product):
+    """``epilogue(bf16(x) @ bf16(weight))`` for float32 ``x`` (M, K), the float32 ``weight``
+    (K, N) held as bfloat16, packed once for ``kernel`` (this CPU's by default)."""
+
+    WIDENED_COLUMNS = 256
+    """Columns of weights widened to float32 at a time where the CPU has no bf16 products."""
+
+    def __init__(self, weight: np.ndarray, epilogue: ProductEpilogue = NO_EPILOGUE,
+                 kernel: ProductKernel | None = None):
+        if weight.ndim != 2:
+            raise ValueError(f"a bf16 product's weight is a 2-D array (K, N), not {weight.shape}")
+        if epilogue.requantize is not None:
+            raise ValueError("a bf16 product's output is float32: it does not requantize")
+        k, n = weight.shape
+        super().__init__(n, epilogue, kernel or bf16_kernel())
+        self.in_features = k
+        self.in_dtype = np.float32 if self.kernel.dot is None else np.uint16
+        bits = bf16_bits(np.asarray(weight, np.float32))
+        if self.kernel.dot is None:
+            self.weight_bits = self.packed = bits
+        else:
+            self.packed, strip_bytes = pack(bits, self.kernel)
+            self._tiles = (self.packed, strip_bytes, np.zeros(n, np.int32), np.ones(n, np.float32))
+
+    def activations(self, x: np.ndarray) -> np.ndarray:
+        """``x`` rounded to bfloat16: as uint16 bit patterns for the bf16 kernels (which pass as
+        they are), as float32 values for the widened products."""
+        if x.dtype == self.in_dtype == np.uint16:
+            return x
+        x = np.asarray(x, np.float32)
+        if self.kernel.dot is None:
+            return round_bf16(x)
+        from kuiperinfer.kernels.compiled.products import round_bf16_bits
+
+        return in_layout(x, np.uint16, round_bf16_bits)
+
+    def _reference(self, a: np.ndarray, out: np.ndarray, columns: slice, epilogue: ProductEpilogue,
+                   residual: np.ndarray | None, residual_scale: float, residual_zero_point: int,
+                   shared: bool) -> None:
+        """:func:`bf16_reference` a block of columns at a time, each block's weights widened to
+        float32 as it is multiplied, the blocks shared among the run's threads."""
+        step, start = self.WIDENED_COLUMNS, columns.start
+
+        def block(first: int) -> None:
+            here = slice(first, min(first + step, columns.stop))
+            y = np.matmul(a, widen_bf16(self.weight_bits[:, here]))
+            part = ProductEpilogue(self._bias[here], epilogue.activation, epilogue.residual_activation)
+            target = slice(here.start - start, here.stop - start)
+            out[:, target] = finish_reference(y, part, None if residual is None else residual[:, target])
+        blocks = range(start, columns.stop, step)
+        if shared:
+            run_parts(blocks, out.size * self.in_features, block)
+        else:
+            for first in blocks:
+                block(first)

@@ -1,0 +1,116 @@
+"""Convolutions through the matrix engine's products (kuiperinfer/kernels/matrix/convolution.py)
+and their compiled columns (kernels/compiled/columns.py): int8's equal to PyTorch summing the
+same integers in float64, to the bit; the compiled kernels equal the NumPy reference to the
+bit at every geometry, memory layout, stripe size and thread count; bf16's to PyTorch's
+float32 products of rounded inputs."""
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from pools import intra_op
+
+from kuiperinfer.kernels.elementwise import InplaceActivation
+from kuiperinfer.kernels.layout import nchw
+from kuiperinfer.kernels.matrix import convolution, int8
+from kuiperinfer.kernels.matrix.bf16 import round_bf16
+from kuiperinfer.kernels.matrix.precision import BFloat16, Int8
+from kuiperinfer.kernels.matrix.products import NO_EPILOGUE, ProductEpilogue, Requantize
+from kuiperinfer.layers import convolution as layers
+
+RNG = np.random.default_rng(0)
+INT8 = Int8(scale=0.03, zero_point=117)
+
+GEOMETRIES = [   # kernel, stride, dilation, padding ((top, bottom), (left, right)), groups
+    ((1, 1), (1, 1), (1, 1), ((0, 0), (0, 0)), 1),
+    ((1, 1), (2, 2), (1, 1), ((0, 0), (0, 0)), 1),
+    ((3, 3), (1, 1), (1, 1), ((1, 1), (1, 1)), 1),
+    ((3, 3), (2, 2), (1, 1), ((1, 0), (2, 1)), 1),
+    ((3, 3), (1, 1), (2, 2), ((2, 2), (2, 2)), 1),
+    ((7, 7), (2, 2), (1, 1), ((3, 3), (3, 3)), 1),
+    ((1, 5), (1, 1), (1, 1), ((0, 0), (2, 2)), 1),
+    ((3, 3), (1, 2), (1, 1), ((1, 1), (1, 1)), 2),
+    ((3, 3), (1, 1), (1, 1), ((1, 1), (1, 1)), 4),
+]
+
+
+def product_convolution(precision, weight, geometry, epilogue=NO_EPILOGUE, compiled=True, mode="zeros"):
+    kernel, stride, dilation, padding, groups = geometry
+    swept = layers.ConvGeometry(kernel, stride, dilation, padding, mode, groups)
+    return layers.product_convolution(weight, epilogue.bias, swept, precision, replace(epilogue, bias=None), compiled)
+
+
+def operands(geometry, batch=2, channels=8, out=16, size=(11, 9)):
+    kernel, *_, groups = geometry
+    x = RNG.standard_normal((batch, channels, *size)).astype(np.float32) * 2
+    weight = RNG.standard_normal((out, channels // groups, *kernel)).astype(np.float32)
+    return x, weight
+
+
+def torch_int8(x, weight, geometry, mode="zeros"):
+    """The definition in PyTorch: the integer sums in float64, scaled into float32."""
+    kernel, stride, dilation, padding, groups = geometry
+    (top, bottom), (left, right) = padding
+    q = torch.from_numpy(int8.quantize(x, INT8.scale, INT8.zero_point).astype(np.float64) - INT8.zero_point)
+    if mode == "zeros":
+        q = F.pad(q, (left, right, top, bottom))
+    else:
+        q = F.pad(q, (left, right, top, bottom), mode=mode)
+    w_q, scales = int8.quantize_weight(weight, 0)
+    sums = F.conv2d(q, torch.from_numpy(w_q.astype(np.float64)), stride=stride, dilation=dilation, groups=groups)
+    return sums.float().numpy() * (np.float32(INT8.scale) * scales).reshape(-1, 1, 1)
+
+
+@pytest.mark.parametrize("geometry", GEOMETRIES, ids=str)
+def test_int8_convolution_is_the_integer_definition(geometry):
+    x, weight = operands(geometry)
+    expected = torch_int8(x, weight, geometry)
+    for compiled in (True, False):
+        ours = nchw(product_convolution(INT8, weight, geometry, compiled=compiled)(x))
+        np.testing.assert_array_equal(ours, expected, err_msg=f"compiled={compiled}")
+
+
+@pytest.mark.parametrize("mode", ["reflect", "replicate", "circular"])
+def test_int8_padding_modes(mode):
+    geometry = GEOMETRIES[3]
+    x, weight = operands(geometry)
+    for compiled in (True, False):
+        ours = nchw(product_convolution(INT8, weight, geometry, compiled=compiled, mode=mode)(x))
+        np.testing.assert_array_equal(ours, torch_int8(x, weight, geometry, mode))
+
+
+@pytest.mark.parametrize("geometry", GEOMETRIES[2:6], ids=str)
+def test_compiled_equals_reference_in_every_layout_stripe_and_thread_count(geometry, monkeypatch):
+    """Row-major and channels-last float32 inputs and already quantized ones, a residual, a
+    requantized output, stripes of a few rows shared by two threads: the reference's values."""
+    x, weight = operands(geometry, batch=3, size=(13, 12))
+    epilogue = ProductEpilogue(RNG.standard_normal(16).astype(np.float32), InplaceActivation("relu"),
+                               InplaceActivation("relu"), Requantize(0.05, 9))
+    reference = product_convolution(INT8, weight, geometry, epilogue, compiled=False)
+    compiled = product_convolution(INT8, weight, geometry, epilogue)
+    out_shape = reference(x).shape
+    residual = nchw(RNG.standard_normal(out_shape).astype(np.float32))
+    expected = reference(x, residual)
+    channels_last = nchw(np.ascontiguousarray(x.transpose(0, 2, 3, 1)))
+    quantized = compiled.products[0].activations(channels_last)
+    assert quantized.dtype == np.uint8
+    for source in (x, channels_last, quantized):
+        np.testing.assert_array_equal(compiled(source, residual), expected)
+    monkeypatch.setattr(convolution, "BLOCK_BYTES", 200)
+    with intra_op(2):
+        np.testing.assert_array_equal(compiled(x, residual), expected)
+
+
+@pytest.mark.parametrize("geometry", [GEOMETRIES[0], GEOMETRIES[3], GEOMETRIES[7]], ids=str)
+def test_bf16_convolution_is_pytorchs_on_rounded_inputs(geometry):
+    x, weight = operands(geometry)
+    kernel, stride, dilation, padding, groups = geometry
+    (top, bottom), (left, right) = padding
+    rounded = F.pad(torch.from_numpy(round_bf16(x)), (left, right, top, bottom))
+    expected = F.conv2d(rounded.double(), torch.from_numpy(round_bf16(weight)).double(), stride=stride,
+                        dilation=dilation, groups=groups).float().numpy()
+    for compiled in (True, False):
+        ours = nchw(product_convolution(BFloat16(), weight, geometry, compiled=compiled)(x))
+        np.testing.assert_allclose(ours, expected, rtol=0, atol=1e-5 * np.abs(expected).max())

@@ -1,0 +1,327 @@
+"""The matrix engine's products (kuiperinfer/kernels/matrix/products.py and their compiled
+tiles): int8 through AVX512-VNNI and AVX2 equal to the integer reference exactly, bf16
+through AVX512-BF16 to float32 rounding, every epilogue, both outputs, any thread count;
+the kernel chosen from the CPU's flags."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+from pools import intra_op
+
+from kuiperinfer.kernels.compiled.tiles import target_features
+from kuiperinfer.kernels.elementwise import InplaceActivation
+from kuiperinfer.kernels.matrix import products
+from kuiperinfer.kernels.matrix.features import MatrixFeatures, detect
+from kuiperinfer.kernels.matrix.products import (
+    AVX2,
+    AVX512_BF16,
+    BF16_WIDENED,
+    REFERENCE,
+    VNNI,
+    Bf16Product,
+    Int8Product,
+    ProductEpilogue,
+    Requantize,
+)
+
+RNG = np.random.default_rng(0)
+HERE = detect()
+COMPILABLE = target_features()
+needs_vnni = pytest.mark.skipif(not (HERE.avx512_vnni and "avx512vnni" in COMPILABLE),
+                                reason="this CPU (or Numba's target) has no AVX512-VNNI (vpdpbusd)")
+needs_avx2 = pytest.mark.skipif(not (HERE.avx2 and "avx2" in COMPILABLE),
+                                reason="this CPU (or Numba's target) has no AVX2 (vpmaddwd)")
+needs_bf16 = pytest.mark.skipif(not (HERE.avx512_bf16 and "avx512bf16" in COMPILABLE),
+                                reason="this CPU (or Numba's target) has no AVX512-BF16 (vdpbf16ps)")
+INT8_KERNELS = [pytest.param(VNNI, marks=needs_vnni, id="vnni"), pytest.param(AVX2, marks=needs_avx2, id="avx2")]
+BF16_KERNELS = [pytest.param(AVX512_BF16, marks=needs_bf16, id="avx512-bf16"), pytest.param(BF16_WIDENED, id="widened")]
+
+SIZES = [1, 3, 4, 5, 31, 32, 33, 64, 100, 257]
+ACTIVATIONS = [None, InplaceActivation("relu"), InplaceActivation("clip", (0.0, 6.0)),
+               InplaceActivation("leaky_relu", (0.1,)), InplaceActivation("sigmoid"), InplaceActivation("silu"),
+               InplaceActivation("hardsigmoid"), InplaceActivation("hardswish"), InplaceActivation("gelu"),
+               InplaceActivation("gelu_tanh")]
+EXACT = {None, "relu", "clip", "leaky_relu"}
+"""The activations the compiled epilogue computes as NumPy does, to the bit; the others are
+approximations within 1e-6 (kuiperinfer/kernels/compiled/activation.py)."""
+
+
+def name_of(activation):
+    return "none" if activation is None else activation.name
+
+
+def operands(m, k, n, rng=RNG):
+    a = rng.integers(0, 256, (m, k), dtype=np.uint8)
+    w = rng.integers(-127, 128, (k, n), dtype=np.int8)
+    scales = (rng.random(n, dtype=np.float32) + 0.5) * 0.01
+    return a, w, scales
+
+
+def both(kernel, w, scales, zero_point, epilogue=products.NO_EPILOGUE):
+    """The product through ``kernel`` and through the NumPy reference."""
+    return (Int8Product(w, scales, 0.02, zero_point, epilogue, kernel),
+            Int8Product(w, scales, 0.02, zero_point, epilogue, REFERENCE))
+
+
+def assert_same_on_two_threads(product, x):
+    """The product's outputs on one thread and shared between two, to the bit."""
+    alone = product(x)
+    with intra_op(2):
+        shared = product(x)
+    np.testing.assert_array_equal(shared, alone)
+
+
+@pytest.mark.parametrize("kernel", INT8_KERNELS)
+@pytest.mark.parametrize("m", SIZES)
+def test_int8_kernel_equals_the_integer_reference_at_every_shape(kernel, m):
+    for k in SIZES:
+        for n in SIZES:
+            a, w, scales = operands(m, k, n)
+            ours, reference = both(kernel, w, scales, int(RNG.integers(0, 256)))
+            np.testing.assert_array_equal(ours(a), reference(a), err_msg=f"M={m} K={k} N={n}")
+
+
+@pytest.mark.parametrize("kernel", INT8_KERNELS)
+@pytest.mark.parametrize("zero_point", [0, 128, 255])
+@pytest.mark.parametrize("weight", [127, -127])
+@pytest.mark.parametrize("k", [5, 64, 4099])
+def test_int8_kernel_is_exact_at_the_extremes(kernel, zero_point, weight, k):
+    """Activations of 255 and weights of +-127 in every lane: AVX2's vpmaddubsw would saturate
+    its pair sums here; the sums are the definition's, exactly."""
+    a = np.full((13, k), 255, np.uint8)
+    a[::3, ::2] = 0
+    w = np.full((k, 40), weight, np.int8)
+    w[:, ::7] = -weight
+    scales = np.ones(40, np.float32)
+    ours, reference = both(kernel, w, scales, zero_point)
+    assert np.abs(products.int8_sums(a, w, 0)).max() >= 255 * 127 * (k // 2)   # the raw sums at their extreme
+    np.testing.assert_array_equal(ours(a), reference(a))
+    exact = (a.astype(np.int64) - zero_point) @ w.astype(np.int64)
+    np.testing.assert_array_equal(reference(a), exact.astype(np.float32) * np.float32(0.02))
+
+
+@pytest.mark.parametrize("kernel", INT8_KERNELS)
+@pytest.mark.parametrize("activation", ACTIVATIONS, ids=name_of)
+@pytest.mark.parametrize("output", ["float32", "uint8"])
+@pytest.mark.parametrize("residual", [None, "float32", "uint8"])
+def test_int8_epilogue_matches_the_reference(kernel, activation, output, residual):
+    m, k, n = 37, 70, 53
+    a, w, scales = operands(m, k, n)
+    epilogue = ProductEpilogue(RNG.standard_normal(n).astype(np.float32), activation,
+                               InplaceActivation("relu") if residual else None,
+                               Requantize(0.05, 100) if output == "uint8" else None)
+    added = {}
+    if residual == "float32":
+        added = {"residual": RNG.standard_normal((m, n)).astype(np.float32)}
+    elif residual == "uint8":
+        added = {"residual": RNG.integers(0, 256, (m, n), dtype=np.uint8), "residual_scale": 0.03,
+                 "residual_zero_point": 120}
+    ours, reference = both(kernel, w, scales, 77, epilogue)
+    got, expected = ours(a, **added), reference(a, **added)
+    assert got.dtype == expected.dtype == np.dtype(output)
+    if name_of(activation) in EXACT:
+        np.testing.assert_array_equal(got, expected)
+    elif output == "uint8":
+        assert np.abs(got.astype(int) - expected).max() <= 1
+        assert np.mean(got == expected) > 0.99
+    else:
+        np.testing.assert_allclose(got, expected, rtol=0, atol=1e-5 * np.abs(expected).max())
+
+
+@pytest.mark.parametrize("kernel", INT8_KERNELS + [pytest.param(REFERENCE, id="reference")])
+def test_int8_requantized_output_is_the_reference_quantize(kernel):
+    """Requantized outputs are int8.quantize of the float outputs: ties to even, clipped at 0 and 255."""
+    a, w, scales = operands(50, 40, 30)
+    float_out = Int8Product(w, scales, 0.02, 5, ProductEpilogue(), kernel)(a)
+    uint8_out = Int8Product(w, scales, 0.02, 5, ProductEpilogue(requantize=Requantize(0.01, 128)), kernel)(a)
+    np.testing.assert_array_equal(uint8_out, products.int8.quantize(float_out, 0.01, 128))
+    assert uint8_out.min() == 0 and uint8_out.max() == 255
+
+
+@pytest.mark.parametrize("kernel", INT8_KERNELS)
+def test_int8_product_is_the_same_on_one_and_two_threads(kernel):
+    a, w, scales = operands(600, 300, 200)
+    epilogue = ProductEpilogue(RNG.standard_normal(200).astype(np.float32), InplaceActivation("silu"))
+    product = Int8Product(w, scales, 0.02, 3, epilogue, kernel)
+    assert len(products.product_parts(600, 200, 300, kernel)) > 2
+    assert_same_on_two_threads(product, a)
+
+
+def test_int8_from_float_quantizes_each_column():
+    weight = RNG.standard_normal((20, 6)).astype(np.float32)
+    product = Int8Product.from_float(weight, 0.5, 2, kernel=REFERENCE)
+    q, scales = products.int8.quantize_weight(weight, axis=1)
+    np.testing.assert_array_equal(product.weight, q)
+    np.testing.assert_array_equal(product.scale, np.float32(0.5) * scales)
+
+
+def test_int8_product_refuses_what_it_cannot_compute():
+    w = np.zeros((8, 4), np.int8)
+    product = Int8Product(w, np.ones(4, np.float32), 1.0, 0, kernel=REFERENCE)
+    with pytest.raises(ValueError, match=r"\(M, 8\)"):
+        product(np.zeros((3, 9), np.uint8))
+    with pytest.raises(ValueError, match=r"float32 \(3, 4\) array, not uint8 \(3, 5\)"):
+        product.multiply(np.zeros((3, 8), np.uint8), np.zeros((3, 5), np.uint8))
+    with pytest.raises(ValueError, match="int8"):
+        Int8Product(w.astype(np.int16), np.ones(4, np.float32), 1.0, 0)
+    with pytest.raises(ValueError, match="66311"):
+        Int8Product(np.zeros((products.INT8_ACCUMULATION_LIMIT + 1, 1), np.int8), np.ones(1, np.float32), 1.0, 0)
+
+
+@pytest.mark.parametrize("kernel", INT8_KERNELS + [pytest.param(REFERENCE, id="reference")])
+def test_int8_columns_of_a_product(kernel):
+    """Any run of columns (a fused operator's block of channels), in this thread: the same
+    values as the whole product's, residual and requantizing included."""
+    m, k, n = 29, 40, 70
+    a, w, scales = operands(m, k, n)
+    epilogue = ProductEpilogue(RNG.standard_normal(n).astype(np.float32), InplaceActivation("relu"),
+                               InplaceActivation("relu"), Requantize(0.05, 10))
+    residual = RNG.standard_normal((m, n)).astype(np.float32)
+    product = Int8Product(w, scales, 0.02, 7, epilogue, kernel)
+    whole = product(a, residual)
+    for start, stop in [(0, 70), (8, 24), (13, 14), (16, 70), (50, 70)]:
+        out = np.empty((m, stop - start), np.uint8)
+        product.multiply(a, out, residual[:, start:stop].copy(), columns=(start, stop), shared=False)
+        np.testing.assert_array_equal(out, whole[:, start:stop], err_msg=f"columns {start}:{stop}")
+
+
+@pytest.mark.parametrize("kernel", INT8_KERNELS + [pytest.param(REFERENCE, id="reference")])
+def test_int8_activations_are_the_reference_quantization_in_the_same_layout(kernel):
+    product = Int8Product(np.zeros((6, 3), np.int8), np.ones(3, np.float32), 0.037, 101, kernel=kernel)
+    x = (RNG.standard_normal((2, 9, 7, 6)) * 4).astype(np.float32).transpose(0, 3, 1, 2)   # channels-last view
+    x[0, 0, 0, :4] = [0.5 * 0.037, 1.5 * 0.037, -100, 100]                                # ties, clipping
+    q = product.activations(x)
+    assert q.dtype == np.uint8 and q.strides == (x.strides[0] // 4, 1, *(s // 4 for s in x.strides[2:]))
+    np.testing.assert_array_equal(q, products.int8.quantize(np.ascontiguousarray(x), 0.037, 101))
+    assert product.activations(q) is q
+
+
+@needs_vnni
+def test_int8_residual_of_another_shape_is_refused():
+    w = np.zeros((8, 4), np.int8)
+    product = Int8Product(w, np.ones(4, np.float32), 1.0, 0, kernel=VNNI)
+    with pytest.raises(ValueError, match="residual"):
+        product(np.zeros((3, 8), np.uint8), residual=np.zeros((3, 5), np.float32))
+
+
+# -- bf16 --------------------------------------------------------------------------------
+
+def test_compiled_bf16_rounding_is_numpy_s_to_the_bit():
+    from kuiperinfer.kernels.compiled.products import round_bf16_bits
+
+    x = RNG.standard_normal(10_000).astype(np.float32) * np.float32(1e3)
+    x[:8] = [np.nan, np.inf, -np.inf, 0.0, -0.0, 3.0e38, 1e-40, -np.nan]
+    x[8:12] = np.array([0x3F808000, 0x3F818000, 0x3F80FFFF, 0x00008000], np.uint32).view(np.float32)   # ties, subnormal
+    bits = np.empty(x.shape, np.uint16)
+    round_bf16_bits(x, bits)
+    np.testing.assert_array_equal(bits, products.bf16_bits(x))
+
+
+@pytest.mark.parametrize("kernel", BF16_KERNELS)
+@pytest.mark.parametrize("activation", [None, InplaceActivation("relu"), InplaceActivation("gelu")], ids=name_of)
+@pytest.mark.parametrize("residual", [False, True])
+def test_bf16_kernel_matches_the_reference_to_float32_rounding(kernel, activation, residual):
+    for m, k, n in [(1, 1, 1), (3, 5, 17), (33, 31, 64), (100, 257, 33), (257, 64, 300)]:
+        x = RNG.standard_normal((m, k)).astype(np.float32)
+        weight = RNG.standard_normal((k, n)).astype(np.float32)
+        epilogue = ProductEpilogue(RNG.standard_normal(n).astype(np.float32), activation,
+                                   InplaceActivation("relu") if residual else None)
+        added = RNG.standard_normal((m, n)).astype(np.float32) if residual else None
+        got = Bf16Product(weight, epilogue, kernel)(x, added)
+        expected = products.bf16_reference(x, products.bf16_bits(weight), epilogue, added)
+        np.testing.assert_allclose(got, expected, rtol=0, atol=1e-5 * np.abs(expected).max(),
+                                   err_msg=f"M={m} K={k} N={n}")
+
+
+@pytest.mark.parametrize("kernel", BF16_KERNELS)
+def test_bf16_product_is_the_same_on_one_and_two_threads(kernel):
+    x = RNG.standard_normal((500, 300)).astype(np.float32)
+    assert_same_on_two_threads(Bf16Product(RNG.standard_normal((300, 600)).astype(np.float32), kernel=kernel), x)
+
+
+@pytest.mark.parametrize("kernel", BF16_KERNELS)
+def test_bf16_activations_and_columns(kernel):
+    """bf16 activations in the kernel's form (bit patterns or rounded floats), which the
+    product takes as they are; a run of columns equals the whole product's (to the bit in
+    the tiles, to float32 rounding in BLAS, whose sums depend on the product's width)."""
+    x = RNG.standard_normal((31, 45)).astype(np.float32)
+    weight = RNG.standard_normal((45, 40)).astype(np.float32)
+    product = Bf16Product(weight, ProductEpilogue(RNG.standard_normal(40).astype(np.float32)), kernel)
+    a = product.activations(x)
+    assert a.dtype == product.in_dtype
+    np.testing.assert_array_equal(a if a.dtype == np.float32 else products.widen_bf16(a), products.round_bf16(x))
+    whole = product(x)
+    np.testing.assert_array_equal(product(a), whole)
+    out = np.empty((31, 20), np.float32)
+    product.multiply(a, out, columns=(17, 37), shared=False)
+    tolerance = 0 if kernel.dot is not None else 1e-6 * np.abs(whole).max()
+    np.testing.assert_allclose(out, whole[:, 17:37], rtol=0, atol=tolerance)
+
+
+def test_bf16_weights_are_held_in_half_the_memory():
+    weight = RNG.standard_normal((64, 32)).astype(np.float32)
+    for kernel in [BF16_WIDENED] + ([AVX512_BF16] if HERE.avx512_bf16 else []):
+        product = Bf16Product(weight, kernel=kernel)
+        held = product.weight_bits if kernel.dot is None else product.packed
+        assert held.nbytes == weight.nbytes // 2
+
+
+def test_bf16_product_does_not_requantize():
+    with pytest.raises(ValueError, match="requantize"):
+        Bf16Product(np.zeros((2, 2), np.float32), ProductEpilogue(requantize=Requantize(1.0, 0)))
+
+
+# -- choosing the kernel -----------------------------------------------------------------
+
+ALL = frozenset({"avx2", "avx512bw", "avx512vnni", "avx512bf16"})
+
+
+@pytest.mark.parametrize("flags, compilable, int8, bf16", [
+    ({"avx2", "avx512_vnni", "avx512_bf16"}, ALL, VNNI, AVX512_BF16),
+    ({"avx2", "avx512_vnni"}, ALL, VNNI, BF16_WIDENED),
+    ({"avx2", "avx_vnni"}, ALL, AVX2, BF16_WIDENED),                     # AVX-VNNI is 256-bit only
+    ({"avx2"}, ALL, AVX2, BF16_WIDENED),
+    ({"avx", "sse4_2"}, ALL, REFERENCE, BF16_WIDENED),
+    ({"avx2", "avx512_vnni", "avx512_bf16"}, frozenset({"avx2"}), AVX2, BF16_WIDENED),   # Numba told haswell
+    ({"avx2", "avx512_vnni", "avx512_bf16"}, frozenset(), REFERENCE, BF16_WIDENED),      # no Numba
+])
+def test_the_kernel_is_chosen_from_the_cpu_and_what_numba_may_compile(flags, compilable, int8, bf16):
+    features = MatrixFeatures.from_flags(frozenset(flags))
+    assert products.int8_kernel(features, compilable) is int8
+    assert products.bf16_kernel(features, compilable) is bf16
+
+
+def test_an_int8_product_takes_this_machine_s_kernel_by_default():
+    product = Int8Product(np.zeros((4, 4), np.int8), np.ones(4, np.float32), 1.0, 0)
+    assert product.kernel is products.int8_kernel()
+
+
+@needs_avx2
+def test_avx2_kernel_compiled_for_an_avx2_only_cpu_is_exact(tmp_path):
+    """Numba told to compile for Haswell (no AVX-512, so no vpdpwssd to fuse into): the AVX2
+    kernel is chosen and its vpmaddwd tiles equal the reference at the extremes and at random."""
+    script = textwrap.dedent("""
+        import numpy as np
+        from kuiperinfer.kernels.matrix import products
+        assert products.int8_kernel() is products.AVX2, products.int8_kernel()
+        assert products.bf16_kernel() is products.BF16_WIDENED
+        rng = np.random.default_rng(1)
+        for m, k, n in [(13, 4099, 40), (31, 33, 100), (1, 5, 3)]:
+            a = rng.integers(0, 256, (m, k), dtype=np.uint8)
+            a[::2] = 255
+            w = rng.integers(-127, 128, (k, n), dtype=np.int8)
+            w[:, ::2] = 127
+            scales = np.ones(n, np.float32)
+            ours = products.Int8Product(w, scales, 1.0, 128)(a)
+            reference = products.Int8Product(w, scales, 1.0, 128, kernel=products.REFERENCE)(a)
+            assert np.array_equal(ours, reference), (m, k, n)
+        print("exact")
+    """)
+    env = {**os.environ, "NUMBA_CPU_NAME": "haswell", "NUMBA_CPU_FEATURES": "+avx,+avx2,+fma,+bmi2,+f16c"}
+    result = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "exact"
