@@ -1,5 +1,5 @@
-"""The matrix engine's products: int8 and bf16 weights packed once, one call per product,
-the epilogue fused, on the instructions this CPU has.
+"""The matrix engine's products: int8, bf16 and float32 weights packed once, one call per
+product, the epilogue fused, on the instructions this CPU has.
 
 A layer makes its product when it is built and calls it on every run::
 
@@ -9,6 +9,9 @@ A layer makes its product when it is built and calls it on every run::
 
     product = Bf16Product(weight, ProductEpilogue(bias, activation))
     y = product(x)              # (M, K) float32 -> (M, N) float32
+
+    product = Fp32Product(weight, ProductEpilogue(bias, activation))
+    y = product(x, residual)    # (M, K) float32 -> (M, N) float32
 
 **int8** (:class:`Int8Product`): uint8 activations ``a`` with one zero point, int8 weights
 ``w`` (K, N), symmetric, one scale per output column. The sums ``sum_k (a - zero_point) w``
@@ -23,11 +26,16 @@ activations rounded to bfloat16 (:func:`~kuiperinfer.kernels.matrix.bf16.round_b
 products (exact in float32) summed in float32; the same epilogue, float32 out.
 :func:`bf16_reference` is the definition in NumPy.
 
-**Kernels** (:func:`int8_kernel`, :func:`bf16_kernel`, chosen once per product from the
-CPU's flags and what Numba may compile for it): register tiles of AVX512-VNNI, AVX2 or
-AVX512-BF16 (:mod:`kuiperinfer.kernels.compiled.tiles`), or the NumPy reference, which any
-CPU runs (for bf16, in blocks of columns whose weights are widened to float32 as they are
-multiplied). A product is cut into blocks of rows and strips of columns that depend on its
+**float32** (:class:`Fp32Product`): ``x @ weight`` then the epilogue, as NumPy computes it
+(:func:`fp32_reference`) but for the order of the additions: the same numbers to float32's
+rounding, without BLAS's packing of the weight on every call.
+
+**Kernels** (:func:`int8_kernel`, :func:`bf16_kernel`, :func:`fp32_kernel`, chosen once per
+product from the CPU's flags and what Numba may compile for it): register tiles of
+AVX512-VNNI, AVX2 or AVX512-BF16 (:mod:`kuiperinfer.kernels.compiled.tiles`), of FMAs on
+512-bit or 256-bit vectors (:mod:`kuiperinfer.kernels.compiled.float_tiles`), or the NumPy
+reference, which any CPU runs (for bf16, in blocks of columns whose weights are widened to
+float32 as they are multiplied). A product is cut into blocks of rows and strips of columns that depend on its
 shape only, shared among the run's threads (:func:`~kuiperinfer.kernels.parallel.run_parts`);
 the outputs are the same at any thread count.
 """
@@ -124,11 +132,17 @@ def bf16_reference(x: np.ndarray, weight_bits: np.ndarray, epilogue: ProductEpil
     return finish_reference(np.matmul(round_bf16(x), widen_bf16(weight_bits)), epilogue, residual)
 
 
+def fp32_reference(x: np.ndarray, weight: np.ndarray, epilogue: ProductEpilogue = NO_EPILOGUE,
+                   residual: np.ndarray | None = None) -> np.ndarray:
+    """The float32 product, the definition: ``x @ weight`` (NumPy's matmul), then the epilogue."""
+    return finish_reference(np.matmul(x, weight), epilogue, residual)
+
+
 # -- the kernels ---------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class ProductKernel:
-    """How a product is computed here: ``name`` for people, the compiled tile's ``dot``
+    """How a product is computed here: ``name`` for people, the code of its compiled tiles
     (:mod:`kuiperinfer.kernels.compiled.products`), or None for the NumPy reference."""
 
     name: str
@@ -143,6 +157,8 @@ VNNI = ProductKernel("AVX512-VNNI", 0, 4)
 AVX2 = ProductKernel("AVX2", 1, 2)
 AVX512_BF16 = ProductKernel("AVX512-BF16", 2, 2)
 BF16_WIDENED = ProductKernel("float32 products of widened bf16 weights")
+FMA512 = ProductKernel("AVX-512 FMA", 3)
+FMA256 = ProductKernel("AVX2 FMA", 4)
 
 
 def int8_kernel(features: MatrixFeatures | None = None, compilable: frozenset[str] | None = None) -> ProductKernel:
@@ -167,6 +183,18 @@ def bf16_kernel(features: MatrixFeatures | None = None, compilable: frozenset[st
     return BF16_WIDENED
 
 
+def fp32_kernel(features: MatrixFeatures | None = None, compilable: frozenset[str] | None = None) -> ProductKernel:
+    """The float32 kernel for a CPU of ``features`` where Numba may compile ``compilable``
+    (as :func:`int8_kernel`)."""
+    features = features or detect()
+    compilable = target_features() if compilable is None else compilable
+    if features.avx512f and "avx512f" in compilable:
+        return FMA512
+    if features.avx2 and features.fma and {"avx2", "fma"} <= compilable:
+        return FMA256
+    return REFERENCE
+
+
 def _tile(kernel: ProductKernel) -> tuple[int, int, int]:
     from kuiperinfer.kernels.compiled.products import TILES
 
@@ -174,10 +202,10 @@ def _tile(kernel: ProductKernel) -> tuple[int, int, int]:
 
 
 def pack(weight: np.ndarray, kernel: ProductKernel) -> tuple[np.ndarray, int]:
-    """The (K, N) int8 or bfloat16 ``weight`` as ``kernel``'s tiles read it, and the bytes of a
-    strip: strips of ``lanes`` columns, one after another; in each, groups of 4 bytes of K
-    (zeros past K and N), and in each group each column's 4 bytes (for AVX2, the columns'
-    first 2 bytes, then their last 2)."""
+    """The (K, N) int8, bfloat16 or float32 ``weight`` as ``kernel``'s tiles read it, and the
+    bytes of a strip: strips of ``lanes`` columns, one after another; in each, groups of 4
+    bytes of K (zeros past K and N), and in each group each column's 4 bytes (for AVX2, the
+    columns' first 2 bytes, then their last 2); float32 thus as (strips, K, lanes)."""
     _, _, lanes = _tile(kernel)
     per_group = GROUP_BYTES // weight.itemsize
     k, n = weight.shape
@@ -204,7 +232,7 @@ def product_parts(m: int, n: int, k: int, kernel: ProductKernel) -> np.ndarray:
     rows, strips, lanes = _tile(kernel)
     strip_count = -(-n // lanes)
     count = int(np.clip(m * n * k // PART_WORK, 1, MAX_PARTS))
-    row_blocks = min(count, -(-m // rows))
+    row_blocks = max(1, min(count, -(-m // rows)))
     strip_blocks = min(max(1, count // row_blocks), -(-strip_count // strips))
     row_cuts = [rows * (-(-m // rows) * i // row_blocks) for i in range(row_blocks)] + [m]
     strip_cuts = [strips * (-(-strip_count // strips) * i // strip_blocks) for i in range(strip_blocks)]
@@ -214,50 +242,65 @@ def product_parts(m: int, n: int, k: int, kernel: ProductKernel) -> np.ndarray:
 
 
 class _Product:
-    """What int8 and bf16 products share: the epilogue's arrays, the kernel's call over the
-    blocks of a product, shared among the run's threads."""
+    """What the products share: the epilogue's arrays, the kernel's call over the blocks of a
+    product, shared among the run's threads."""
 
     NO_RESIDUAL = np.empty((0, 0), np.float32)
+    RESIDUAL_TYPES = (np.float32, np.uint8)
 
     def __init__(self, n: int, epilogue: ProductEpilogue, kernel: ProductKernel):
         self.epilogue, self.kernel, self.out_features = epilogue, kernel, n
         self._bias = np.zeros(n, np.float32) if epilogue.bias is None else np.array(epilogue.bias, np.float32)
         if self._bias.shape != (n,):
             raise ValueError(f"a product of {n} columns takes a bias of {n}, not {self._bias.shape}")
-        requantize = epilogue.requantize or Requantize(1.0, 0)
-        self._numbers = (ActivationCode.of(epilogue.activation), ActivationCode.of(epilogue.residual_activation),
-                         requantize.scale, requantize.zero_point)
         self.out_dtype = np.float32 if epilogue.requantize is None else np.uint8
         self._parts: dict[tuple[int, int], np.ndarray] = {}
+        self._numbers: dict[tuple[float, int], np.ndarray] = {}
+        """The epilogue's numbers per residual scale and zero point."""
+        if kernel.dot is not None:
+            from kuiperinfer.kernels.compiled.products import BLOCKS
 
-    def _compiled(self, a: np.ndarray, packed: np.ndarray, strip_bytes: int, correction: np.ndarray,
-                  scale: np.ndarray, residual: np.ndarray | None, residual_scale: float,
-                  residual_zero_point: int) -> np.ndarray:
-        from kuiperinfer.kernels.compiled.products import BLOCKS, epilogue_numbers
+            self._blocks = BLOCKS[kernel.dot]
 
+    def _epilogue_numbers(self, residual_scale: float, residual_zero_point: int) -> np.ndarray:
+        from kuiperinfer.kernels.compiled.products import epilogue_numbers
+
+        requantize = self.epilogue.requantize or Requantize(1.0, 0)
+        return epilogue_numbers(ActivationCode.of(self.epilogue.activation),
+                                ActivationCode.of(self.epilogue.residual_activation), residual_scale,
+                                residual_zero_point, requantize.scale, requantize.zero_point)
+
+    def _compiled(self, a: np.ndarray, weights: tuple, residual: np.ndarray | None, residual_scale: float = 1.0,
+                  residual_zero_point: int = 0) -> np.ndarray:
+        """The product of ``a`` and the packed ``weights`` (what the kernel's compiled blocks take
+        after ``a``) through the kernel's blocks: one call on one thread, else a call per block,
+        the blocks shared among the run's threads."""
         m, k = a.shape
         out = np.empty((m, self.out_features), self.out_dtype)
         if residual is None:
             residual = self.NO_RESIDUAL
-        elif residual.shape != out.shape or residual.dtype not in (np.float32, np.uint8):
-            raise ValueError(f"a residual of a ({m}, {self.out_features}) product is float32 or uint8 of that shape, "
+        elif residual.shape != out.shape or residual.dtype not in self.RESIDUAL_TYPES:
+            types = " or ".join(np.dtype(t).name for t in self.RESIDUAL_TYPES)
+            raise ValueError(f"a residual of a ({m}, {self.out_features}) product is {types} of that shape, "
                              f"not {residual.dtype} {residual.shape}")
         elif not (residual.flags.c_contiguous and residual.flags.writeable):
             residual = residual.copy()
-        activation, residual_activation, out_scale, out_zero = self._numbers
-        numbers = epilogue_numbers(activation, residual_activation, residual_scale, residual_zero_point, out_scale,
-                                   out_zero)
+        numbers = self._numbers.get((residual_scale, residual_zero_point))
+        if numbers is None:
+            numbers = self._numbers[(residual_scale, residual_zero_point)] = self._epilogue_numbers(
+                residual_scale, residual_zero_point)
         parts = self._parts.get((m, k))
         if parts is None:
             parts = self._parts[(m, k)] = product_parts(m, self.out_features, k, self.kernel)
         work = m * self.out_features * k // self.kernel.speedup
-        blocks = BLOCKS[self.kernel.dot]
+        blocks, bias = self._blocks, self._bias
+        if threads_for(work) < 2:
+            blocks(a, *weights, parts, 0, len(parts), bias, residual, out, numbers)
+            return out
 
-        def run(span: tuple[int, int]) -> None:
-            blocks(a, packed, strip_bytes, parts, span[0], span[1], correction, scale, self._bias, residual, out,
-                   numbers)
-        spans = [(i, i + 1) for i in range(len(parts))] if threads_for(work) > 1 else [(0, len(parts))]
-        run_parts(spans, work, run)
+        def run(part: int) -> None:
+            blocks(a, *weights, parts, part, part + 1, bias, residual, out, numbers)
+        run_parts(range(len(parts)), work, run)
         return out
 
 
@@ -305,11 +348,23 @@ class Int8Product(_Product):
         if self.kernel.dot is None:
             return int8_reference(a, self.weight, self.scale, self.zero_point, self.epilogue, residual,
                                   residual_scale, residual_zero_point)
-        return self._compiled(a, self.packed, self._strip_bytes, self._correction, self._scale, residual,
+        return self._compiled(a, (self.packed, self._strip_bytes, self._correction, self._scale), residual,
                               residual_scale, residual_zero_point)
 
 
-class Bf16Product(_Product):
+class _FloatProduct(_Product):
+    """A product of float32 activations into float32 outputs (bf16 and float32)."""
+
+    def __init__(self, weight: np.ndarray, epilogue: ProductEpilogue, kernel: ProductKernel, what: str):
+        if weight.ndim != 2:
+            raise ValueError(f"{what}'s weight is a 2-D array (K, N), not {weight.shape}")
+        if epilogue.requantize is not None:
+            raise ValueError(f"{what}'s output is float32: it does not requantize")
+        super().__init__(weight.shape[1], epilogue, kernel)
+        self.in_features = weight.shape[0]
+
+
+class Bf16Product(_FloatProduct):
     """``epilogue(bf16(x) @ bf16(weight))`` for float32 ``x`` (M, K), the float32 ``weight``
     (K, N) held as bfloat16, packed once for ``kernel`` (this CPU's by default)."""
 
@@ -318,19 +373,13 @@ class Bf16Product(_Product):
 
     def __init__(self, weight: np.ndarray, epilogue: ProductEpilogue = NO_EPILOGUE,
                  kernel: ProductKernel | None = None):
-        if weight.ndim != 2:
-            raise ValueError(f"a bf16 product's weight is a 2-D array (K, N), not {weight.shape}")
-        if epilogue.requantize is not None:
-            raise ValueError("a bf16 product's output is float32: it does not requantize")
-        k, n = weight.shape
-        super().__init__(n, epilogue, kernel or bf16_kernel())
-        self.in_features = k
+        super().__init__(weight, epilogue, kernel or bf16_kernel(), "a bf16 product")
         bits = bf16_bits(np.asarray(weight, np.float32))
         if self.kernel.dot is None:
             self.weight_bits = bits
         else:
             self.packed, self._strip_bytes = pack(bits, self.kernel)
-            self._zeros, self._ones = np.zeros(n, np.float32), np.ones(n, np.float32)
+            self._zeros, self._ones = np.zeros(self.out_features, np.float32), np.ones(self.out_features, np.float32)
 
     def __call__(self, x: np.ndarray, residual: np.ndarray | None = None) -> np.ndarray:
         """The product of float32 ``x`` (M, K); a float32 ``residual`` (M, N) is added as the
@@ -342,7 +391,7 @@ class Bf16Product(_Product):
 
         bits = np.empty(x.shape, np.uint16)
         round_bf16_bits(x, bits)
-        return self._compiled(bits, self.packed, self._strip_bytes, self._zeros, self._ones, residual, 1.0, 0)
+        return self._compiled(bits, (self.packed, self._strip_bytes, self._zeros, self._ones), residual)
 
     def _widened(self, x: np.ndarray, residual: np.ndarray | None) -> np.ndarray:
         """:func:`bf16_reference` a block of columns at a time, each block's weights widened to
@@ -358,3 +407,42 @@ class Bf16Product(_Product):
             out[:, block] = finish_reference(y, epilogue, None if residual is None else residual[:, block])
         run_parts(range(0, self.out_features, step), out.size * self.in_features, columns)
         return out
+
+
+class Fp32Product(_FloatProduct):
+    """``epilogue(x @ weight)`` for float32 ``x`` (M, K), the float32 ``weight`` (K, N) packed
+    once for ``kernel`` (this CPU's by default): register tiles of FMAs, or NumPy's matmul."""
+
+    RESIDUAL_TYPES = (np.float32,)
+
+    def __init__(self, weight: np.ndarray, epilogue: ProductEpilogue = NO_EPILOGUE,
+                 kernel: ProductKernel | None = None):
+        super().__init__(weight, epilogue, kernel or fp32_kernel(), "a float32 product")
+        weight = np.asarray(weight, np.float32)
+        if self.kernel.dot is None:
+            self.weight = np.array(weight)
+        else:
+            self.packed = _aligned(pack(weight, self.kernel)[0].view(np.float32))
+            self._bias = _whole_strips(self._bias, self.kernel)
+
+    def __call__(self, x: np.ndarray, residual: np.ndarray | None = None) -> np.ndarray:
+        """The product of float32 ``x`` (M, K); a float32 ``residual`` (M, N) is added as the
+        epilogue says."""
+        x = _activations(x, self.in_features, np.float32, "a float32 product")
+        if self.kernel.dot is None:
+            return fp32_reference(x, self.weight, self.epilogue, residual)
+        return self._compiled(x, (self.packed,), residual)
+
+
+VECTOR_BYTES = 64
+"""The alignment of packed float32 weights: a 512-bit vector, so that no load of a strip
+crosses a cache line."""
+
+
+def _aligned(values: np.ndarray) -> np.ndarray:
+    """A copy of the 1-D ``values`` starting at a multiple of :data:`VECTOR_BYTES`."""
+    room = np.empty(values.nbytes + VECTOR_BYTES, np.uint8)
+    start = -room.ctypes.data % VECTOR_BYTES
+    aligned = room[start:start + values.nbytes].view(values.dtype)
+    aligned[:] = values
+    return aligned
