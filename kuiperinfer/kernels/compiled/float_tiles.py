@@ -36,6 +36,9 @@ SHAPES = ((12, 2, 16), (6, 2, 8))
 6 by 2, 12 of the 16 (the shapes of onnxruntime's MLAS)."""
 
 
+MIN_LANES = 8
+"""The narrowest strip a tile computes: a 512-bit tile's last strip takes 256-bit vectors
+where it holds 8 columns or fewer (24, 40 or 72 channels waste no multiply-adds on zeros)."""
 CHAINS = 8
 """Independent sums a tile keeps going at least, so that FMAs follow each other at full rate
 (2 per cycle, 4 cycles each): a tile of fewer accumulators takes 2 or 4 sets of them, each
@@ -102,7 +105,9 @@ if AVAILABLE:
             return call_intrinsic(self.builder, f"llvm.fma.{self.suffix}", self.type, a, b, c)
 
         def clamp(self, value: Any, low: Any, high: Any) -> Any:
-            """``low if v < low else (high if v > high else v)``, lane by lane: NaN stays NaN."""
+            """``low if v < low else (high if v > high else v)``, lane by lane (the bounds float32
+            scalars): NaN stays NaN."""
+            low, high = self.splat(low), self.splat(high)
             value = self.builder.select(self.builder.fcmp_ordered("<", value, low), low, value)
             return self.builder.select(self.builder.fcmp_ordered(">", value, high), high, value)
 
@@ -129,9 +134,11 @@ if AVAILABLE:
         stride = cgutils.unpack_tuple(builder, made.strides, 2)[0]
         return made.data, builder.udiv(stride, ir.Constant(stride.type, 4))
 
-    def _emit_shape(vectors: _Vectors, rows: int, strips: int, operands: dict[str, Any]) -> None:
-        """The loop of a ``rows x strips`` tile over its block of the depth, then its stores."""
-        builder, lanes = vectors.builder, vectors.lanes
+    def _emit_shape(lanes: int, widths: list[_Vectors], rows: int, operands: dict[str, Any]) -> None:
+        """The loop of a tile of ``rows`` rows and a strip of ``lanes`` columns for each of
+        ``widths`` (the last may compute only half of them) over its block of the depth, then
+        its stores."""
+        builder, strips = widths[0].builder, len(widths)
         row, k0, depth, stage = operands["row"], operands["k0"], operands["depth"], operands["stage"]
 
         def constant(value: int) -> Any:
@@ -146,30 +153,32 @@ if AVAILABLE:
         strip_length = builder.mul(operands["depth_total"], constant(lanes))
         strip_starts = [builder.add(builder.mul(builder.add(operands["strip"], constant(s)), strip_length),
                                     builder.mul(k0, constant(lanes))) for s in range(strips)]
-        out_starts = [[builder.add(builder.mul(builder.add(row, constant(r)), ldo),
-                                   builder.add(operands["column0"], constant(s * lanes))) for s in range(strips)]
+        columns = [builder.add(operands["column0"], constant(s * lanes)) for s in range(strips)]
+        out_starts = [[builder.add(builder.mul(builder.add(row, constant(r)), ldo), columns[s]) for s in range(strips)]
                       for r in range(rows)]
         tail = builder.sub(operands["columns"], constant((strips - 1) * lanes))
-        whole = builder.icmp_signed("==", tail, constant(lanes))
-        tail_mask = vectors.mask(tail)
+        whole = builder.icmp_signed("==", tail, constant(widths[-1].lanes))
+        tail_mask = widths[-1].mask(tail)
 
         def strip_mask(s: int) -> Any:
             return None if s < strips - 1 else tail_mask
 
         sets = unrolled(rows, strips)
-        accumulators = [[[cgutils.alloca_once(builder, vectors.type) for _ in range(strips)] for _ in range(rows)]
+        accumulators = [[[cgutils.alloca_once(builder, width.type) for width in widths] for _ in range(rows)]
                         for _ in range(sets)]
-        for acc in (acc for group in accumulators for line in group for acc in line):
-            builder.store(ir.Constant(vectors.type, None), acc)
+        for group in accumulators:
+            for line in group:
+                for width, acc in zip(widths, line):
+                    builder.store(ir.Constant(width.type, None), acc)
 
         def step(index: Any, group: list[list[Any]]) -> None:
             """One step of the depth into one set of accumulators."""
-            b_values = [vectors.load(operands["packed"], builder.add(start, builder.mul(index, constant(lanes))))
-                        for start in strip_starts]
+            b_values = [width.load(operands["packed"], builder.add(start, builder.mul(index, constant(lanes))))
+                        for width, start in zip(widths, strip_starts)]
             for r in range(rows):
-                a_value = vectors.splat(builder.load(builder.gep(a_data, [builder.add(row_starts[r], index)])))
-                for s in range(strips):
-                    builder.store(vectors.fma(a_value, b_values[s], builder.load(group[r][s])), group[r][s])
+                a_value = builder.load(builder.gep(a_data, [builder.add(row_starts[r], index)]))
+                for s, width in enumerate(widths):
+                    builder.store(width.fma(width.splat(a_value), b_values[s], builder.load(group[r][s])), group[r][s])
 
         whole_steps = builder.mul(builder.udiv(depth, constant(sets)), constant(sets))
         with cgutils.for_range_slice(builder, constant(0), whole_steps, constant(sets)) as (index, _):
@@ -178,37 +187,34 @@ if AVAILABLE:
         with cgutils.for_range_slice(builder, whole_steps, depth, constant(1)) as (index, _):
             step(index, accumulators[0])
         accumulators = accumulators[0] if sets == 1 else _added(builder, accumulators)
-        with builder.if_then(builder.not_(is_set(FIRST))):
-            for r in range(rows):
-                for s in range(strips):
-                    stored = vectors.load(out_data, out_starts[r][s], strip_mask(s))
-                    builder.store(builder.fadd(stored, builder.load(accumulators[r][s])), accumulators[r][s])
 
+        def update(change: Any) -> None:
+            """Each accumulator replaced by ``change(r, s, width, value)``."""
+            for r in range(rows):
+                for s, width in enumerate(widths):
+                    builder.store(change(r, s, width, builder.load(accumulators[r][s])), accumulators[r][s])
+
+        with builder.if_then(builder.not_(is_set(FIRST))):
+            update(lambda r, s, width, value: builder.fadd(width.load(out_data, out_starts[r][s], strip_mask(s)),
+                                                           value))
         with builder.if_then(is_set(LAST)):
-            clamps = operands["clamps"]
-            low, high, residual_low, residual_high = (vectors.splat(builder.load(builder.gep(clamps, [constant(i)])))
+            low, high, residual_low, residual_high = (builder.load(builder.gep(operands["clamps"], [constant(i)]))
                                                       for i in range(4))
-            for s in range(strips):
-                bias = vectors.load(operands["bias"], builder.add(operands["column0"], constant(s * lanes)))
-                for r in range(rows):
-                    value = vectors.clamp(builder.fadd(builder.load(accumulators[r][s]), bias), low, high)
-                    builder.store(value, accumulators[r][s])
+            biases = [width.load(operands["bias"], column) for width, column in zip(widths, columns)]
+            update(lambda r, s, width, value: width.clamp(builder.fadd(value, biases[s]), low, high))
             with builder.if_then(is_set(RESIDUAL)):
                 residual_data, ldr = operands["residual"]
-                for r in range(rows):
-                    start = builder.mul(builder.add(row, constant(r)), ldr)
-                    for s in range(strips):
-                        index = builder.add(start, builder.add(operands["column0"], constant(s * lanes)))
-                        value = builder.fadd(builder.load(accumulators[r][s]),
-                                             vectors.load(residual_data, index, strip_mask(s)))
-                        builder.store(vectors.clamp(value, residual_low, residual_high), accumulators[r][s])
+                starts = [builder.mul(builder.add(row, constant(r)), ldr) for r in range(rows)]
+                update(lambda r, s, width, value: width.clamp(
+                    builder.fadd(value, width.load(residual_data, builder.add(starts[r], columns[s]), strip_mask(s))),
+                    residual_low, residual_high))
 
         with builder.if_else(whole) as (unmasked, masked):
             for block, masks in ((unmasked, lambda s: None), (masked, strip_mask)):
                 with block:
                     for r in range(rows):
-                        for s in range(strips):
-                            vectors.store(builder.load(accumulators[r][s]), out_data, out_starts[r][s], masks(s))
+                        for s, width in enumerate(widths):
+                            width.store(builder.load(accumulators[r][s]), out_data, out_starts[r][s], masks(s))
 
     def _emit_tile(lanes: int, tile_rows: int, tile_strips: int, context: Any, builder: Any, signature: Any,
                    args: Any) -> None:
@@ -224,17 +230,24 @@ if AVAILABLE:
             "row": row, "k0": k0, "depth": depth, "strip": strip, "column0": column0, "columns": columns,
             "stage": stage,
         }
-        vectors = _Vectors(builder, lanes)
-        shape_key = builder.add(builder.mul(rows, ir.Constant(rows.type, 8)), strips)   # strips < 8
+        whole, half = _Vectors(builder, lanes), _Vectors(builder, lanes // 2)
+        last_columns = builder.sub(columns, builder.mul(builder.sub(strips, ir.Constant(strips.type, 1)),
+                                                        ir.Constant(strips.type, lanes)))
+        is_half = builder.zext(builder.icmp_signed("<=", last_columns, ir.Constant(strips.type, half.lanes)),
+                               strips.type) if half.lanes >= MIN_LANES else ir.Constant(strips.type, 0)
+        # a case per rows, strips (fewer than 8) and whether the last strip is half as wide
+        key = builder.add(builder.mul(builder.add(builder.mul(rows, ir.Constant(rows.type, 8)), strips),
+                                      ir.Constant(rows.type, 2)), is_half)
         done = builder.append_basic_block("tile.done")
-        switch = builder.switch(shape_key, done)
+        switch = builder.switch(key, done)
         for r in row_counts(tile_rows):
             for s in range(1, tile_strips + 1):
-                block = builder.append_basic_block(f"tile.{r}x{s}")
-                switch.add_case(ir.Constant(rows.type, r * 8 + s), block)
-                builder.position_at_end(block)
-                _emit_shape(vectors, r, s, operands)
-                builder.branch(done)
+                for last in (whole, half) if half.lanes >= MIN_LANES else (whole,):   # 256-bit: no half
+                    block = builder.append_basic_block(f"tile.{r}x{s}.{last.lanes}")
+                    switch.add_case(ir.Constant(rows.type, 2 * (r * 8 + s) + (last is half)), block)
+                    builder.position_at_end(block)
+                    _emit_shape(lanes, [whole] * (s - 1) + [last], r, operands)
+                    builder.branch(done)
         builder.position_at_end(done)
 
     @intrinsic(prefer_literal=True)

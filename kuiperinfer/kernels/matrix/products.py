@@ -243,20 +243,23 @@ def product_parts(m: int, n: int, k: int, kernel: ProductKernel) -> np.ndarray:
 
 class _Product:
     """What the products share: the epilogue's arrays, the kernel's call over the blocks of a
-    product, shared among the run's threads."""
+    product, shared among the run's threads. A compiled kernel's product sets ``_weights``,
+    what its blocks take after the activations."""
 
     NO_RESIDUAL = np.empty((0, 0), np.float32)
     RESIDUAL_TYPES = (np.float32, np.uint8)
 
-    def __init__(self, n: int, epilogue: ProductEpilogue, kernel: ProductKernel):
-        self.epilogue, self.kernel, self.out_features = epilogue, kernel, n
+    def __init__(self, k: int, n: int, epilogue: ProductEpilogue, kernel: ProductKernel):
+        self.epilogue, self.kernel, self.in_features, self.out_features = epilogue, kernel, k, n
         self._bias = np.zeros(n, np.float32) if epilogue.bias is None else np.array(epilogue.bias, np.float32)
         if self._bias.shape != (n,):
             raise ValueError(f"a product of {n} columns takes a bias of {n}, not {self._bias.shape}")
         self.out_dtype = np.float32 if epilogue.requantize is None else np.uint8
-        self._parts: dict[tuple[int, int], np.ndarray] = {}
+        self._parts: dict[int, np.ndarray] = {}
+        """The blocks of a product, per number of rows."""
         self._numbers: dict[tuple[float, int], np.ndarray] = {}
         """The epilogue's numbers per residual scale and zero point."""
+        self._weights: tuple = ()
         if kernel.dot is not None:
             from kuiperinfer.kernels.compiled.products import BLOCKS
 
@@ -266,34 +269,36 @@ class _Product:
         from kuiperinfer.kernels.compiled.products import epilogue_numbers
 
         requantize = self.epilogue.requantize or Requantize(1.0, 0)
-        return epilogue_numbers(ActivationCode.of(self.epilogue.activation),
-                                ActivationCode.of(self.epilogue.residual_activation), residual_scale,
-                                residual_zero_point, requantize.scale, requantize.zero_point)
+        numbers = epilogue_numbers(ActivationCode.of(self.epilogue.activation),
+                                   ActivationCode.of(self.epilogue.residual_activation), residual_scale,
+                                   residual_zero_point, requantize.scale, requantize.zero_point)
+        self._numbers[(residual_scale, residual_zero_point)] = numbers
+        return numbers
 
-    def _compiled(self, a: np.ndarray, weights: tuple, residual: np.ndarray | None, residual_scale: float = 1.0,
-                  residual_zero_point: int = 0) -> np.ndarray:
-        """The product of ``a`` and the packed ``weights`` (what the kernel's compiled blocks take
-        after ``a``) through the kernel's blocks: one call on one thread, else a call per block,
-        the blocks shared among the run's threads."""
-        m, k = a.shape
-        out = np.empty((m, self.out_features), self.out_dtype)
-        if residual is None:
-            residual = self.NO_RESIDUAL
-        elif residual.shape != out.shape or residual.dtype not in self.RESIDUAL_TYPES:
+    def _residual(self, residual: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
+        """``residual`` as the kernels take it (C-contiguous, writable), checked against the output's ``shape``."""
+        if residual.shape != shape or residual.dtype not in self.RESIDUAL_TYPES:
             types = " or ".join(np.dtype(t).name for t in self.RESIDUAL_TYPES)
-            raise ValueError(f"a residual of a ({m}, {self.out_features}) product is {types} of that shape, "
+            raise ValueError(f"a residual of a {shape} product is {types} of that shape, "
                              f"not {residual.dtype} {residual.shape}")
-        elif not (residual.flags.c_contiguous and residual.flags.writeable):
-            residual = residual.copy()
+        flags = residual.flags
+        return residual if flags.c_contiguous and flags.writeable else residual.copy()
+
+    def _compiled(self, a: np.ndarray, residual: np.ndarray | None, residual_scale: float = 1.0,
+                  residual_zero_point: int = 0) -> np.ndarray:
+        """The product of the (M, K) ``a`` through the kernel's compiled blocks: one call on one
+        thread, else a call per block, the blocks shared among the run's threads."""
+        m = a.shape[0]
+        out = np.empty((m, self.out_features), self.out_dtype)
+        residual = self.NO_RESIDUAL if residual is None else self._residual(residual, out.shape)
         numbers = self._numbers.get((residual_scale, residual_zero_point))
         if numbers is None:
-            numbers = self._numbers[(residual_scale, residual_zero_point)] = self._epilogue_numbers(
-                residual_scale, residual_zero_point)
-        parts = self._parts.get((m, k))
+            numbers = self._epilogue_numbers(residual_scale, residual_zero_point)
+        parts = self._parts.get(m)
         if parts is None:
-            parts = self._parts[(m, k)] = product_parts(m, self.out_features, k, self.kernel)
-        work = m * self.out_features * k // self.kernel.speedup
-        blocks, bias = self._blocks, self._bias
+            parts = self._parts[m] = product_parts(m, self.out_features, self.in_features, self.kernel)
+        work = m * self.out_features * self.in_features // self.kernel.speedup
+        blocks, weights, bias = self._blocks, self._weights, self._bias
         if threads_for(work) < 2:
             blocks(a, *weights, parts, 0, len(parts), bias, residual, out, numbers)
             return out
@@ -307,7 +312,8 @@ class _Product:
 def _activations(a: np.ndarray, k: int, dtype: type, what: str) -> np.ndarray:
     if a.ndim != 2 or a.shape[1] != k or a.dtype != dtype:
         raise ValueError(f"{what} takes ({k} columns) {np.dtype(dtype)} rows as a 2-D array, not {a.dtype} {a.shape}")
-    return a if a.flags.c_contiguous and a.flags.writeable else a.copy()
+    flags = a.flags
+    return a if flags.c_contiguous and flags.writeable else a.copy()
 
 
 class Int8Product(_Product):
@@ -322,15 +328,16 @@ class Int8Product(_Product):
         k, n = weight.shape
         if k > INT8_ACCUMULATION_LIMIT:
             raise ValueError(f"an int8 product sums at most {INT8_ACCUMULATION_LIMIT} products in int32, not {k}")
-        super().__init__(n, epilogue, kernel or int8_kernel())
-        self.in_features, self.zero_point = k, int(input_zero_point)
+        super().__init__(k, n, epilogue, kernel or int8_kernel())
+        self.zero_point = int(input_zero_point)
         self.scale = (np.float32(input_scale) * np.asarray(weight_scales, np.float32)).reshape(n)
         if self.kernel.dot is None:
             self.weight = weight
         else:
-            self.packed, self._strip_bytes = pack(weight, self.kernel)
+            self.packed, strip_bytes = pack(weight, self.kernel)
             correction = (self.zero_point * weight.sum(axis=0, dtype=np.int64)).astype(np.int32)
-            self._correction, self._scale = (_whole_strips(v, self.kernel) for v in (correction, self.scale))
+            self._weights = (self.packed, strip_bytes, _whole_strips(correction, self.kernel),
+                             _whole_strips(self.scale, self.kernel))
 
     @classmethod
     def from_float(cls, weight: np.ndarray, input_scale: float, input_zero_point: int,
@@ -348,8 +355,7 @@ class Int8Product(_Product):
         if self.kernel.dot is None:
             return int8_reference(a, self.weight, self.scale, self.zero_point, self.epilogue, residual,
                                   residual_scale, residual_zero_point)
-        return self._compiled(a, (self.packed, self._strip_bytes, self._correction, self._scale), residual,
-                              residual_scale, residual_zero_point)
+        return self._compiled(a, residual, residual_scale, residual_zero_point)
 
 
 class _FloatProduct(_Product):
@@ -360,8 +366,7 @@ class _FloatProduct(_Product):
             raise ValueError(f"{what}'s weight is a 2-D array (K, N), not {weight.shape}")
         if epilogue.requantize is not None:
             raise ValueError(f"{what}'s output is float32: it does not requantize")
-        super().__init__(weight.shape[1], epilogue, kernel)
-        self.in_features = weight.shape[0]
+        super().__init__(*weight.shape, epilogue, kernel)
 
 
 class Bf16Product(_FloatProduct):
@@ -378,8 +383,9 @@ class Bf16Product(_FloatProduct):
         if self.kernel.dot is None:
             self.weight_bits = bits
         else:
-            self.packed, self._strip_bytes = pack(bits, self.kernel)
-            self._zeros, self._ones = np.zeros(self.out_features, np.float32), np.ones(self.out_features, np.float32)
+            self.packed, strip_bytes = pack(bits, self.kernel)
+            self._weights = (self.packed, strip_bytes, np.zeros(self.out_features, np.float32),
+                             np.ones(self.out_features, np.float32))
 
     def __call__(self, x: np.ndarray, residual: np.ndarray | None = None) -> np.ndarray:
         """The product of float32 ``x`` (M, K); a float32 ``residual`` (M, N) is added as the
@@ -391,7 +397,7 @@ class Bf16Product(_FloatProduct):
 
         bits = np.empty(x.shape, np.uint16)
         round_bf16_bits(x, bits)
-        return self._compiled(bits, (self.packed, self._strip_bytes, self._zeros, self._ones), residual)
+        return self._compiled(bits, residual)
 
     def _widened(self, x: np.ndarray, residual: np.ndarray | None) -> np.ndarray:
         """:func:`bf16_reference` a block of columns at a time, each block's weights widened to
@@ -423,6 +429,7 @@ class Fp32Product(_FloatProduct):
             self.weight = np.array(weight)
         else:
             self.packed = _aligned(pack(weight, self.kernel)[0].view(np.float32))
+            self._weights = (self.packed,)
             self._bias = _whole_strips(self._bias, self.kernel)
 
     def __call__(self, x: np.ndarray, residual: np.ndarray | None = None) -> np.ndarray:
@@ -431,7 +438,7 @@ class Fp32Product(_FloatProduct):
         x = _activations(x, self.in_features, np.float32, "a float32 product")
         if self.kernel.dot is None:
             return fp32_reference(x, self.weight, self.epilogue, residual)
-        return self._compiled(x, (self.packed,), residual)
+        return self._compiled(x, residual)
 
 
 VECTOR_BYTES = 64
