@@ -283,8 +283,9 @@ def test_fp32_epilogue_matches_the_reference(kernel, activation, residual):
 @pytest.mark.parametrize("kernel", FP32_KERNELS)
 def test_fp32_deep_products_are_summed_in_blocks_as_accurately_as_blas(kernel):
     """Deeper than a block of the depth (512 steps), the sums of each block are added into the
-    output; the result is as close to the exact product as NumPy's."""
-    for m, k, n in [(13, 4099, 40), (30, 1025, 17), (1, 513, 300)]:
+    output; the result is as close to the exact product as NumPy's. The last product has
+    several blocks of rows, of columns and of the depth."""
+    for m, k, n in [(13, 4099, 40), (30, 1025, 17), (1, 513, 300), (400, 1100, 300)]:
         x, w = float_operands(m, k, n)
         epilogue = ProductEpilogue(RNG.standard_normal(n).astype(np.float32), InplaceActivation("relu"))
         got, expected = Fp32Product(w, epilogue, kernel)(x), products.fp32_reference(x, w, epilogue)
@@ -321,6 +322,22 @@ def test_fp32_product_is_the_same_on_one_and_two_threads(kernel):
         shared = product(x, residual)
     np.testing.assert_array_equal(shared, alone)
     assert_same_on_two_threads(Fp32Product(w[:, :40], kernel=kernel), x[:7])   # few rows: blocks of strips
+
+
+@pytest.mark.parametrize("kernel", FP32_KERNELS + [pytest.param(REFERENCE, id="reference")])
+def test_fp32_product_writes_into_a_block_of_a_larger_output(kernel):
+    """As im2col multiplies a stripe of output rows into its place in the whole output."""
+    x, w = float_operands(30, 20, 24)
+    epilogue = ProductEpilogue(RNG.standard_normal(24).astype(np.float32), InplaceActivation("relu"))
+    whole = np.full((50, 24), -7.0, np.float32)
+    product = Fp32Product(w, epilogue, kernel)
+    assert np.shares_memory(product(x, out=whole[10:40]), whole)
+    assert_float32_close(whole[10:40], products.fp32_reference(x, w, epilogue), x, w)
+    assert (whole[:10] == -7).all() and (whole[40:] == -7).all()
+    with pytest.raises(ValueError, match="out"):
+        product(x, out=whole[10:40, :20])
+    with pytest.raises(ValueError, match="share memory"):
+        product(x, residual=whole[10:40], out=whole[10:40])
 
 
 def test_fp32_reference_kernel_is_numpy_s_matmul():

@@ -169,6 +169,14 @@ DEPTH_BLOCK = 512
 then grows as BLAS's does over a deep product (a sum of thousands of steps in one accumulator
 strays 3-4 times further from the exact value), and a tile's strips of B over a block (64 KiB
 for a 512-bit tile) stay in L2 while the tiles of every row read them."""
+ROW_BLOCK_BYTES = 512 << 10
+"""Bytes of A and of the output a block of rows holds at most (half of a 1 MiB L2), where
+they stay while every block of columns multiplies them."""
+COLUMN_BLOCK_BYTES = 128 << 10
+"""Bytes of B over a block of the depth that a tile's rows are multiplied by, panel after
+panel, before the next rows: B stays in L2, the tile's rows of A in L1, and the output is
+written a row's block of columns at a time, in order (written a panel at a time down all its
+rows, the output of a product of 100,000 rows took twice NumPy's time)."""
 LOWEST_FLOAT, HIGHEST_FLOAT = np.float32(-np.inf), np.float32(np.inf)
 
 
@@ -216,8 +224,8 @@ def float_blocks(shape: int, lanes: int, strips: int, counts: tuple[int, ...], a
                  numbers: np.ndarray) -> None:
     """Blocks ``first:last`` of ``parts`` of the float32 product of ``a`` and ``packed``
     through the FMA tiles of ``shape`` (``lanes``, ``strips`` and the row ``counts`` its
-    constants): per block of the depth, per panel of ``strips`` strips, the rows a tile at a
-    time; the epilogue in the tiles where it is a clamp, else on each tile's rows after its
+    constants): per block of rows, per block of the depth, per panel of ``strips`` strips,
+    the rows a tile at a time; the epilogue in the tiles where it is a clamp, else on each tile's rows after its
     last block of the depth."""
     k = a.shape[1]
     n = out.shape[1]
@@ -233,23 +241,29 @@ def float_blocks(shape: int, lanes: int, strips: int, counts: tuple[int, ...], a
     if not in_registers:
         clamps[0], clamps[1], last_stage = LOWEST_FLOAT, HIGHEST_FLOAT, LAST
     zeros = np.zeros(0 if in_registers else n, np.float32)
+    row_block = max(counts[0], ROW_BLOCK_BYTES // (4 * (n + min(k, DEPTH_BLOCK))) // counts[0] * counts[0])
+    strip_block = max(strips, COLUMN_BLOCK_BYTES // (4 * lanes * max(1, min(k, DEPTH_BLOCK))) // strips * strips)
     for part in range(first, last):
         row0, row1, strip0, strip1 = parts[part]
-        for k0 in range(0, max(k, 1), DEPTH_BLOCK):
-            depth = min(DEPTH_BLOCK, k - k0)
-            stage = (FIRST if k0 == 0 else 0) | (last_stage if k0 + depth == k else 0)
-            for strip in range(strip0, strip1, strips):
-                count = min(strips, strip1 - strip)
-                column0 = strip * lanes
-                columns = min(n - column0, count * lanes)
-                row = row0
-                while row < row1:
-                    rows = tile_rows(row1 - row, counts)
-                    float_tile(shape, a, row, rows, k0, depth, packed, strip, count, out, column0, columns, bias,
-                               clamps, residual, stage)
-                    if not in_registers and stage & LAST:
-                        finish_in_place(out, row, rows, column0, columns, zeros, residual, numbers)
-                    row += rows
+        for block0 in range(row0, row1, row_block):
+            block1 = min(row1, block0 + row_block)
+            for k0 in range(0, max(k, 1), DEPTH_BLOCK):
+                depth = min(DEPTH_BLOCK, k - k0)
+                stage = (FIRST if k0 == 0 else 0) | (last_stage if k0 + depth == k else 0)
+                for strips0 in range(strip0, strip1, strip_block):
+                    strips1 = min(strip1, strips0 + strip_block)
+                    row = block0
+                    while row < block1:
+                        rows = tile_rows(block1 - row, counts)
+                        for strip in range(strips0, strips1, strips):
+                            count = min(strips, strips1 - strip)
+                            column0 = strip * lanes
+                            columns = min(n - column0, count * lanes)
+                            float_tile(shape, a, row, rows, k0, depth, packed, strip, count, out, column0, columns,
+                                       bias, clamps, residual, stage)
+                            if not in_registers and stage & LAST:
+                                finish_in_place(out, row, rows, column0, columns, zeros, residual, numbers)
+                        row += rows
 
 
 def _float_blocks_of(shape: int, what: str):  # noqa: ANN202

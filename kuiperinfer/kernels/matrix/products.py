@@ -133,9 +133,10 @@ def bf16_reference(x: np.ndarray, weight_bits: np.ndarray, epilogue: ProductEpil
 
 
 def fp32_reference(x: np.ndarray, weight: np.ndarray, epilogue: ProductEpilogue = NO_EPILOGUE,
-                   residual: np.ndarray | None = None) -> np.ndarray:
-    """The float32 product, the definition: ``x @ weight`` (NumPy's matmul), then the epilogue."""
-    return finish_reference(np.matmul(x, weight), epilogue, residual)
+                   residual: np.ndarray | None = None, out: np.ndarray | None = None) -> np.ndarray:
+    """The float32 product, the definition: ``x @ weight`` (NumPy's matmul; into ``out`` if
+    given), then the epilogue."""
+    return finish_reference(np.matmul(x, weight, out=out), epilogue, residual)
 
 
 # -- the kernels ---------------------------------------------------------------------------
@@ -285,11 +286,13 @@ class _Product:
         return residual if flags.c_contiguous and flags.writeable else residual.copy()
 
     def _compiled(self, a: np.ndarray, residual: np.ndarray | None, residual_scale: float = 1.0,
-                  residual_zero_point: int = 0) -> np.ndarray:
-        """The product of the (M, K) ``a`` through the kernel's compiled blocks: one call on one
-        thread, else a call per block, the blocks shared among the run's threads."""
+                  residual_zero_point: int = 0, out: np.ndarray | None = None) -> np.ndarray:
+        """The product of the (M, K) ``a`` through the kernel's compiled blocks (into a checked
+        ``out`` if given): one call on one thread, else a call per block, the blocks shared
+        among the run's threads."""
         m = a.shape[0]
-        out = np.empty((m, self.out_features), self.out_dtype)
+        if out is None:
+            out = np.empty((m, self.out_features), self.out_dtype)
         residual = self.NO_RESIDUAL if residual is None else self._residual(residual, out.shape)
         numbers = self._numbers.get((residual_scale, residual_zero_point))
         if numbers is None:
@@ -432,13 +435,22 @@ class Fp32Product(_FloatProduct):
             self._weights = (self.packed,)
             self._bias = _whole_strips(self._bias, self.kernel)
 
-    def __call__(self, x: np.ndarray, residual: np.ndarray | None = None) -> np.ndarray:
+    def __call__(self, x: np.ndarray, residual: np.ndarray | None = None,
+                 out: np.ndarray | None = None) -> np.ndarray:
         """The product of float32 ``x`` (M, K); a float32 ``residual`` (M, N) is added as the
-        epilogue says."""
+        epilogue says. Into ``out`` if given (float32 (M, N), C-contiguous, not the residual's
+        memory: a block of a larger output, say), else a new array."""
         x = _activations(x, self.in_features, np.float32, "a float32 product")
+        if out is not None:
+            shape = (len(x), self.out_features)
+            if out.shape != shape or out.dtype != np.float32 or not (out.flags.c_contiguous and out.flags.writeable):
+                raise ValueError(f"a float32 product's out is a writable C-contiguous float32 {shape} array, "
+                                 f"not {out.dtype} {out.shape}")
+            if residual is not None and np.may_share_memory(out, residual):
+                raise ValueError("a float32 product's out and residual must not share memory")
         if self.kernel.dot is None:
-            return fp32_reference(x, self.weight, self.epilogue, residual)
-        return self._compiled(x, residual)
+            return fp32_reference(x, self.weight, self.epilogue, residual, out)
+        return self._compiled(x, residual, out=out)
 
 
 VECTOR_BYTES = 64
