@@ -85,17 +85,18 @@ def kernels(m: int, k: int, n: int, rng: np.random.Generator) -> dict[str, Calla
     x = rng.standard_normal((m, k)).astype(np.float32)
     weight = rng.standard_normal((k, n)).astype(np.float32)
     a = rng.integers(0, 256, (m, k), dtype=np.uint8)
-    out = np.empty((m, n), np.float32)
     code = ActivationCode.of(relu)
 
-    def fp32() -> None:
-        """As im2col and nn.Linear share a product: one call on one thread; else blocks of
-        rows, two per thread, or for few rows blocks of columns."""
+    def fp32() -> np.ndarray:
+        """As im2col and nn.Linear share a product, into a new output as theirs (and every
+        other kernel's here): one call on one thread; else blocks of rows, two per thread, or
+        for few rows blocks of columns."""
+        out = np.empty((m, n), np.float32)
         threads = threads_for(m * n * k)
         if threads == 1:
             np.matmul(x, weight, out=out)
             finish_rows(out, bias, *code)
-            return
+            return out
         step = -(-n // threads) if m <= FEW_PIXELS else -(-m // (2 * threads))
 
         def block(start: int) -> None:
@@ -106,6 +107,7 @@ def kernels(m: int, k: int, n: int, rng: np.random.Generator) -> dict[str, Calla
                 np.matmul(x[start:start + step], weight, out=out[start:start + step])
                 finish_rows(out[start:start + step], bias, *code)
         run_parts(range(0, n if m <= FEW_PIXELS else m, step), m * n * k, block)
+        return out
 
     calls: dict[str, Callable[[], object]] = {"fp32": fp32}
     tiles = products.Fp32Product(weight, epilogue)
