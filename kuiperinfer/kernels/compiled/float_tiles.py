@@ -9,18 +9,19 @@ each row, multiplies the row's value, broadcast to every lane, into the row's ac
 
 The sums go straight into the output, no scratch copy between: the first block of the
 depth stores its sums, a later one adds its own to them (so that float32's rounding grows
-as over a block, not over the whole depth). After the last block, in
-registers: the bias, a clamp (no activation, ReLU, ReLU6, any clip), the residual and a
-second clamp; any other activation is the caller's, on the stored rows. The last strip of
-a tile is read and stored under a mask of its valid columns, so a tile touches no memory
-past the output, the residual or A (B and the bias are padded to whole strips when packed).
-A tile first asks for its output's lines (``prefetchw``), so that fetching them overlaps its
-multiply-adds: an output larger than the caches was written 30% faster so.
+as over a block, not over the whole depth). After the last block, in registers: the bias,
+a clamp (no activation, ReLU, ReLU6, any clip), the residual and a second clamp; any other
+activation is the caller's, on the stored rows. The last strip of a tile is read and stored
+under a mask of its valid columns, so a tile touches no memory past the output, the
+residual or A (B and the bias are padded to whole strips when packed). A tile first asks
+for its output's lines (``prefetchw``), so that fetching them overlaps its multiply-adds:
+an output larger than the caches was written 30% faster so.
 
 :func:`tile` takes the tile's largest shape as a constant and compiles, behind one
 ``switch``, a loop for each smaller one the caller may ask for: every strip count up to
-the largest, and :func:`row_counts` rows. Only a CPU with the vector width's
-instructions may run it (:mod:`kuiperinfer.kernels.matrix.products` chooses).
+the largest (the last strip whole or, on 512-bit vectors, half: :data:`MIN_LANES`) and
+:func:`row_counts` rows. Only a CPU with the vector width's instructions may run it
+(:mod:`kuiperinfer.kernels.matrix.products` chooses).
 """
 
 from __future__ import annotations
@@ -238,10 +239,11 @@ if AVAILABLE:
             "stage": stage,
         }
         whole, half = _Vectors(builder, lanes), _Vectors(builder, lanes // 2)
+        lasts = (whole, half) if half.lanes >= MIN_LANES else (whole,)
         last_columns = builder.sub(columns, builder.mul(builder.sub(strips, ir.Constant(strips.type, 1)),
                                                         ir.Constant(strips.type, lanes)))
         is_half = builder.zext(builder.icmp_signed("<=", last_columns, ir.Constant(strips.type, half.lanes)),
-                               strips.type) if half.lanes >= MIN_LANES else ir.Constant(strips.type, 0)
+                               strips.type) if half in lasts else ir.Constant(strips.type, 0)
         # a case per rows, strips (fewer than 8) and whether the last strip is half as wide
         key = builder.add(builder.mul(builder.add(builder.mul(rows, ir.Constant(rows.type, 8)), strips),
                                       ir.Constant(rows.type, 2)), is_half)
@@ -249,7 +251,7 @@ if AVAILABLE:
         switch = builder.switch(key, done)
         for r in row_counts(tile_rows):
             for s in range(1, tile_strips + 1):
-                for last in (whole, half) if half.lanes >= MIN_LANES else (whole,):   # 256-bit: no half
+                for last in lasts:
                     block = builder.append_basic_block(f"tile.{r}x{s}.{last.lanes}")
                     switch.add_case(ir.Constant(rows.type, 2 * (r * 8 + s) + (last is half)), block)
                     builder.position_at_end(block)
