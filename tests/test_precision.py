@@ -89,7 +89,7 @@ def test_features_are_read_from_cpuinfo() -> None:
     assert "amx_tile" in flags and "fpu" in flags
     sapphire = MatrixFeatures.from_flags(flags)
     assert sapphire == MatrixFeatures(amx_bf16=True, amx_int8=True, avx512_bf16=True, vnni=True, avx512_vnni=True,
-                                      avx2=True)
+                                      avx2=True, avx512f=True)
     assert sapphire.bf16_products == "AMX"
     zen4 = MatrixFeatures.from_flags(frozenset({"avx512_bf16", "avx512_vnni", "amx_bf16"}))   # no amx_tile
     assert (zen4.amx_bf16, zen4.bf16_products, zen4.vnni) == (False, "AVX512-BF16", True)
