@@ -428,9 +428,8 @@ def test_fp32_weights_are_packed_once_in_aligned_strips(kernel):
 
 
 def test_fp32_product_refuses_what_it_cannot_compute():
-    product = Fp32Product(np.zeros((8, 4), np.float32))
-    with pytest.raises(ValueError, match="float32"):
-        product(np.zeros((3, 8), np.float64))
+    product = Fp32Product(np.ones((8, 4), np.float32))
+    assert product(np.ones((3, 8), np.float64)).dtype == np.float32   # taken as float32, as the others take it
     with pytest.raises(ValueError, match=r"\(M, 8\)"):
         product(np.zeros((3, 9), np.float32))
     with pytest.raises(ValueError, match="requantize"):

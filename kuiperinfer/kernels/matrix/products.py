@@ -527,10 +527,8 @@ class Fp32Product(Product):
             self._lanes = _tile(self.kernel)[2]
 
     def activations(self, x: np.ndarray) -> np.ndarray:
-        """``x`` as it is: float32 (any other type is refused, not converted)."""
-        if x.dtype != np.float32:
-            raise ValueError(f"a float32 product takes float32 activations, not {x.dtype}")
-        return x
+        """``x`` as float32 (float32 ``x`` as it is)."""
+        return np.asarray(x, np.float32)
 
     def multiply(self, a: np.ndarray, out: np.ndarray, residual: np.ndarray | None = None,
                  residual_scale: float = 1.0, residual_zero_point: int = 0, columns: tuple[int, int] | None = None,
