@@ -126,7 +126,7 @@ def test_precisions_by_name_say_which_kernel_runs() -> None:
     assert FP32.product(np.eye(2, dtype=np.float32)) is None and FP32.float_product(np.eye(2, dtype=np.float32)) is None
     zen4 = precision("fp32", MatrixFeatures(avx2=True, fma=True, avx512f=True), "compiled",
                      frozenset({"avx2", "fma", "avx512f"}))
-    assert zen4.name == "fp32" and "linear layers on AVX-512 FMA tiles" in zen4.products
+    assert zen4.name == "fp32" and "linear layers and im2col convolutions on AVX-512 FMA tiles" in zen4.products
     assert zen4.product(np.eye(2, dtype=np.float32)) is None                       # fp32: no reduced product
     assert zen4.float_product(np.eye(2, dtype=np.float32)).kernel.name == "AVX-512 FMA"
     assert "AVX2 FMA" in precision("fp32", MatrixFeatures(avx2=True, fma=True), "compiled",

@@ -7,9 +7,10 @@ convolutions, products of two activations (torch.matmul, attention's scores and 
 sums), normalisations, activations, the additions between layers, the biases.
 
 * ``fp32``, the default: every product in float32, as PyTorch computes it; where the CPU has
-  FMA (AVX-512, or AVX2 and FMA), the linear layers' products on the matrix engine's float32
-  tiles (:meth:`Precision.float_product`), which are measured faster there than BLAS, the
-  others through BLAS (NumPy's matmul).
+  FMA (AVX-512, or AVX2 and FMA), the products of linear layers and of the convolutions
+  computed as im2col or 1x1 products on the matrix engine's float32 tiles
+  (:meth:`Precision.float_product`), which are measured faster there than BLAS, the others
+  (Winograd, depthwise, direct) through their own kernels and BLAS (NumPy's matmul).
 * ``bf16``: the products take their inputs, activations and weights, rounded to bfloat16
   (:func:`~kuiperinfer.kernels.matrix.bf16.round_bf16`) and accumulate in float32, as
   OpenVINO's bf16 mode and PyTorch's autocast multiply.
@@ -130,8 +131,8 @@ def precision(name: str, features: MatrixFeatures | None = None, kernels: str = 
         tiles = None if kernels == "reference" else fp32_kernel(found, compilable)
         if tiles is None or tiles.dot is None:
             return FP32
-        return Precision(products=f"float32 products: linear layers on {tiles.name} tiles, the others "
-                                  f"through BLAS", float_tiles=tiles)
+        return Precision(products=f"float32 products: linear layers and im2col convolutions on {tiles.name} "
+                                  f"tiles", float_tiles=tiles)
     if name == "bf16":
         kernel = BF16_WIDENED if kernels == "reference" else bf16_kernel(found, compilable)
         how = ("bf16 products on AVX512-BF16 (vdpbf16ps), weights held as bfloat16" if kernel is AVX512_BF16 else
