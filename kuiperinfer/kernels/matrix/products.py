@@ -48,7 +48,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kuiperinfer.kernels.compiled.activation import ActivationCode
+from kuiperinfer.kernels.compiled.activation import CLIP, NONE, RELU, ActivationCode
 from kuiperinfer.kernels.compiled.tiles import GROUP_BYTES, target_features
 from kuiperinfer.kernels.elementwise import Epilogue, InplaceActivation
 from kuiperinfer.kernels.matrix import int8
@@ -562,6 +562,12 @@ class Fp32Product(Product):
                 residual: np.ndarray, out: np.ndarray, numbers: np.ndarray) -> None:
         self._compiled_products.BLOCKS[self.kernel.dot](a, self.packed, parts, first, last, columns, self._bias,
                                                         residual, out, numbers)
+
+
+def clamps_in_registers(activation: InplaceActivation | None) -> bool:
+    """Whether the float32 tiles apply ``activation`` in their registers (none, ReLU, a clip);
+    any other takes a pass over each tile's stored rows."""
+    return ActivationCode.of(activation).code in (NONE, RELU, CLIP)
 
 
 VECTOR_BYTES = 64
