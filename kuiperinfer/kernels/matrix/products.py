@@ -445,7 +445,19 @@ class Int8Product(Product):
                                   residual, residual_scale, residual_zero_point)
 
 
-class Bf16Product(Product):
+class _FloatProduct(Product):
+    """A product of float32 activations into float32 outputs (bf16 and float32)."""
+
+    def __init__(self, weight: np.ndarray, epilogue: ProductEpilogue, kernel: ProductKernel, what: str):
+        if weight.ndim != 2:
+            raise ValueError(f"{what}'s weight is a 2-D array (K, N), not {weight.shape}")
+        if epilogue.requantize is not None:
+            raise ValueError(f"{what}'s output is float32: it does not requantize")
+        super().__init__(weight.shape[1], epilogue, kernel)
+        self.in_features = weight.shape[0]
+
+
+class Bf16Product(_FloatProduct):
     """``epilogue(bf16(x) @ bf16(weight))`` for float32 ``x`` (M, K), the float32 ``weight``
     (K, N) held as bfloat16, packed once for ``kernel`` (this CPU's by default)."""
 
@@ -454,20 +466,15 @@ class Bf16Product(Product):
 
     def __init__(self, weight: np.ndarray, epilogue: ProductEpilogue = NO_EPILOGUE,
                  kernel: ProductKernel | None = None):
-        if weight.ndim != 2:
-            raise ValueError(f"a bf16 product's weight is a 2-D array (K, N), not {weight.shape}")
-        if epilogue.requantize is not None:
-            raise ValueError("a bf16 product's output is float32: it does not requantize")
-        k, n = weight.shape
-        super().__init__(n, epilogue, kernel or bf16_kernel())
-        self.in_features = k
+        super().__init__(weight, epilogue, kernel or bf16_kernel(), "a bf16 product")
         self.in_dtype = np.float32 if self.kernel.dot is None else np.uint16
         bits = bf16_bits(np.asarray(weight, np.float32))
         if self.kernel.dot is None:
             self.weight_bits = self.packed = bits
         else:
             self.packed, strip_bytes = pack(bits, self.kernel)
-            self._tiles = (self.packed, strip_bytes, np.zeros(n, np.int32), np.ones(n, np.float32))
+            self._tiles = (self.packed, strip_bytes, np.zeros(self.out_features, np.int32),
+                           np.ones(self.out_features, np.float32))
 
     def activations(self, x: np.ndarray) -> np.ndarray:
         """``x`` rounded to bfloat16: as uint16 bit patterns for the bf16 kernels (which pass as
@@ -502,7 +509,7 @@ class Bf16Product(Product):
                 block(first)
 
 
-class Fp32Product(Product):
+class Fp32Product(_FloatProduct):
     """``epilogue(x @ weight)`` for float32 ``x`` (M, K), the float32 ``weight`` (K, N) packed
     once for ``kernel`` (this CPU's by default): register tiles of FMAs, or NumPy's matmul."""
 
@@ -511,13 +518,7 @@ class Fp32Product(Product):
 
     def __init__(self, weight: np.ndarray, epilogue: ProductEpilogue = NO_EPILOGUE,
                  kernel: ProductKernel | None = None):
-        if weight.ndim != 2:
-            raise ValueError(f"a float32 product's weight is a 2-D array (K, N), not {weight.shape}")
-        if epilogue.requantize is not None:
-            raise ValueError("a float32 product's output is float32: it does not requantize")
-        k, n = weight.shape
-        super().__init__(n, epilogue, kernel or fp32_kernel())
-        self.in_features = k
+        super().__init__(weight, epilogue, kernel or fp32_kernel(), "a float32 product")
         weight = np.asarray(weight, np.float32)
         if self.kernel.dot is None:
             self.weight = self.packed = np.array(weight)
