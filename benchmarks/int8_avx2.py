@@ -46,10 +46,10 @@ def _variants():  # noqa: ANN202
 
     def madd(builder, pairs, factor):  # noqa: ANN001, ANN202
         ones = ir.Constant(ir.VectorType(i16, 16), [factor] * 16)
-        return tiles._call(builder, "llvm.x86.avx2.pmadd.wd", ir.VectorType(i32, 8), pairs, ones)
+        return tiles.call_intrinsic(builder, "llvm.x86.avx2.pmadd.wd", ir.VectorType(i32, 8), pairs, ones)
 
     def maddubs(builder, a, b):  # noqa: ANN001, ANN202
-        return tiles._call(builder, "llvm.x86.avx2.pmadd.ub.sw", ir.VectorType(i16, 16), a, b)
+        return tiles.call_intrinsic(builder, "llvm.x86.avx2.pmadd.ub.sw", ir.VectorType(i16, 16), a, b)
 
     class BytesDot(tiles.Dot):
         def load_b(self, builder, pointer):  # noqa: ANN001, ANN202

@@ -11,6 +11,8 @@ rounds taken; a network's rate is its products' operations over the sum of their
 * ``fp32``: the float32 product the engine computes today, NumPy's matmul (BLAS, one thread
   per part) whole, or shared as im2col shares it (blocks of rows; of columns for few rows),
   then the compiled epilogue;
+* ``fp32 tiles``: :class:`~kuiperinfer.kernels.matrix.products.Fp32Product`, the FMA register
+  tiles of this CPU, its blocks shared through ``run_parts`` on 2 threads;
 * ``int8 VNNI``, ``int8 AVX2``: :class:`~kuiperinfer.kernels.matrix.products.Int8Product`,
   uint8 in, float32 out, through each kernel the CPU can run (on an AVX-512 CPU the AVX2
   tiles use its 16-bit dot product: ``benchmarks.int8_avx2`` times them as AVX2 alone runs them);
@@ -18,8 +20,10 @@ rounds taken; a network's rate is its products' operations over the sum of their
   as it is read), float32 out.
 
 At 1 thread and at 2, sharing parts through a :class:`~kuiperinfer.kernels.parallel.ThreadPool`
-as a graph's run does. Products run alone here, so these are the kernels' rates, not a
-network's time.
+as a graph's run does. On one thread the calls are timed by the CPU time of the calling thread
+(what other processes take of the core is not counted), on two by the clock. Products run
+alone here, so these are the kernels' rates, not a network's time. ``--shapes`` also prints
+each product's rate in GMAC/s (multiply-adds, half the operations).
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ import numpy as np
 Shape = tuple[int, int, int]
 """(M, K, N) of a product."""
 NETWORKS = ("resnet18", "mobilenetv3", "efficientnet_lite0", "yolov5s", "vit_tiny", "minilm")
+PRECISIONS = ("fp32", "int8", "bf16")
 
 
 def product_shapes(name: str, batch: int) -> Counter[Shape]:
@@ -80,17 +85,18 @@ def kernels(m: int, k: int, n: int, rng: np.random.Generator) -> dict[str, Calla
     x = rng.standard_normal((m, k)).astype(np.float32)
     weight = rng.standard_normal((k, n)).astype(np.float32)
     a = rng.integers(0, 256, (m, k), dtype=np.uint8)
-    out = np.empty((m, n), np.float32)
     code = ActivationCode.of(relu)
 
-    def fp32() -> None:
-        """As im2col and nn.Linear share a product: one call on one thread; else blocks of
-        rows, two per thread, or for few rows blocks of columns."""
+    def fp32() -> np.ndarray:
+        """As im2col and nn.Linear share a product, into a new output as theirs (and every
+        other kernel's here): one call on one thread; else blocks of rows, two per thread, or
+        for few rows blocks of columns."""
+        out = np.empty((m, n), np.float32)
         threads = threads_for(m * n * k)
         if threads == 1:
             np.matmul(x, weight, out=out)
             finish_rows(out, bias, *code)
-            return
+            return out
         step = -(-n // threads) if m <= FEW_PIXELS else -(-m // (2 * threads))
 
         def block(start: int) -> None:
@@ -101,8 +107,12 @@ def kernels(m: int, k: int, n: int, rng: np.random.Generator) -> dict[str, Calla
                 np.matmul(x[start:start + step], weight, out=out[start:start + step])
                 finish_rows(out[start:start + step], bias, *code)
         run_parts(range(0, n if m <= FEW_PIXELS else m, step), m * n * k, block)
+        return out
 
     calls: dict[str, Callable[[], object]] = {"fp32": fp32}
+    tiles = products.Fp32Product(weight, epilogue)
+    if tiles.kernel is not products.REFERENCE:
+        calls[f"fp32 tiles ({tiles.kernel.name})"] = lambda: tiles(x)
     int8 = products.int8_kernel()
     for kernel in (products.VNNI, products.AVX2):
         if kernel is int8 or (kernel is products.AVX2 and int8 is products.VNNI):
@@ -129,38 +139,64 @@ def _threads(count: int) -> Iterator[None]:
         pool.close()
 
 
-def time_shape(shape: Shape, threads: int, rounds: int, rng: np.random.Generator) -> dict[str, float]:
-    """Seconds per call of each kernel on ``shape``: the median of ``rounds`` rounds, the kernels
-    alternating within each (each round a few calls, as many as fill 20 ms)."""
-    calls = kernels(*shape, rng)
+def time_shape(shape: Shape, threads: int, rounds: int, rng: np.random.Generator,
+               precisions: tuple[str, ...] = PRECISIONS) -> dict[str, float]:
+    """Seconds per call of each kernel of ``precisions`` on ``shape``: the median of ``rounds``
+    rounds, the kernels alternating within each (each round a few calls, as many as fill 20 ms)."""
+    calls = {name: call for name, call in kernels(*shape, rng).items() if name.split()[0] in precisions}
+    clock = time.thread_time if threads == 1 else time.perf_counter
     times: dict[str, list[float]] = {name: [] for name in calls}
     with _threads(threads):
         for call in calls.values():
             call()
-        repeats = {name: max(1, int(0.02 / _seconds(call, 1))) for name, call in calls.items()}
+        repeats = {name: max(1, int(0.02 / max(_seconds(call, 1, time.perf_counter), 1e-6)))
+                   for name, call in calls.items()}
         for _ in range(rounds):
             for name, call in calls.items():
-                times[name].append(_seconds(call, repeats[name]))
+                times[name].append(_seconds(call, repeats[name], clock))
     return {name: statistics.median(values) for name, values in times.items()}
 
 
-def _seconds(call: Callable[[], object], repeats: int) -> float:
-    start = time.perf_counter()
+def _seconds(call: Callable[[], object], repeats: int, clock: Callable[[], float]) -> float:
+    start = clock()
     for _ in range(repeats):
         call()
-    return (time.perf_counter() - start) / repeats
+    return (clock() - start) / repeats
 
 
-def network_rates(name: str, batch: int, threads: int, rounds: int) -> dict[str, float]:
-    """GOP/s of each kernel over the products of a network at ``batch``."""
+ShapeTimes = list[tuple[Shape, int, dict[str, float]]]
+"""Per distinct product of a network: its shape, how many times the network computes it, and
+each kernel's seconds per call."""
+
+
+def network_times(name: str, batch: int, threads: int, rounds: int,
+                  precisions: tuple[str, ...] = PRECISIONS) -> ShapeTimes:
+    """Each kernel's time on each of a network's products at ``batch``."""
     rng = np.random.default_rng(0)
+    return [(shape, count, time_shape(shape, threads, rounds, rng, precisions))
+            for shape, count in product_shapes(name, batch).items()]
+
+
+def network_rates(times: ShapeTimes) -> dict[str, float]:
+    """GOP/s of each kernel over a network's products: their operations over the sum of their times."""
+    operations = sum(2 * m * k * n * count for (m, k, n), count, _ in times)
     totals: dict[str, float] = {}
-    operations = 0
-    for (m, k, n), count in product_shapes(name, batch).items():
-        operations += 2 * m * k * n * count
-        for kernel, seconds in time_shape((m, k, n), threads, rounds, rng).items():
-            totals[kernel] = totals.get(kernel, 0.0) + seconds * count
+    for _, count, seconds in times:
+        for kernel, value in seconds.items():
+            totals[kernel] = totals.get(kernel, 0.0) + value * count
     return {kernel: operations / seconds / 1e9 for kernel, seconds in totals.items()}
+
+
+def shape_table(rows: list[tuple[str, int, int, ShapeTimes]]) -> str:
+    """A table: a row per product of each network, batch and threads, a column of GMAC/s per kernel."""
+    names = list(dict.fromkeys(kernel for *_, times in rows for _, _, seconds in times for kernel in seconds))
+    lines = ["| network | batch | threads | M x K x N | count | " + " | ".join(f"{name} GMAC/s" for name in names)
+             + " |", "|---|---:|---:|---|---:|" + "---:|" * len(names)]
+    for network, batch, threads, times in rows:
+        for (m, k, n), count, seconds in times:
+            cells = " | ".join(f"{m * k * n / seconds[name] / 1e9:.1f}" if name in seconds else "" for name in names)
+            lines.append(f"| {network} | {batch} | {threads} | {m}x{k}x{n} | {count} | {cells} |")
+    return "\n".join(lines) + "\n"
 
 
 def markdown(rows: list[tuple[str, int, int, dict[str, float]]]) -> str:
@@ -179,16 +215,24 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--networks", nargs="+", default=list(NETWORKS), choices=NETWORKS)
     parser.add_argument("--batches", nargs="+", type=int, default=[1, 8])
     parser.add_argument("--threads", nargs="+", type=int, default=[1, 2])
-    parser.add_argument("--rounds", type=int, default=5, help="rounds per product, the median taken (default 5)")
+    parser.add_argument("--precisions", nargs="+", default=list(PRECISIONS), choices=PRECISIONS,
+                        help="the kernels timed, by precision (default all)")
+    parser.add_argument("--rounds", type=int, default=11, help="rounds per product, the median taken (default 11)")
+    parser.add_argument("--shapes", action="store_true", help="also print each product's rate")
     args = parser.parse_args(argv)
-    rows = []
+    rows, shapes = [], []
     for network in args.networks:
         for batch in args.batches:
             for threads in args.threads:
-                rows.append((network, batch, threads, network_rates(network, batch, threads, args.rounds)))
+                times = network_times(network, batch, threads, args.rounds, tuple(args.precisions))
+                shapes.append((network, batch, threads, times))
+                rows.append((network, batch, threads, network_rates(times)))
                 print(markdown(rows[-1:]).splitlines()[-1], flush=True)
     print()
     print(markdown(rows), end="")
+    if args.shapes:
+        print()
+        print(shape_table(shapes), end="")
 
 
 if __name__ == "__main__":

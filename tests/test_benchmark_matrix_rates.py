@@ -2,6 +2,7 @@
 and computing the product, the table."""
 
 import numpy as np
+import pytest
 
 from benchmarks import int8_avx2, matrix_rates
 
@@ -34,3 +35,18 @@ def test_the_table_has_a_column_per_kernel():
 def test_the_avx2_remedies_table_says_which_are_exact():
     table = int8_avx2.markdown([("widen", [117.2, 116.0, 110.4], True), ("maddubs", [102.0, 107.0, 96.0], False)])
     assert table.splitlines()[2:] == ["| widen | yes | 117 | 116 | 110 |", "| maddubs | no | 102 | 107 | 96 |"]
+
+
+def test_the_shape_table_has_a_row_per_product_and_the_network_rate_sums_their_times():
+    times = [((49, 576, 96), 2, {"fp32": 2.0e-5, "fp32 tiles": 1.0e-5}), ((1, 576, 1024), 1, {"fp32": 1.0e-4})]
+    table = matrix_rates.shape_table([("mobilenetv3", 1, 1, times)])
+    assert table.splitlines()[0] == "| network | batch | threads | M x K x N | count | fp32 GMAC/s | fp32 tiles GMAC/s |"
+    assert table.splitlines()[2:] == ["| mobilenetv3 | 1 | 1 | 49x576x96 | 2 | 135.5 | 271.0 |",
+                                      "| mobilenetv3 | 1 | 1 | 1x576x1024 | 1 | 5.9 |  |"]
+    rates = matrix_rates.network_rates(times)
+    assert rates["fp32"] == pytest.approx(2 * (2 * 49 * 576 * 96 + 576 * 1024) / (2 * 2.0e-5 + 1.0e-4) / 1e9)
+
+
+def test_only_the_chosen_precisions_are_timed():
+    seconds = matrix_rates.time_shape((5, 7, 9), 1, 1, np.random.default_rng(0), ("fp32",))
+    assert "fp32" in seconds and all(name.startswith("fp32") for name in seconds)

@@ -5,7 +5,8 @@ Each block below makes the optimiser write one kind of fused operator (or plan);
 loaded with and without the optimiser, in each reduced precision (int8 with one calibration
 table, which holds for both), and the outputs must agree to float32 rounding: a fused form
 sums in another order, and a float32 difference of one unit flips a bf16 or int8 rounding
-only where a value lies on the boundary, which these fixed inputs do not hit.
+only where a value lies on the boundary, which these fixed inputs do not hit. In fp32, the
+fused 1x1-depthwise stripes on the float32 tiles against PyTorch and the BLAS path.
 """
 
 from __future__ import annotations
@@ -15,10 +16,13 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from batches import assert_same_at_every_batch
-from oracle import export
+from batches import assert_same_at_every_batch, random_inputs
+from oracle import assert_matches, export
 
 import kuiperinfer
+from benchmarks.networks import torch_outputs
+from kuiperinfer.kernels.matrix import precision as precision_module
+from kuiperinfer.kernels.matrix.products import REFERENCE, fp32_kernel
 
 SCALE_TOLERANCE = 1e-5
 """Largest difference allowed, relative to the largest output value."""
@@ -40,16 +44,18 @@ class SqueezeExcitation(nn.Module):
 
 
 class InvertedResidual(nn.Module):
-    """A 1x1 expansion read only by a depthwise convolution, a 1x1 projection, the residual."""
+    """A 1x1 expansion read only by a depthwise convolution, a 1x1 projection, the residual;
+    ReLU6 after the two first (MobileNetV3's later blocks take hardswish)."""
 
-    def __init__(self, channels: int = 16, expanded: int = 48):
+    def __init__(self, channels: int = 16, expanded: int = 48, activation=F.relu6):
         super().__init__()
+        self.activation = activation
         self.expand = nn.Conv2d(channels, expanded, 1)
         self.depthwise = nn.Conv2d(expanded, expanded, 3, padding=1, groups=expanded)
         self.project = nn.Conv2d(expanded, channels, 1)
 
     def forward(self, x):
-        return x + self.project(F.relu6(self.depthwise(F.relu6(self.expand(x)))))
+        return x + self.project(self.activation(self.depthwise(self.activation(self.expand(x)))))
 
 
 class ResidualConvolutions(nn.Module):
@@ -153,3 +159,27 @@ def test_fused_operators_at_every_batch_and_thread_count(tmp_path, name, precisi
         options["calibration"] = kuiperinfer.quantize(param, tmp_path / "calibrate.npy", method="minmax").table
     graph = assert_same_at_every_batch(param, threads=(2,), **options)
     assert graph.batching.independent and graph.batching.batch is None
+
+
+@pytest.mark.skipif(fp32_kernel() is REFERENCE, reason="this CPU (or Numba's target) has no FMA")
+def test_fused_pointwise_depthwise_stripes_on_float_tiles_in_fp32(tmp_path, monkeypatch):
+    """In fp32 the fused 1x1-depthwise stripes take the float32 tiles where the 1x1's activation
+    is a clamp (ReLU6), BLAS after hardswish (measured slower on the tiles); they match PyTorch,
+    and the BLAS path to float32 rounding, at batch 1, 3 and 8 on 1, 2 and 4 threads."""
+    torch.manual_seed(0)
+    model = nn.Sequential(InvertedResidual(16, 40), InvertedResidual(16, 72, F.hardswish)).eval()
+    param = export(model, (torch.rand(1, 16, 13, 11),), tmp_path)
+
+    def expected(inputs):
+        return torch_outputs(model, [torch.from_numpy(x) for x in inputs])
+    tiles = assert_same_at_every_batch(param, threads=(2, 4), expected=expected)
+    fused = [op.layer for op in tiles.operators if op.type == "kuiper.PointwiseDepthwise"]
+    assert [type(layer.pointwise.float_product).__name__ for layer in fused] == ["Fp32Product", "NoneType"]
+    monkeypatch.setattr(precision_module, "fp32_kernel", lambda *args, **kwargs: REFERENCE)
+    blas = kuiperinfer.load(param, threads=1)
+    assert not any(op.layer.pointwise.float_product for op in blas.operators if op.type == "kuiper.PointwiseDepthwise")
+    for batch in (1, 3, 8):
+        for threads in (1, 2):
+            inputs = random_inputs(tiles, batch, seed=batch)
+            assert_matches(kuiperinfer.load(param, threads=threads).run(*inputs), blas.run(*inputs), atol=1e-5,
+                           rtol=1e-5)

@@ -89,7 +89,7 @@ def test_features_are_read_from_cpuinfo() -> None:
     assert "amx_tile" in flags and "fpu" in flags
     sapphire = MatrixFeatures.from_flags(flags)
     assert sapphire == MatrixFeatures(amx_bf16=True, amx_int8=True, avx512_bf16=True, vnni=True, avx512_vnni=True,
-                                      avx2=True)
+                                      avx2=True, avx512f=True)
     assert sapphire.bf16_products == "AMX"
     zen4 = MatrixFeatures.from_flags(frozenset({"avx512_bf16", "avx512_vnni", "amx_bf16"}))   # no amx_tile
     assert (zen4.amx_bf16, zen4.bf16_products, zen4.vnni) == (False, "AVX512-BF16", True)
@@ -123,7 +123,16 @@ def test_the_tile_state_is_granted_exactly_where_the_cpu_has_amx(capsys) -> None
 
 def test_precisions_by_name_say_which_kernel_runs() -> None:
     x = np.float32([[1.00390625, 3.0]])   # 1 + 2^-8 is a tie between two bfloat16 values
-    assert precision("fp32") is FP32 and FP32.product(np.eye(2, dtype=np.float32)) is None
+    assert FP32.product(np.eye(2, dtype=np.float32)) is None and FP32.float_product(np.eye(2, dtype=np.float32)) is None
+    zen4 = precision("fp32", MatrixFeatures(avx2=True, fma=True, avx512f=True), "compiled",
+                     frozenset({"avx2", "fma", "avx512f"}))
+    assert zen4.name == "fp32" and "linear layers and im2col convolutions on AVX-512 FMA tiles" in zen4.products
+    assert zen4.product(np.eye(2, dtype=np.float32)) is None                       # fp32: no reduced product
+    assert zen4.float_product(np.eye(2, dtype=np.float32)).kernel.name == "AVX-512 FMA"
+    assert "AVX2 FMA" in precision("fp32", MatrixFeatures(avx2=True, fma=True), "compiled",
+                                   frozenset({"avx2", "fma"})).products
+    assert precision("fp32", MatrixFeatures(avx2=True), "compiled", frozenset({"avx2", "fma"})) is FP32   # no FMA
+    assert precision("fp32", MatrixFeatures(avx2=True, fma=True, avx512f=True), "reference") is FP32
     bf16 = precision("bf16", MatrixFeatures())
     assert bf16.name == "bf16" and "this CPU has no AVX512-BF16" in bf16.products
     assert bf16.product(np.eye(2, dtype=np.float32))(x).tolist() == [[1.0, 3.0]]

@@ -142,8 +142,10 @@ class PointwiseDepthwise(Layer):
             expanded = product(np.ascontiguousarray(nhwc(x)).reshape(-1, x.shape[1]))
             out = nchw(self.depthwise.kernel(nchw(expanded.reshape(*nhwc(x).shape[:3], -1))))
         elif compiled is not None:
-            out = nchw(pointwise_depthwise(nhwc(x), float_pointwise(self.pointwise.matrix, self.pointwise.epilogue),
-                                           self.pointwise.out_channels, compiled, geometry.stride, geometry.padding))
+            rows = self._tiled_rows if self.pointwise.float_product is not None else \
+                float_pointwise(self.pointwise.matrix, self.pointwise.epilogue)
+            out = nchw(pointwise_depthwise(nhwc(x), rows, self.pointwise.out_channels, compiled, geometry.stride,
+                                           geometry.padding))
         else:
             padded_hw = [size + before + after for size, (before, after) in zip(x.shape[2:], geometry.padding)]
             out = nchw(depthwise_in_stripes(np.ascontiguousarray(nhwc(x)), self.depthwise.packed.depthwise,
@@ -156,6 +158,10 @@ class PointwiseDepthwise(Layer):
         """A stripe's 1x1 convolution in bf16 or int8
         (:data:`~kuiperinfer.kernels.compiled.depthwise.PointwiseRows`)."""
         self.pointwise.product.multiply(rows, out, columns=(channels.start, channels.stop), shared=False)
+
+    def _tiled_rows(self, rows: np.ndarray, out: np.ndarray, channels: slice) -> None:
+        """A stripe's 1x1 convolution in fp32 on the float32 tiles."""
+        self.pointwise.float_product.multiply(rows, out, columns=(channels.start, channels.stop), shared=False)
 
 
 @register_layer(SqueezeExcitationPlan.TYPE)

@@ -8,7 +8,9 @@ takes the time of reading its weight from memory, so it is computed transposed,
 ``W x^T``: each thread then reads whole rows of the (out, in) weight as the model stores
 them, once, where ``x W^T`` has BLAS copy the weight into its own layout first. A single
 row is a matrix-vector product, which reads the weight once either way and fastest in one
-thread.
+thread. Where the load has the matrix engine's float32 tiles
+(:meth:`~kuiperinfer.kernels.matrix.precision.Precision.float_product`), the product is
+theirs instead, its weight packed once and the epilogue in its tiles, for any number of rows.
 """
 
 from __future__ import annotations
@@ -119,12 +121,14 @@ class Linear(ParamLayer):
         return op.name
 
     def pack(self) -> None:
-        self.product = self.precision.product(self._weight.T, ProductEpilogue(self._bias, self.activation,
-                                                                              requantize=self.requantize),
-                                              not self.compiled)
-        """The product of a reduced precision (None: fp32's float32 product, below)."""
+        epilogue = ProductEpilogue(self._bias, self.activation, requantize=self.requantize)
+        self.product = self.precision.product(self._weight.T, epilogue, not self.compiled)
+        if self.product is None and self.compiled:
+            self.product = self.precision.float_product(self._weight.T, epilogue)
+        """The matrix engine's product: a reduced precision's, or fp32's on the float32 tiles
+        where this load has them (None: fp32 through BLAS, below)."""
         if self.product is not None:
-            self._compute = self._reduced_product
+            self._compute = self._engine_product
             return
         self._matrix = self._weight
         self._weight_t = np.require(self._matrix.T, np.float32, "CA")
@@ -138,7 +142,7 @@ class Linear(ParamLayer):
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         return [self._compute(inputs[0])]
 
-    def _reduced_product(self, x: np.ndarray) -> np.ndarray:
+    def _engine_product(self, x: np.ndarray) -> np.ndarray:
         in_features = self.product.in_features
         check_features(x, in_features)
         return self.product(x.reshape(-1, in_features)).reshape(*x.shape[:-1], self.product.out_features)

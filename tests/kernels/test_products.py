@@ -1,7 +1,7 @@
 """The matrix engine's products (kuiperinfer/kernels/matrix/products.py and their compiled
 tiles): int8 through AVX512-VNNI and AVX2 equal to the integer reference exactly, bf16
-through AVX512-BF16 to float32 rounding, every epilogue, both outputs, any thread count;
-the kernel chosen from the CPU's flags."""
+through AVX512-BF16 and float32 through FMA tiles (512- and 256-bit) to float32 rounding,
+every epilogue, both outputs, any thread count; the kernel chosen from the CPU's flags."""
 
 import os
 import subprocess
@@ -20,9 +20,12 @@ from kuiperinfer.kernels.matrix.products import (
     AVX2,
     AVX512_BF16,
     BF16_WIDENED,
+    FMA256,
+    FMA512,
     REFERENCE,
     VNNI,
     Bf16Product,
+    Fp32Product,
     Int8Product,
     ProductEpilogue,
     Requantize,
@@ -37,8 +40,13 @@ needs_avx2 = pytest.mark.skipif(not (HERE.avx2 and "avx2" in COMPILABLE),
                                 reason="this CPU (or Numba's target) has no AVX2 (vpmaddwd)")
 needs_bf16 = pytest.mark.skipif(not (HERE.avx512_bf16 and "avx512bf16" in COMPILABLE),
                                 reason="this CPU (or Numba's target) has no AVX512-BF16 (vdpbf16ps)")
+needs_avx512f = pytest.mark.skipif(not (HERE.avx512f and "avx512f" in COMPILABLE),
+                                   reason="this CPU (or Numba's target) has no AVX-512 F")
+needs_fma = pytest.mark.skipif(not (HERE.avx2 and HERE.fma and {"avx2", "fma"} <= COMPILABLE),
+                               reason="this CPU (or Numba's target) has no AVX2 and FMA")
 INT8_KERNELS = [pytest.param(VNNI, marks=needs_vnni, id="vnni"), pytest.param(AVX2, marks=needs_avx2, id="avx2")]
 BF16_KERNELS = [pytest.param(AVX512_BF16, marks=needs_bf16, id="avx512-bf16"), pytest.param(BF16_WIDENED, id="widened")]
+FP32_KERNELS = [pytest.param(FMA512, marks=needs_avx512f, id="fma512"), pytest.param(FMA256, marks=needs_fma, id="fma256")]
 
 SIZES = [1, 3, 4, 5, 31, 32, 33, 64, 100, 257]
 ACTIVATIONS = [None, InplaceActivation("relu"), InplaceActivation("clip", (0.0, 6.0)),
@@ -275,24 +283,185 @@ def test_bf16_product_does_not_requantize():
         Bf16Product(np.zeros((2, 2), np.float32), ProductEpilogue(requantize=Requantize(1.0, 0)))
 
 
+# -- float32 -------------------------------------------------------------------------------
+
+FP32_SIZES = [1, 3, 15, 16, 17, 31, 33, 64, 100, 257]
+"""Around the tiles' sizes: 12 and 6 rows (and the 8, 4, 2, 1 of the last rows), strips of 16
+and 8 columns, in panels of 2."""
+
+
+def assert_float32_close(got, expected, x, w, what=""):
+    """Equal to float32 rounding: the sums are added in another order than BLAS's, which moves
+    them by about 1e-7 of the sums of their products' magnitudes, ``|x| @ |w|`` (a sum that
+    cancels keeps the rounding of its terms); within 1e-6 of that, or of the output's scale."""
+    assert got.dtype == np.float32 and got.shape == expected.shape
+    scale = max((np.abs(x) @ np.abs(w)).max(initial=0), np.abs(expected).max(initial=0))
+    np.testing.assert_allclose(got, expected, rtol=0, atol=1e-6 * scale, err_msg=what)
+
+
+def float_operands(m, k, n, rng=RNG):
+    return rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((k, n)).astype(np.float32)
+
+
+@pytest.mark.parametrize("kernel", FP32_KERNELS)
+@pytest.mark.parametrize("m", FP32_SIZES)
+def test_fp32_kernel_matches_the_reference_at_every_shape(kernel, m):
+    for k in FP32_SIZES:
+        for n in FP32_SIZES:
+            x, w = float_operands(m, k, n)
+            assert_float32_close(Fp32Product(w, kernel=kernel)(x), x @ w, x, w, f"M={m} K={k} N={n}")
+
+
+@pytest.mark.parametrize("kernel", FP32_KERNELS)
+@pytest.mark.parametrize("activation", ACTIVATIONS, ids=name_of)
+@pytest.mark.parametrize("residual", [None, "none", "relu", "silu"])
+def test_fp32_epilogue_matches_the_reference(kernel, activation, residual):
+    """Every activation, with a residual or without, and the residual's own activation: a clamp
+    (none, ReLU, clip) is applied in the tile's registers, any other on its stored rows."""
+    m, k, n = 37, 70, 53
+    x, w = float_operands(m, k, n)
+    residual_activation = None if residual in (None, "none") else InplaceActivation(residual)
+    epilogue = ProductEpilogue(RNG.standard_normal(n).astype(np.float32), activation, residual_activation)
+    added = None if residual is None else RNG.standard_normal((m, n)).astype(np.float32)
+    got = Fp32Product(w, epilogue, kernel)(x, added)
+    assert_float32_close(got, products.fp32_reference(x, w, epilogue, added), x, w)
+
+
+@pytest.mark.parametrize("kernel", FP32_KERNELS)
+def test_fp32_deep_products_are_summed_in_blocks_as_accurately_as_blas(kernel):
+    """Deeper than a block of the depth (512 steps), the sums of each block are added into the
+    output; the result is as close to the exact product as NumPy's. The last product has
+    several blocks of rows, of columns and of the depth."""
+    for m, k, n in [(13, 4099, 40), (30, 1025, 17), (1, 513, 300), (400, 1100, 300)]:
+        x, w = float_operands(m, k, n)
+        epilogue = ProductEpilogue(RNG.standard_normal(n).astype(np.float32), InplaceActivation("relu"))
+        got, expected = Fp32Product(w, epilogue, kernel)(x), products.fp32_reference(x, w, epilogue)
+        assert_float32_close(got, expected, x, w, f"M={m} K={k} N={n}")
+        exact = np.maximum(x.astype(np.float64) @ w.astype(np.float64) + epilogue.bias, 0)
+        assert np.abs(got - exact).max() <= 2 * np.abs(expected - exact).max() + 1e-7 * np.abs(exact).max()
+
+
+@pytest.mark.parametrize("kernel", FP32_KERNELS)
+def test_fp32_clamps_keep_nan_and_take_any_residual_layout(kernel):
+    x, w = float_operands(20, 30, 40)
+    x[3, 5] = np.nan
+    epilogue = ProductEpilogue(activation=InplaceActivation("clip", (-1.0, 2.0)),
+                               residual_activation=InplaceActivation("relu"))
+    residual = np.asfortranarray(RNG.standard_normal((20, 40)).astype(np.float32))
+    got = Fp32Product(w, epilogue, kernel)(x, residual)
+    expected = products.fp32_reference(x, w, epilogue, residual)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(expected))
+    assert np.isnan(got[3]).all()
+    finite = ~np.isnan(expected)
+    assert_float32_close(got[finite], expected[finite], np.nan_to_num(x), w)
+
+
+@pytest.mark.parametrize("kernel", FP32_KERNELS)
+def test_fp32_product_is_the_same_on_one_and_two_threads(kernel):
+    x, w = float_operands(500, 300, 600)
+    epilogue = ProductEpilogue(RNG.standard_normal(600).astype(np.float32), InplaceActivation("gelu"),
+                               InplaceActivation("relu"))
+    product = Fp32Product(w, epilogue, kernel)
+    assert len(products.product_parts(500, 600, 300, kernel)) > 2
+    residual = RNG.standard_normal((500, 600)).astype(np.float32)
+    alone = product(x, residual)
+    with intra_op(2):
+        shared = product(x, residual)
+    np.testing.assert_array_equal(shared, alone)
+    assert_same_on_two_threads(Fp32Product(w[:, :40], kernel=kernel), x[:7])   # few rows: blocks of strips
+
+
+@pytest.mark.parametrize("kernel", FP32_KERNELS + [pytest.param(REFERENCE, id="reference")])
+def test_fp32_product_writes_into_a_block_of_a_larger_output(kernel):
+    """As im2col multiplies a stripe of output rows into its place in the whole output."""
+    x, w = float_operands(30, 20, 24)
+    epilogue = ProductEpilogue(RNG.standard_normal(24).astype(np.float32), InplaceActivation("relu"))
+    whole = np.full((50, 24), -7.0, np.float32)
+    product = Fp32Product(w, epilogue, kernel)
+    product.multiply(x, whole[10:40])
+    assert_float32_close(whole[10:40], products.fp32_reference(x, w, epilogue), x, w)
+    assert (whole[:10] == -7).all() and (whole[40:] == -7).all()
+    with pytest.raises(ValueError, match=r"float32 \(30, 24\) array, not float32 \(30, 20\)"):
+        product.multiply(x, whole[10:40, :20])
+    residual = RNG.standard_normal((30, 24)).astype(np.float32)
+    expected = products.fp32_reference(x, w, epilogue, residual.copy())
+    whole[10:40] = residual
+    product.multiply(x, whole[10:40], whole[10:40])   # the residual in the output's memory: y += x @ w
+    assert_float32_close(whole[10:40], expected, x, w)
+
+
+@pytest.mark.parametrize("kernel", FP32_KERNELS + [pytest.param(REFERENCE, id="reference")])
+def test_fp32_columns_of_a_product(kernel):
+    """Any run of columns (a group's channels), from a strip's start or within one, with a
+    residual: the whole product's values to float32 rounding (a tile's rows of fewer strips
+    keep more sums going, added in another order)."""
+    m, k, n = 29, 600, 70
+    x, w = float_operands(m, k, n)
+    epilogue = ProductEpilogue(RNG.standard_normal(n).astype(np.float32), InplaceActivation("silu"),
+                               InplaceActivation("relu"))
+    residual = RNG.standard_normal((m, n)).astype(np.float32)
+    product = Fp32Product(w, epilogue, kernel)
+    whole = product(x, residual)
+    for start, stop in [(0, 70), (8, 24), (13, 14), (16, 70), (50, 70)]:
+        out = np.empty((m, stop - start), np.float32)
+        product.multiply(x, out, residual[:, start:stop].copy(), columns=(start, stop), shared=False)
+        assert_float32_close(out, whole[:, start:stop], x, w[:, start:stop], f"columns {start}:{stop}")
+
+
+def test_fp32_reference_kernel_is_numpy_s_matmul():
+    x, w = float_operands(9, 12, 5)
+    epilogue = ProductEpilogue(RNG.standard_normal(5).astype(np.float32), InplaceActivation("relu"))
+    product = Fp32Product(w, epilogue, REFERENCE)
+    np.testing.assert_array_equal(product(x), np.maximum(x @ w + epilogue.bias, 0))
+
+
+@pytest.mark.parametrize("kernel", FP32_KERNELS)
+def test_fp32_weights_are_packed_once_in_aligned_strips(kernel):
+    w = RNG.standard_normal((7, 20)).astype(np.float32)
+    product = Fp32Product(w, kernel=kernel)
+    lanes = products._tile(kernel)[2]
+    strips = product.packed.reshape(-1, 7, lanes)
+    assert len(strips) == -(-20 // lanes) and product.packed.ctypes.data % 64 == 0
+    np.testing.assert_array_equal(np.concatenate(list(strips), axis=1)[:, :20], w)
+    assert not np.concatenate(list(strips), axis=1)[:, 20:].any()
+    assert product(np.zeros((0, 7), np.float32)).shape == (0, 20)
+
+
+def test_fp32_product_refuses_what_it_cannot_compute():
+    product = Fp32Product(np.ones((8, 4), np.float32))
+    assert product(np.ones((3, 8), np.float64)).dtype == np.float32   # taken as float32, as the others take it
+    with pytest.raises(ValueError, match=r"\(M, 8\)"):
+        product(np.zeros((3, 9), np.float32))
+    with pytest.raises(ValueError, match="requantize"):
+        Fp32Product(np.zeros((2, 2), np.float32), ProductEpilogue(requantize=Requantize(1.0, 0)))
+    with pytest.raises(ValueError, match="bias of 4"):
+        Fp32Product(np.zeros((8, 4), np.float32), ProductEpilogue(bias=np.zeros(5, np.float32)))
+    if product.kernel.dot is not None:
+        with pytest.raises(ValueError, match="residual"):
+            product(np.zeros((3, 8), np.float32), residual=np.zeros((3, 4), np.uint8))
+
+
 # -- choosing the kernel -----------------------------------------------------------------
 
-ALL = frozenset({"avx2", "avx512bw", "avx512vnni", "avx512bf16"})
+ALL = frozenset({"avx2", "fma", "avx512f", "avx512bw", "avx512vnni", "avx512bf16"})
+ZEN4 = {"avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16"}
 
 
-@pytest.mark.parametrize("flags, compilable, int8, bf16", [
-    ({"avx2", "avx512_vnni", "avx512_bf16"}, ALL, VNNI, AVX512_BF16),
-    ({"avx2", "avx512_vnni"}, ALL, VNNI, BF16_WIDENED),
-    ({"avx2", "avx_vnni"}, ALL, AVX2, BF16_WIDENED),                     # AVX-VNNI is 256-bit only
-    ({"avx2"}, ALL, AVX2, BF16_WIDENED),
-    ({"avx", "sse4_2"}, ALL, REFERENCE, BF16_WIDENED),
-    ({"avx2", "avx512_vnni", "avx512_bf16"}, frozenset({"avx2"}), AVX2, BF16_WIDENED),   # Numba told haswell
-    ({"avx2", "avx512_vnni", "avx512_bf16"}, frozenset(), REFERENCE, BF16_WIDENED),      # no Numba
+@pytest.mark.parametrize("flags, compilable, int8, bf16, fp32", [
+    (ZEN4, ALL, VNNI, AVX512_BF16, FMA512),
+    ({"avx2", "fma", "avx512f", "avx512_vnni"}, ALL, VNNI, BF16_WIDENED, FMA512),
+    ({"avx2", "fma", "avx_vnni"}, ALL, AVX2, BF16_WIDENED, FMA256),                # AVX-VNNI is 256-bit only
+    ({"avx2", "fma"}, ALL, AVX2, BF16_WIDENED, FMA256),
+    ({"avx2"}, ALL, AVX2, BF16_WIDENED, REFERENCE),                                # no FMA: no float32 tiles
+    ({"avx", "sse4_2"}, ALL, REFERENCE, BF16_WIDENED, REFERENCE),
+    (ZEN4, frozenset({"avx2", "fma"}), AVX2, BF16_WIDENED, FMA256),               # Numba told haswell
+    (ZEN4, frozenset(), REFERENCE, BF16_WIDENED, REFERENCE),                     # no Numba
 ])
-def test_the_kernel_is_chosen_from_the_cpu_and_what_numba_may_compile(flags, compilable, int8, bf16):
+def test_the_kernel_is_chosen_from_the_cpu_and_what_numba_may_compile(flags, compilable, int8, bf16, fp32):
     features = MatrixFeatures.from_flags(frozenset(flags))
     assert products.int8_kernel(features, compilable) is int8
     assert products.bf16_kernel(features, compilable) is bf16
+    assert products.fp32_kernel(features, compilable) is fp32
 
 
 def test_an_int8_product_takes_this_machine_s_kernel_by_default():
@@ -300,11 +469,21 @@ def test_an_int8_product_takes_this_machine_s_kernel_by_default():
     assert product.kernel is products.int8_kernel()
 
 
+def run_as_haswell(script):
+    """What ``script`` prints, run with Numba told to compile for Haswell (AVX2 and FMA, no
+    AVX-512: an AVX2-only CPU's code, which this CPU runs too)."""
+    env = {**os.environ, "NUMBA_CPU_NAME": "haswell", "NUMBA_CPU_FEATURES": "+avx,+avx2,+fma,+bmi2,+f16c"}
+    result = subprocess.run([sys.executable, "-c", textwrap.dedent(script)], env=env, capture_output=True, text=True,
+                            timeout=600)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip()
+
+
 @needs_avx2
-def test_avx2_kernel_compiled_for_an_avx2_only_cpu_is_exact(tmp_path):
+def test_avx2_kernel_compiled_for_an_avx2_only_cpu_is_exact():
     """Numba told to compile for Haswell (no AVX-512, so no vpdpwssd to fuse into): the AVX2
     kernel is chosen and its vpmaddwd tiles equal the reference at the extremes and at random."""
-    script = textwrap.dedent("""
+    assert run_as_haswell("""
         import numpy as np
         from kuiperinfer.kernels.matrix import products
         assert products.int8_kernel() is products.AVX2, products.int8_kernel()
@@ -320,8 +499,31 @@ def test_avx2_kernel_compiled_for_an_avx2_only_cpu_is_exact(tmp_path):
             reference = products.Int8Product(w, scales, 1.0, 128, kernel=products.REFERENCE)(a)
             assert np.array_equal(ours, reference), (m, k, n)
         print("exact")
-    """)
-    env = {**os.environ, "NUMBA_CPU_NAME": "haswell", "NUMBA_CPU_FEATURES": "+avx,+avx2,+fma,+bmi2,+f16c"}
-    result = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "exact"
+    """) == "exact"
+
+
+@needs_fma
+def test_fp32_avx2_kernel_compiled_for_an_avx2_only_cpu_matches_the_reference():
+    """Compiled for Haswell, the 256-bit FMA tiles are chosen and match the reference at the
+    edge shapes, deeper than a block of the depth, with clamps in registers and without."""
+    assert run_as_haswell("""
+        import numpy as np
+        from kuiperinfer.kernels.elementwise import InplaceActivation
+        from kuiperinfer.kernels.matrix import products
+        assert products.fp32_kernel() is products.FMA256, products.fp32_kernel()
+        rng = np.random.default_rng(2)
+        sizes = [1, 3, 7, 8, 9, 15, 16, 17, 33, 100]
+        shapes = [(m, k, n) for m in sizes for k in sizes[::3] for n in sizes] + [(13, 4099, 40), (1, 1025, 9)]
+        for i, (m, k, n) in enumerate(shapes):
+            x = rng.standard_normal((m, k)).astype(np.float32)
+            w = rng.standard_normal((k, n)).astype(np.float32)
+            activation = [None, InplaceActivation("relu"), InplaceActivation("hardswish")][i % 3]
+            epilogue = products.ProductEpilogue(rng.standard_normal(n).astype(np.float32), activation,
+                                                InplaceActivation("relu"))
+            residual = rng.standard_normal((m, n)).astype(np.float32)
+            ours = products.Fp32Product(w, epilogue)(x, residual)
+            expected = products.fp32_reference(x, w, epilogue, residual)
+            scale = max((np.abs(x) @ np.abs(w)).max(), np.abs(expected).max())
+            assert np.abs(ours - expected).max() <= 1e-6 * scale, (m, k, n)
+        print(len(shapes), "match")
+    """) == "402 match"

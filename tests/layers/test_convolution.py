@@ -1,6 +1,7 @@
 """Convolutions against PyTorch, each exported by pnnx: nn.Conv2d / F.conv2d, the 1-D path
 (the 2-D code on a unit height) and ConvTranspose1d/2d (GEMM + col2im), over a spread of
-parameters; and conv2d on its packed weights, called directly.
+parameters; and conv2d on its packed weights, called directly; fp32's im2col products on the
+matrix engine's float32 tiles against PyTorch and the BLAS path.
 
 The kernels behind conv2d (im2col, Winograd, depthwise, ...) have their own tests in tests/kernels.
 """
@@ -10,12 +11,18 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from batches import assert_same_at_every_batch, random_inputs
 from handmade import make_operator
-from oracle import check_op
+from oracle import assert_matches, check_op, export
 
+import kuiperinfer
+from benchmarks.networks import torch_outputs
 from kuiperinfer.errors import LayerCreateError
 from kuiperinfer.kernels.elementwise import Epilogue
 from kuiperinfer.kernels.layout import nchw, nhwc
+from kuiperinfer.kernels.matrix import precision as precision_module
+from kuiperinfer.kernels.matrix.convolution import ProductConvolution
+from kuiperinfer.kernels.matrix.products import REFERENCE, Fp32Product, fp32_kernel
 from kuiperinfer.layers import LayerRegisterer
 from kuiperinfer.layers.convolution import ConvGeometry, PackedWeight, conv2d
 
@@ -242,3 +249,51 @@ def test_conv2d_takes_either_layout_and_returns_nhwc(groups, kernel, stride):
     for source in (x, nchw(np.ascontiguousarray(nhwc(x)))):
         ours = conv2d(source, PackedWeight(weight, groups), geometry, Epilogue(bias))
         np.testing.assert_allclose(nchw(ours), expected, atol=1e-5, rtol=1e-5)
+
+
+# -- fp32 on the matrix engine's float32 tiles ----------------------------------------------
+
+class Blocks(nn.Module):
+    """Convolutions fp32 computes as im2col products: strided 3x3, grouped (20 channels a
+    group, within a tile's strip), reflect-padded 5x5, 1x1 with hardswish, and a 1x1 whose
+    output the optimiser adds a residual to, ReLU after it."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 40, 3, padding=1)
+        self.down = nn.Conv2d(40, 40, 3, stride=2, padding=1)
+        self.grouped = nn.Conv2d(40, 40, 3, padding=1, groups=2)
+        self.wide = nn.Conv2d(40, 24, 5, padding=2, padding_mode="reflect")
+        self.expand = nn.Conv2d(24, 72, 1)
+        self.project = nn.Conv2d(72, 24, 1)
+
+    def forward(self, x):
+        x = self.grouped(self.down(torch.relu(self.stem(x))))
+        y = self.wide(x)
+        return torch.relu(self.project(F.hardswish(self.expand(y))) + y)
+
+
+@pytest.mark.skipif(fp32_kernel() is REFERENCE, reason="this CPU (or Numba's target) has no FMA")
+def test_convolutions_on_float_tiles_equal_blas_and_torch(tmp_path, monkeypatch):
+    """Chosen once, at load: the im2col and 1x1 convolutions' products are Fp32Product (one
+    per group) where the CPU has the tiles; they match PyTorch, and the BLAS path to float32
+    rounding, at batch 1, 3 and 8, on 1, 2 and 4 threads (and each batch its samples alone)."""
+    torch.manual_seed(0)
+    model = Blocks().eval()
+    param = export(model, [torch.randn(1, 3, 20, 24)], tmp_path)
+
+    def expected(inputs):
+        return torch_outputs(model, [torch.from_numpy(x) for x in inputs])
+    tiles = assert_same_at_every_batch(param, threads=(2, 4), expected=expected)
+    tiled = [op.layer.kernel for op in tiles.operators if isinstance(getattr(op.layer, "kernel", None),
+                                                                      ProductConvolution)]
+    assert len(tiled) >= 5 and all(isinstance(p, Fp32Product) for k in tiled for p in k.products)
+    assert any(len(k.products) == 2 for k in tiled)                            # the grouped one
+    monkeypatch.setattr(precision_module, "fp32_kernel", lambda *args, **kwargs: REFERENCE)
+    blas = kuiperinfer.load(param, threads=1)
+    assert not any(isinstance(getattr(op.layer, "kernel", None), ProductConvolution) for op in blas.operators)
+    for batch in (1, 3, 8):
+        for threads in (1, 2):
+            inputs = random_inputs(tiles, batch, seed=batch)
+            ours = kuiperinfer.load(param, threads=threads).run(*inputs)
+            assert_matches(ours, blas.run(*inputs), atol=1e-5, rtol=1e-5)

@@ -14,25 +14,33 @@ For int8 the accumulators are the exact int32 sums of uint8 activations times in
 activations' scale times each column's; for bf16 the float32 sums, no correction, scale 1.
 The steps are separate passes over the tile's row, each rounded as the NumPy reference
 rounds it (:mod:`kuiperinfer.kernels.matrix.products`).
+
+float32 products take the FMA tiles of :mod:`.float_tiles`, which store their sums into the
+output themselves, the epilogue's clamps in registers (:func:`float_blocks`); only the
+other activations make a pass over a tile's rows.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from kuiperinfer.kernels.compiled.activation import ActivationCode, finish_row
+from kuiperinfer.kernels.compiled.activation import CLIP, NONE, RELU, ActivationCode, finish_row
+from kuiperinfer.kernels.compiled.float_tiles import FIRST, LAST, RESIDUAL, row_counts
+from kuiperinfer.kernels.compiled.float_tiles import SHAPES as FLOAT_SHAPES
+from kuiperinfer.kernels.compiled.float_tiles import tile as float_tile
 from kuiperinfer.kernels.compiled.tiles import tile
 from kuiperinfer.kernels.jit import inline, kernel
 
-VNNI, AVX2, BF16 = range(3)
-"""The tiles' dots, by their codes (:data:`kuiperinfer.kernels.compiled.tiles.DOTS`)."""
+VNNI, AVX2, BF16, FMA512, FMA256 = range(5)
+"""The kernels' codes: the tiles' dots (:data:`kuiperinfer.kernels.compiled.tiles.DOTS`), then
+the float32 tiles (:data:`kuiperinfer.kernels.compiled.float_tiles.SHAPES`)."""
 VNNI_ROWS, VNNI_STRIPS = 6, 4
 AVX2_ROWS, AVX2_STRIPS = 4, 3
 BF16_ROWS, BF16_STRIPS = 6, 4
 """Rows and strips of B of each dot's register tile: as many accumulators as leave registers
 for the strips of B and the broadcast row (32 zmm registers; 16 ymm on an AVX2 CPU)."""
-TILES = ((VNNI_ROWS, VNNI_STRIPS, 16), (AVX2_ROWS, AVX2_STRIPS, 8), (BF16_ROWS, BF16_STRIPS, 16))
-"""Per dot, its tile's rows, strips and output columns per strip."""
+TILES = ((VNNI_ROWS, VNNI_STRIPS, 16), (AVX2_ROWS, AVX2_STRIPS, 8), (BF16_ROWS, BF16_STRIPS, 16), *FLOAT_SHAPES)
+"""Per kernel, its tile's rows, strips and output columns per strip."""
 LOWEST, HIGHEST = np.float32(0), np.float32(255)
 
 
@@ -169,9 +177,8 @@ def _blocks_of(dot: int, rows: int, strips: int, lanes: int, what: str):  # noqa
     return kernel(product)
 
 
-BLOCKS = tuple(_blocks_of(dot, rows, strips, lanes, what)
-               for dot, ((rows, strips, lanes), what) in enumerate(zip(TILES, ("vnni", "avx2", "bf16"))))
-"""The compiled product of each dot, by its code."""
+DOT_BLOCKS = tuple(_blocks_of(dot, rows, strips, lanes, what)
+                   for dot, ((rows, strips, lanes), what) in enumerate(zip(TILES, ("vnni", "avx2", "bf16"))))
 
 
 @kernel
@@ -195,3 +202,129 @@ def quantize_values(x: np.ndarray, scale: np.float32, zero_point: np.float32, ou
     for i in range(values.size):
         q = np.rint(values[i] / scale) + zero_point
         target[i] = np.uint8(min(max(q, LOWEST), HIGHEST))
+
+
+# -- float32 ---------------------------------------------------------------------------------
+
+DEPTH_BLOCK = 512
+"""Steps of the depth a tile sums before it adds the sums into the output: float32's rounding
+then grows as BLAS's does over a deep product (a sum of thousands of steps in one accumulator
+strays 3-4 times further from the exact value), and a tile's strips of B over a block (64 KiB
+for a 512-bit tile) stay in L2 while the tiles of every row read them."""
+ROW_BLOCK_BYTES = 512 << 10
+"""Bytes of A and of the output a block of rows holds at most (half of a 1 MiB L2), where
+they stay while every block of columns multiplies them."""
+COLUMN_BLOCK_BYTES = 128 << 10
+"""Bytes of B over a block of the depth that a tile's rows are multiplied by, panel after
+panel, before the next rows: B stays in L2, the tile's rows of A in L1, and the output is
+written a row's block of columns at a time, in order (written a panel at a time down all its
+rows, the output of a product of 100,000 rows took twice NumPy's time)."""
+LOWEST_FLOAT, HIGHEST_FLOAT = np.float32(-np.inf), np.float32(np.inf)
+
+
+@inline
+def clamp_of(code: int, low: np.float32, high: np.float32) -> tuple[bool, np.float32, np.float32]:
+    """Whether an activation is a clamp (none, ReLU, clip) that the tiles apply in registers,
+    and its bounds."""
+    if code == NONE:
+        return True, LOWEST_FLOAT, HIGHEST_FLOAT
+    if code == RELU:
+        return True, np.float32(0), HIGHEST_FLOAT
+    if code == CLIP:
+        return True, low, high
+    return False, LOWEST_FLOAT, HIGHEST_FLOAT
+
+
+@inline
+def tile_rows(left: int, counts: tuple[int, ...]) -> int:
+    """The most rows of ``counts`` (largest first) that ``left`` rows hold."""
+    for count in counts:
+        if count <= left:
+            return count
+    return 1
+
+
+@inline
+def finish_in_place(out: np.ndarray, row: int, rows: int, column0: int, columns: int, zeros: np.ndarray,
+                    residual: np.ndarray, numbers: np.ndarray) -> None:
+    """The activations the tiles do not apply, on a tile's stored rows (its bias added): the
+    activation, then the residual and its activation."""
+    stop = column0 + columns
+    code, low, high = int(numbers[ACTIVATION]), numbers[ACTIVATION + 1], numbers[ACTIVATION + 2]
+    residual_code = int(numbers[RESIDUAL_ACTIVATION])
+    residual_low, residual_high = numbers[RESIDUAL_ACTIVATION + 1], numbers[RESIDUAL_ACTIVATION + 2]
+    for i in range(row, row + rows):
+        values = out[i, column0:stop]
+        finish_row(values, zeros[column0:stop], code, low, high)
+        if residual.size:
+            finish_row(values, residual[i, column0:stop], residual_code, residual_low, residual_high)
+
+
+@inline
+def float_blocks(shape: int, lanes: int, strips: int, counts: tuple[int, ...], a: np.ndarray, packed: np.ndarray,
+                 parts: np.ndarray, first: int, last: int, columns: tuple[int, int], bias: np.ndarray,
+                 residual: np.ndarray, out: np.ndarray, numbers: np.ndarray) -> None:
+    """Blocks ``first:last`` of ``parts`` of the float32 product of ``a`` and ``packed``
+    through the FMA tiles of ``shape`` (``lanes``, ``strips`` and the row ``counts`` its
+    constants) into the product's ``columns`` (start, a multiple of ``lanes``, and stop), which
+    ``out`` (C-contiguous) and the residual hold: per block of rows, per block of the depth,
+    per panel of ``strips`` strips, the rows a tile at a time; the epilogue in the tiles where
+    it is a clamp, else on each tile's rows after its last block of the depth."""
+    k = a.shape[1]
+    start = columns[0]
+    n = out.shape[1]
+    bias = bias[start:]
+    in_registers, low, high = clamp_of(int(numbers[ACTIVATION]), numbers[ACTIVATION + 1], numbers[ACTIVATION + 2])
+    residual_clamp, residual_low, residual_high = clamp_of(int(numbers[RESIDUAL_ACTIVATION]),
+                                                           numbers[RESIDUAL_ACTIVATION + 1],
+                                                           numbers[RESIDUAL_ACTIVATION + 2])
+    adds_residual = residual.size > 0
+    in_registers = in_registers and (residual_clamp or not adds_residual)
+    clamps = np.empty(4, np.float32)
+    clamps[0], clamps[1], clamps[2], clamps[3] = low, high, residual_low, residual_high
+    last_stage = LAST | (RESIDUAL if adds_residual else 0)
+    if not in_registers:
+        clamps[0], clamps[1], last_stage = LOWEST_FLOAT, HIGHEST_FLOAT, LAST
+    zeros = np.zeros(0 if in_registers else n, np.float32)
+    row_block = max(counts[0], ROW_BLOCK_BYTES // (4 * (n + min(k, DEPTH_BLOCK))) // counts[0] * counts[0])
+    strip_block = max(strips, COLUMN_BLOCK_BYTES // (4 * lanes * max(1, min(k, DEPTH_BLOCK))) // strips * strips)
+    for part in range(first, last):
+        row0, row1, strip0, strip1 = parts[part]
+        for block0 in range(row0, row1, row_block):
+            block1 = min(row1, block0 + row_block)
+            for k0 in range(0, max(k, 1), DEPTH_BLOCK):
+                depth = min(DEPTH_BLOCK, k - k0)
+                stage = (FIRST if k0 == 0 else 0) | (last_stage if k0 + depth == k else 0)
+                for strips0 in range(strip0, strip1, strip_block):
+                    strips1 = min(strip1, strips0 + strip_block)
+                    row = block0
+                    while row < block1:
+                        rows = tile_rows(block1 - row, counts)
+                        for strip in range(strips0, strips1, strips):
+                            count = min(strips, strips1 - strip)
+                            column0 = strip * lanes - start
+                            width = min(n - column0, count * lanes)
+                            float_tile(shape, a, row, rows, k0, depth, packed, strip, count, out, column0, width,
+                                       bias, clamps, residual, stage)
+                            if not in_registers and stage & LAST:
+                                finish_in_place(out, row, rows, column0, width, zeros, residual, numbers)
+                        row += rows
+
+
+def _float_blocks_of(shape: int, what: str):  # noqa: ANN202
+    """The compiled :func:`float_blocks` of one tile shape, its constants in the code."""
+    rows, strips, lanes = FLOAT_SHAPES[shape]
+    counts = row_counts(rows)
+
+    def product(a, packed, parts, first, last, columns, bias, residual, out, numbers) -> None:  # noqa: ANN001
+        float_blocks(shape, lanes, strips, counts, a, packed, parts, first, last, columns, bias, residual, out,
+                     numbers)
+    product.__name__ = product.__qualname__ = f"{what}_blocks"
+    product.__doc__ = f":func:`float_blocks` through {what} tiles."
+    return kernel(product)
+
+
+BLOCKS = (*DOT_BLOCKS, *(_float_blocks_of(shape, what) for shape, what in enumerate(("fma512", "fma256"))))
+"""The compiled product of each kernel, by its code: the dots' ``(a, packed, strip_bytes,
+parts, first, last, columns, correction, scale, bias, residual, out, numbers)``, the float32
+tiles' ``(a, packed, parts, first, last, columns, bias, residual, out, numbers)``."""

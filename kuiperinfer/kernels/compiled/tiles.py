@@ -72,7 +72,8 @@ if AVAILABLE:
                    else ir.VectorType(I16, 32))
     """vdpbf16ps's operands: bfloat vectors since LLVM 17, 16-bit integers before."""
 
-    def _call(builder: Any, name: str, result: Any, *args: Any) -> Any:
+    def call_intrinsic(builder: Any, name: str, result: Any, *args: Any) -> Any:
+        """A call of the LLVM intrinsic ``name`` (declared in the module the first time)."""
         function = cgutils.get_or_insert_function(builder.module, ir.FunctionType(result, [a.type for a in args]),
                                                   name)
         return builder.call(function, args)
@@ -122,7 +123,7 @@ if AVAILABLE:
             return builder.bitcast(_broadcast(builder, word, 16), ir.VectorType(I8, 64))
 
         def multiply_add(self, builder: Any, acc: Any, a: Any, b: Any) -> Any:
-            return _call(builder, "llvm.x86.avx512.vpdpbusd.512", self.vector, acc, a, b)
+            return call_intrinsic(builder, "llvm.x86.avx512.vpdpbusd.512", self.vector, acc, a, b)
 
     class Avx2Dot(Dot):
         """``vpmaddwd``: A's group as the pairs (a0, a1) and (a2, a3) of 16-bit values, each
@@ -141,7 +142,7 @@ if AVAILABLE:
                     for first in (0, 2)]
 
         def multiply_add(self, builder: Any, acc: Any, a: Any, b: Any) -> Any:
-            pairs = [_call(builder, "llvm.x86.avx2.pmadd.wd", self.vector, a[i], b[i]) for i in range(2)]
+            pairs = [call_intrinsic(builder, "llvm.x86.avx2.pmadd.wd", self.vector, a[i], b[i]) for i in range(2)]
             return builder.add(acc, builder.add(pairs[0], pairs[1]))
 
     class Bf16Dot(Dot):
@@ -155,7 +156,7 @@ if AVAILABLE:
             return builder.bitcast(_broadcast(builder, word, 16), BF16_VECTOR)
 
         def multiply_add(self, builder: Any, acc: Any, a: Any, b: Any) -> Any:
-            return _call(builder, "llvm.x86.avx512bf16.dpbf16ps.512", self.vector, acc, a, b)
+            return call_intrinsic(builder, "llvm.x86.avx512bf16.dpbf16ps.512", self.vector, acc, a, b)
 
     VNNI = VnniDot("vnni", 16, I32, 64)
     AVX2 = Avx2Dot("avx2", 8, I32, 32)

@@ -27,13 +27,18 @@ class MatrixFeatures:
     """int8 dot products on 512-bit vectors (what the VNNI kernels run on)."""
     avx2: bool = False
     """AVX2's integer products (``vpmaddwd``), the floor of the int8 kernels."""
+    avx512f: bool = False
+    """float32 multiply-adds on 512-bit vectors (AVX-512 F)."""
+    fma: bool = False
+    """float32 multiply-adds on 256-bit vectors (FMA3, with AVX2 the floor of the float32 kernels)."""
 
     @classmethod
     def from_flags(cls, flags: frozenset[str]) -> MatrixFeatures:
         tiles = "amx_tile" in flags
         return cls(amx_bf16=tiles and "amx_bf16" in flags, amx_int8=tiles and "amx_int8" in flags,
                    avx512_bf16="avx512_bf16" in flags, vnni=bool({"avx512_vnni", "avx_vnni"} & flags),
-                   avx512_vnni="avx512_vnni" in flags, avx2="avx2" in flags)
+                   avx512_vnni="avx512_vnni" in flags, avx2="avx2" in flags, avx512f="avx512f" in flags,
+                   fma="fma" in flags)
 
     @property
     def bf16_products(self) -> str | None:

@@ -6,7 +6,11 @@ nn.MultiheadAttention's projections). Everything else stays float32: depthwise
 convolutions, products of two activations (torch.matmul, attention's scores and weighted
 sums), normalisations, activations, the additions between layers, the biases.
 
-* ``fp32``, the default: every product in float32, as PyTorch computes it.
+* ``fp32``, the default: every product in float32, as PyTorch computes it; where the CPU has
+  FMA (AVX-512, or AVX2 and FMA), the products of linear layers and of the convolutions
+  computed as im2col or 1x1 products on the matrix engine's float32 tiles
+  (:meth:`Precision.float_product`), which are measured faster there than BLAS, the others
+  (Winograd, depthwise, direct) through their own kernels and BLAS (NumPy's matmul).
 * ``bf16``: the products take their inputs, activations and weights, rounded to bfloat16
   (:func:`~kuiperinfer.kernels.matrix.bf16.round_bf16`) and accumulate in float32, as
   OpenVINO's bf16 mode and PyTorch's autocast multiply.
@@ -39,11 +43,14 @@ from kuiperinfer.kernels.matrix.products import (
     REFERENCE,
     VNNI,
     Bf16Product,
+    Fp32Product,
     Int8Product,
     Product,
     ProductEpilogue,
+    ProductKernel,
     Requantize,
     bf16_kernel,
+    fp32_kernel,
     int8_kernel,
 )
 
@@ -57,6 +64,9 @@ class Precision:
 
     name: str = "fp32"
     products: str = "float32 products"
+    float_tiles: ProductKernel | None = None
+    """fp32's kernel for the products it computes on the float32 tiles, chosen once per load
+    (:func:`precision`); None: all through BLAS."""
 
     def product(self, weight: np.ndarray, epilogue: ProductEpilogue = NO_EPILOGUE, reference: bool = False,
                 scales: np.ndarray | None = None) -> Product | None:
@@ -66,6 +76,12 @@ class Precision:
         where columns share their output channel's (a transposed convolution's taps):
         :func:`~kuiperinfer.kernels.matrix.int8.weight_scales`. None for fp32."""
         return None
+
+    def float_product(self, weight: np.ndarray, epilogue: ProductEpilogue = NO_EPILOGUE) -> Fp32Product | None:
+        """fp32's product of float32 activations (M, K) by ``weight`` (K, N) on the float32
+        tiles, made once when a layer is built, for a layer whose products the tiles are
+        measured faster on; None where this load has no tiles (the layer's BLAS path)."""
+        return None if self.float_tiles is None else Fp32Product(weight, epilogue, self.float_tiles)
 
 
 @dataclass(frozen=True)
@@ -110,9 +126,13 @@ def precision(name: str, features: MatrixFeatures | None = None, kernels: str = 
     take an :class:`Int8` each from the calibration."""
     if name not in PRECISIONS:
         raise KuiperError(f"precision must be one of {PRECISIONS}, got {name!r}")
-    if name == "fp32":
-        return FP32
     found = features or detect()
+    if name == "fp32":
+        tiles = None if kernels == "reference" else fp32_kernel(found, compilable)
+        if tiles is None or tiles.dot is None:
+            return FP32
+        return Precision(products=f"float32 products: linear layers and im2col convolutions on {tiles.name} "
+                                  f"tiles", float_tiles=tiles)
     if name == "bf16":
         kernel = BF16_WIDENED if kernels == "reference" else bf16_kernel(found, compilable)
         how = ("bf16 products on AVX512-BF16 (vdpbf16ps), weights held as bfloat16" if kernel is AVX512_BF16 else

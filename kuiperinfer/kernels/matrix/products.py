@@ -1,5 +1,5 @@
-"""The matrix engine's products: int8 and bf16 weights packed once, one call per product,
-the epilogue fused, on the instructions this CPU has.
+"""The matrix engine's products: int8, bf16 and float32 weights packed once, one call per
+product, the epilogue fused, on the instructions this CPU has.
 
 A layer makes its product when it is built and calls it on every run::
 
@@ -9,6 +9,9 @@ A layer makes its product when it is built and calls it on every run::
 
     product = Bf16Product(weight, ProductEpilogue(bias, activation))
     y = product(x)              # (M, K) float32 -> (M, N) float32
+
+    product = Fp32Product(weight, ProductEpilogue(bias, activation))
+    y = product(x, residual)    # (M, K) float32 -> (M, N) float32
 
 **int8** (:class:`Int8Product`): uint8 activations ``a`` with one zero point, int8 weights
 ``w`` (K, N), symmetric, one scale per output column. The sums ``sum_k (a - zero_point) w``
@@ -23,13 +26,19 @@ activations rounded to bfloat16 (:func:`~kuiperinfer.kernels.matrix.bf16.round_b
 products (exact in float32) summed in float32; the same epilogue, float32 out.
 :func:`bf16_reference` is the definition in NumPy.
 
-**Kernels** (:func:`int8_kernel`, :func:`bf16_kernel`, chosen once per product from the
-CPU's flags and what Numba may compile for it): register tiles of AVX512-VNNI, AVX2 or
-AVX512-BF16 (:mod:`kuiperinfer.kernels.compiled.tiles`), or the NumPy reference, which any
-CPU runs (for bf16, in blocks of columns whose weights are widened to float32 as they are
-multiplied). A product is cut into blocks of rows and strips of columns that depend on its
-shape only, shared among the run's threads (:func:`~kuiperinfer.kernels.parallel.run_parts`);
-the outputs are the same at any thread count.
+**float32** (:class:`Fp32Product`): ``x @ weight`` then the epilogue, as NumPy computes it
+(:func:`fp32_reference`) but for the order of the additions: the same numbers to float32's
+rounding, without BLAS's packing of the weight on every call.
+
+**Kernels** (:func:`int8_kernel`, :func:`bf16_kernel`, :func:`fp32_kernel`, chosen once per
+product from the CPU's flags and what Numba may compile for it): register tiles of
+AVX512-VNNI, AVX2 or AVX512-BF16 (:mod:`kuiperinfer.kernels.compiled.tiles`), of FMAs on
+512-bit or 256-bit vectors (:mod:`kuiperinfer.kernels.compiled.float_tiles`), or the NumPy
+reference, which any CPU runs (for bf16, in blocks of columns whose weights are widened to
+float32 as they are multiplied). A product is cut into blocks of rows and strips of
+columns that depend on its shape only, shared among the run's threads
+(:func:`~kuiperinfer.kernels.parallel.run_parts`); the outputs are the same at any thread
+count.
 """
 
 from __future__ import annotations
@@ -39,7 +48,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kuiperinfer.kernels.compiled.activation import ActivationCode
+from kuiperinfer.kernels.compiled.activation import CLIP, NONE, RELU, ActivationCode
 from kuiperinfer.kernels.compiled.tiles import GROUP_BYTES, target_features
 from kuiperinfer.kernels.elementwise import Epilogue, InplaceActivation
 from kuiperinfer.kernels.matrix import int8
@@ -125,11 +134,18 @@ def bf16_reference(x: np.ndarray, weight_bits: np.ndarray, epilogue: ProductEpil
     return finish_reference(np.matmul(round_bf16(x), widen_bf16(weight_bits)), epilogue, residual)
 
 
+def fp32_reference(x: np.ndarray, weight: np.ndarray, epilogue: ProductEpilogue = NO_EPILOGUE,
+                   residual: np.ndarray | None = None, out: np.ndarray | None = None) -> np.ndarray:
+    """The float32 product, the definition: ``x @ weight`` (NumPy's matmul; into ``out`` if
+    given), then the epilogue."""
+    return finish_reference(np.matmul(x, weight, out=out), epilogue, residual)
+
+
 # -- the kernels ---------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class ProductKernel:
-    """How a product is computed here: ``name`` for people, the compiled tile's ``dot``
+    """How a product is computed here: ``name`` for people, the code of its compiled tiles
     (:mod:`kuiperinfer.kernels.compiled.products`), or None for the NumPy reference."""
 
     name: str
@@ -144,6 +160,8 @@ VNNI = ProductKernel("AVX512-VNNI", 0, 4)
 AVX2 = ProductKernel("AVX2", 1, 2)
 AVX512_BF16 = ProductKernel("AVX512-BF16", 2, 2)
 BF16_WIDENED = ProductKernel("float32 products of widened bf16 weights")
+FMA512 = ProductKernel("AVX-512 FMA", 3)
+FMA256 = ProductKernel("AVX2 FMA", 4)
 
 
 def int8_kernel(features: MatrixFeatures | None = None, compilable: frozenset[str] | None = None) -> ProductKernel:
@@ -168,6 +186,18 @@ def bf16_kernel(features: MatrixFeatures | None = None, compilable: frozenset[st
     return BF16_WIDENED
 
 
+def fp32_kernel(features: MatrixFeatures | None = None, compilable: frozenset[str] | None = None) -> ProductKernel:
+    """The float32 kernel for a CPU of ``features`` where Numba may compile ``compilable``
+    (as :func:`int8_kernel`)."""
+    features = features or detect()
+    compilable = target_features() if compilable is None else compilable
+    if features.avx512f and "avx512f" in compilable:
+        return FMA512
+    if features.avx2 and features.fma and {"avx2", "fma"} <= compilable:
+        return FMA256
+    return REFERENCE
+
+
 def _tile(kernel: ProductKernel) -> tuple[int, int, int]:
     from kuiperinfer.kernels.compiled.products import TILES
 
@@ -175,10 +205,10 @@ def _tile(kernel: ProductKernel) -> tuple[int, int, int]:
 
 
 def pack(weight: np.ndarray, kernel: ProductKernel) -> tuple[np.ndarray, int]:
-    """The (K, N) int8 or bfloat16 ``weight`` as ``kernel``'s tiles read it, and the bytes of a
-    strip: strips of ``lanes`` columns, one after another; in each, groups of 4 bytes of K
-    (zeros past K and N), and in each group each column's 4 bytes (for AVX2, the columns'
-    first 2 bytes, then their last 2)."""
+    """The (K, N) int8, bfloat16 or float32 ``weight`` as ``kernel``'s tiles read it, and the
+    bytes of a strip: strips of ``lanes`` columns, one after another; in each, groups of 4
+    bytes of K (zeros past K and N), and in each group each column's 4 bytes (for AVX2, the
+    columns' first 2 bytes, then their last 2); float32 thus as (strips, K, lanes)."""
     _, _, lanes = _tile(kernel)
     per_group = GROUP_BYTES // weight.itemsize
     k, n = weight.shape
@@ -208,7 +238,7 @@ def product_parts(m: int, n: int, k: int, kernel: ProductKernel, columns: tuple[
     first = start // lanes
     strip_count = -(-stop // lanes) - first
     count = int(np.clip(m * (stop - start) * k // PART_WORK, 1, MAX_PARTS))
-    row_blocks = min(count, -(-m // rows))
+    row_blocks = max(1, min(count, -(-m // rows)))
     strip_blocks = min(max(1, count // row_blocks), -(-strip_count // strips))
     row_cuts = [rows * (-(-m // rows) * i // row_blocks) for i in range(row_blocks)] + [m]
     strip_cuts = [first + strips * (-(-strip_count // strips) * i // strip_blocks) for i in range(strip_blocks)]
@@ -247,10 +277,11 @@ ELEMENTWISE_WORK = 8
 
 
 class Product:
-    """What int8 and bf16 products share: the epilogue's arrays, the kernel's call over the
-    blocks of a product, shared among the run's threads."""
+    """What the products share: the epilogue's arrays, the kernel's call over the blocks of a
+    product, shared among the run's threads."""
 
     NO_RESIDUAL = np.empty((0, 0), np.float32)
+    RESIDUAL_TYPES = (np.float32, np.uint8)
     in_features: int
     in_dtype: type
     """The form :meth:`activations` gives."""
@@ -308,8 +339,9 @@ class Product:
         if out.shape != (len(a), stop - start) or out.dtype != self.out_dtype:
             raise ValueError(f"the product of {len(a)} rows and columns {start}:{stop} goes to a "
                              f"{np.dtype(self.out_dtype)} {(len(a), stop - start)} array, not {out.dtype} {out.shape}")
-        if residual is not None and (residual.shape != out.shape or residual.dtype not in (np.float32, np.uint8)):
-            raise ValueError(f"a residual of a {out.shape} product is float32 or uint8 of that shape, "
+        if residual is not None and (residual.shape != out.shape or residual.dtype not in self.RESIDUAL_TYPES):
+            types = " or ".join(np.dtype(t).name for t in self.RESIDUAL_TYPES)
+            raise ValueError(f"a residual of a {out.shape} product is {types} of that shape, "
                              f"not {residual.dtype} {residual.shape}")
         if self.kernel.dot is None:
             epilogue = ProductEpilogue(self._bias[start:stop], self.epilogue.activation,
@@ -345,16 +377,18 @@ class Product:
         if parts is None:
             parts = self._parts[key] = product_parts(m, self.out_features, k, self.kernel, columns)
         work = m * (columns[1] - columns[0]) * k // self.kernel.speedup
-        blocks = self._compiled_products.BLOCKS[self.kernel.dot]
-        packed, strip_bytes, correction, scale = self._tiles
-
-        def run(span: tuple[int, int]) -> None:
-            blocks(a, packed, strip_bytes, parts, span[0], span[1], columns, correction, scale, self._bias, residual,
-                   out, numbers)
         if shared and threads_for(work) > 1:
-            run_parts([(i, i + 1) for i in range(len(parts))], work, run)
+            run_parts(range(len(parts)), work,
+                      lambda part: self._blocks(a, parts, part, part + 1, columns, residual, out, numbers))
         else:
-            run((0, len(parts)))
+            self._blocks(a, parts, 0, len(parts), columns, residual, out, numbers)
+
+    def _blocks(self, a: np.ndarray, parts: np.ndarray, first: int, last: int, columns: tuple[int, int],
+                residual: np.ndarray, out: np.ndarray, numbers: np.ndarray) -> None:
+        """Blocks ``first:last`` of ``parts`` through the compiled tiles, in one call."""
+        packed, strip_bytes, correction, scale = self._tiles
+        self._compiled_products.BLOCKS[self.kernel.dot](a, packed, strip_bytes, parts, first, last, columns,
+                                                        correction, scale, self._bias, residual, out, numbers)
 
 
 class Int8Product(Product):
@@ -411,7 +445,19 @@ class Int8Product(Product):
                                   residual, residual_scale, residual_zero_point)
 
 
-class Bf16Product(Product):
+class _FloatProduct(Product):
+    """A product of float32 activations into float32 outputs (bf16 and float32)."""
+
+    def __init__(self, weight: np.ndarray, epilogue: ProductEpilogue, kernel: ProductKernel, what: str):
+        if weight.ndim != 2:
+            raise ValueError(f"{what}'s weight is a 2-D array (K, N), not {weight.shape}")
+        if epilogue.requantize is not None:
+            raise ValueError(f"{what}'s output is float32: it does not requantize")
+        super().__init__(weight.shape[1], epilogue, kernel)
+        self.in_features = weight.shape[0]
+
+
+class Bf16Product(_FloatProduct):
     """``epilogue(bf16(x) @ bf16(weight))`` for float32 ``x`` (M, K), the float32 ``weight``
     (K, N) held as bfloat16, packed once for ``kernel`` (this CPU's by default)."""
 
@@ -420,20 +466,15 @@ class Bf16Product(Product):
 
     def __init__(self, weight: np.ndarray, epilogue: ProductEpilogue = NO_EPILOGUE,
                  kernel: ProductKernel | None = None):
-        if weight.ndim != 2:
-            raise ValueError(f"a bf16 product's weight is a 2-D array (K, N), not {weight.shape}")
-        if epilogue.requantize is not None:
-            raise ValueError("a bf16 product's output is float32: it does not requantize")
-        k, n = weight.shape
-        super().__init__(n, epilogue, kernel or bf16_kernel())
-        self.in_features = k
+        super().__init__(weight, epilogue, kernel or bf16_kernel(), "a bf16 product")
         self.in_dtype = np.float32 if self.kernel.dot is None else np.uint16
         bits = bf16_bits(np.asarray(weight, np.float32))
         if self.kernel.dot is None:
             self.weight_bits = self.packed = bits
         else:
             self.packed, strip_bytes = pack(bits, self.kernel)
-            self._tiles = (self.packed, strip_bytes, np.zeros(n, np.int32), np.ones(n, np.float32))
+            self._tiles = (self.packed, strip_bytes, np.zeros(self.out_features, np.int32),
+                           np.ones(self.out_features, np.float32))
 
     def activations(self, x: np.ndarray) -> np.ndarray:
         """``x`` rounded to bfloat16: as uint16 bit patterns for the bf16 kernels (which pass as
@@ -466,3 +507,79 @@ class Bf16Product(Product):
         else:
             for first in blocks:
                 block(first)
+
+
+class Fp32Product(_FloatProduct):
+    """``epilogue(x @ weight)`` for float32 ``x`` (M, K), the float32 ``weight`` (K, N) packed
+    once for ``kernel`` (this CPU's by default): register tiles of FMAs, or NumPy's matmul."""
+
+    RESIDUAL_TYPES = (np.float32,)
+    in_dtype = np.float32
+
+    def __init__(self, weight: np.ndarray, epilogue: ProductEpilogue = NO_EPILOGUE,
+                 kernel: ProductKernel | None = None):
+        super().__init__(weight, epilogue, kernel or fp32_kernel(), "a float32 product")
+        weight = np.asarray(weight, np.float32)
+        if self.kernel.dot is None:
+            self.weight = self.packed = np.array(weight)
+        else:
+            self.packed = _aligned(pack(weight, self.kernel)[0].view(np.float32))
+            self._bias = _whole_strips(self._bias, self.kernel)
+            self._lanes = _tile(self.kernel)[2]
+
+    def activations(self, x: np.ndarray) -> np.ndarray:
+        """``x`` as float32 (float32 ``x`` as it is)."""
+        return np.asarray(x, np.float32)
+
+    def multiply(self, a: np.ndarray, out: np.ndarray, residual: np.ndarray | None = None,
+                 residual_scale: float = 1.0, residual_zero_point: int = 0, columns: tuple[int, int] | None = None,
+                 shared: bool = True) -> None:
+        """As :meth:`Product.multiply`; ``out`` may be a block of a larger output (its rows),
+        and the residual ``out`` itself (the product is stored into ``out`` before the residual
+        is added, so a residual in its memory is copied first); a run of ``columns`` that
+        starts within a strip is computed from the strip's start into a new array."""
+        start, stop = columns or (0, self.out_features)
+        if residual is not None and np.may_share_memory(out, residual):
+            residual = residual.copy()
+        skip = start % self._lanes if self.kernel.dot is not None else 0
+        if not skip:
+            super().multiply(a, out, residual, residual_scale, residual_zero_point, columns, shared)
+            return
+        if out.shape != (len(a), stop - start):
+            raise ValueError(f"the product of {len(a)} rows and columns {start}:{stop} goes to a "
+                             f"float32 {(len(a), stop - start)} array, not {out.dtype} {out.shape}")
+        wider = np.empty((len(a), stop - start + skip), np.float32)
+        if residual is not None:
+            residual = np.concatenate([np.zeros((len(a), skip), np.float32), residual], axis=1)
+        super().multiply(a, wider, residual, residual_scale, residual_zero_point, (start - skip, stop), shared)
+        out[...] = wider[:, skip:]
+
+    def _reference(self, a: np.ndarray, out: np.ndarray, columns: slice, epilogue: ProductEpilogue,
+                   residual: np.ndarray | None, residual_scale: float, residual_zero_point: int,
+                   shared: bool) -> None:
+        fp32_reference(a, self.weight[:, columns], epilogue, residual, out)
+
+    def _blocks(self, a: np.ndarray, parts: np.ndarray, first: int, last: int, columns: tuple[int, int],
+                residual: np.ndarray, out: np.ndarray, numbers: np.ndarray) -> None:
+        self._compiled_products.BLOCKS[self.kernel.dot](a, self.packed, parts, first, last, columns, self._bias,
+                                                        residual, out, numbers)
+
+
+def clamps_in_registers(activation: InplaceActivation | None) -> bool:
+    """Whether the float32 tiles apply ``activation`` in their registers (none, ReLU, a clip);
+    any other takes a pass over each tile's stored rows."""
+    return ActivationCode.of(activation).code in (NONE, RELU, CLIP)
+
+
+VECTOR_BYTES = 64
+"""The alignment of packed float32 weights: a 512-bit vector, so that no load of a strip
+crosses a cache line."""
+
+
+def _aligned(values: np.ndarray) -> np.ndarray:
+    """A copy of the 1-D ``values`` starting at a multiple of :data:`VECTOR_BYTES`."""
+    room = np.empty(values.nbytes + VECTOR_BYTES, np.uint8)
+    start = -room.ctypes.data % VECTOR_BYTES
+    aligned = room[start:start + values.nbytes].view(values.dtype)
+    aligned[:] = values
+    return aligned
