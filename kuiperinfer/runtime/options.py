@@ -135,7 +135,8 @@ class LoadOptions:
 
     def build(self) -> BuildOptions:
         """What the layers read when they are created."""
-        return BuildOptions(self.kernels, self.seed, self.products(), self.calibration)
+        return BuildOptions(self.kernels, self.seed, self.products(), self.calibration,
+                            choose_precision("fp32", kernels=self.kernels))
 
 
 @dataclass(frozen=True)
@@ -151,6 +152,10 @@ class BuildOptions:
     """The graph's precision."""
     calibration: CalibrationTable | None = None
     """For ``int8``: each product's activation range, by the name of its pnnx operator."""
+    fp32: Precision = FP32
+    """What an operator the calibration keeps in float32 computes: the same as in an ``fp32``
+    load on this machine (:func:`~kuiperinfer.kernels.matrix.precision.precision`), so that
+    its numbers do not depend on the graph's precision."""
 
     @property
     def compiled(self) -> bool:
@@ -165,7 +170,8 @@ class BuildOptions:
         computed it before the optimiser fused it, so both compute the same numbers."""
         if self.calibration is None:
             return self.precision
-        return self.calibration.precision_of(name) or FP32
+        found = self.calibration.precision_of(name)
+        return self.fp32 if found is None or found.name == "fp32" else found
 
 
 def _choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
