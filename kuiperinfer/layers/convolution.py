@@ -43,7 +43,7 @@ from kuiperinfer.kernels.im2col import (
     planar_conv2d,
 )
 from kuiperinfer.kernels.layout import is_channels_last, nchw, nhwc, pad_nhwc
-from kuiperinfer.kernels.matrix.convolution import ProductConvolution
+from kuiperinfer.kernels.matrix.convolution import DirectInt8Convolution, ProductConvolution
 from kuiperinfer.kernels.matrix.int8 import weight_scales
 from kuiperinfer.kernels.matrix.precision import FP32, Precision
 from kuiperinfer.kernels.matrix.products import Product, ProductEpilogue, Requantize, clamps_in_registers
@@ -600,7 +600,8 @@ def product_convolution(weight: np.ndarray, bias: np.ndarray | None, geometry: C
                         epilogue: ProductEpilogue, compiled: bool, float_tiles: bool = False) -> ProductConvolution:
     """The convolution by a (Cout, Cin/groups, kh, kw) ``weight`` through the products of
     ``precision`` (one per group; fp32's on the ``float_tiles``), each with ``epilogue`` and
-    its channels' ``bias``."""
+    its channels' ``bias``; compiled int8 computes a geometry the direct convolution takes
+    (:meth:`ConvGeometry.computes_directly`: a stem) without columns, to the same numbers."""
     matrices = pack_weight(weight, geometry.groups)
     width = matrices.shape[2]
 
@@ -609,6 +610,10 @@ def product_convolution(weight: np.ndarray, bias: np.ndarray | None, geometry: C
         return precision.float_product(matrix, channels) if float_tiles else \
             precision.product(matrix, channels, not compiled)
     products = [product(matrix, group) for group, matrix in enumerate(matrices)]
+    if compiled and precision.name == "int8" and products[0].kernel.dot is not None \
+            and geometry.computes_directly(weight.shape[1], weight.shape[0]) \
+            and np.prod(weight.shape[1:]) <= DirectInt8Convolution.MAX_TAPS:
+        return DirectInt8Convolution(products[0], weight, geometry.stride, geometry.dilation, geometry.padding)
     return ProductConvolution(products, geometry.kernel, geometry.stride, geometry.dilation, geometry.padding,
                               geometry.padding_mode, compiled)
 

@@ -1,5 +1,6 @@
 """The compiled direct convolution of few input channels against PyTorch, on edge shapes, and
-chosen by the convolution layer where it applies."""
+chosen by the convolution layer where it applies; its int8 form against the int8 product of
+the columns."""
 
 import numpy as np
 import pytest
@@ -10,8 +11,12 @@ from pools import intra_op
 from kuiperinfer.kernels.compiled import direct
 from kuiperinfer.kernels.compiled.epilogue import CompiledEpilogue
 from kuiperinfer.kernels.elementwise import InplaceActivation
+from kuiperinfer.kernels.im2col import pack_weight
 from kuiperinfer.kernels.layout import nchw, nhwc
-from kuiperinfer.layers.convolution import Conv2dKernel, ConvGeometry, PackedWeight
+from kuiperinfer.kernels.matrix.convolution import DirectInt8Convolution, ProductConvolution
+from kuiperinfer.kernels.matrix.precision import Int8
+from kuiperinfer.kernels.matrix.products import ProductEpilogue, Requantize
+from kuiperinfer.layers.convolution import Conv2dKernel, ConvGeometry, PackedWeight, product_convolution
 
 RNG = np.random.default_rng(0)
 TORCH_ACTIVATIONS = {None: lambda t: t, "relu": F.relu, "clip": lambda t: t.clamp(0, 6), "hardswish": F.hardswish,
@@ -81,3 +86,69 @@ def test_the_layer_computes_directly_where_it_applies(cin, cout, kernel, padding
     assert (packed.direct is not None) == applies
     assert (Conv2dKernel(packed, geometry, epilogue).compute.__name__ == "direct") == applies
     assert packed.direct is None or (packed.planar is None and packed._gemm is None)   # no other form made
+
+
+# -- int8 ------------------------------------------------------------------------------------
+
+INT8 = Int8(scale=0.02, zero_point=117)
+INT8_EPILOGUES = {   # name: (the products' epilogue, the residual's dtype or None)
+    "bias": (lambda bias: ProductEpilogue(bias), None),
+    "relu, requantized": (lambda bias: ProductEpilogue(bias, InplaceActivation("relu"),
+                                                       requantize=Requantize(0.03, 9)), None),
+    "hardswish": (lambda bias: ProductEpilogue(bias, InplaceActivation("hardswish")), None),
+    "residual, relu": (lambda bias: ProductEpilogue(bias, residual_activation=InplaceActivation("relu")), np.float32),
+    "uint8 residual, requantized": (lambda bias: ProductEpilogue(bias, requantize=Requantize(0.05, 128)), np.uint8),
+}
+
+
+def int8_convolutions(weight, epilogue, stride, dilation, pads):
+    """The direct int8 convolution and the product of the columns of the same product."""
+    product = INT8.product(pack_weight(weight, 1)[0], epilogue)
+    assert product.kernel.dot is not None, "int8 products compile from AVX2 up"
+    return (DirectInt8Convolution(product, weight, stride, dilation, pads),
+            ProductConvolution([product], weight.shape[2:], stride, dilation, pads, "zeros", compiled=True))
+
+
+@pytest.mark.parametrize("name", INT8_EPILOGUES)
+@pytest.mark.parametrize("cin, cout, hw, kernel, stride, dilation, pads", SHAPES)
+def test_int8_direct_is_the_product_of_the_columns_to_the_bit(cin, cout, hw, kernel, stride, dilation, pads, name):
+    """Sums exact in float32, then the products' epilogue: the int8 product's numbers, float32
+    or requantized, with a float32 or uint8 residual; uint8 input as it is, float32 quantized."""
+    make_epilogue, residual_type = INT8_EPILOGUES[name]
+    x = RNG.standard_normal((2, cin, *hw), dtype=np.float32) * 3
+    weight = RNG.standard_normal((cout, cin, *kernel), dtype=np.float32)
+    direct_int8, columns = int8_convolutions(weight, make_epilogue(RNG.standard_normal(cout, dtype=np.float32)),
+                                             stride, dilation, pads)
+    added = {}
+    if residual_type is not None:
+        shape = (2, cout, *out_hw(hw, kernel, stride, dilation, pads))
+        values = RNG.standard_normal(shape, dtype=np.float32) if residual_type == np.float32 else \
+            RNG.integers(0, 256, shape, dtype=np.uint8)
+        added = {"residual": values, "residual_scale": 0.04, "residual_zero_point": 100}
+    for given in (x, direct_int8.products[0].activations(x)):
+        ours, expected = direct_int8(given, **added), columns(given, **added)
+        assert ours.dtype == expected.dtype and ours.shape == expected.shape
+        np.testing.assert_array_equal(ours, expected)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_int8_bands_of_rows_on_threads_give_the_same_numbers(threads, monkeypatch):
+    monkeypatch.setattr(direct, "PART_WORK", 5000)
+    x = RNG.standard_normal((3, 3, 37, 45), dtype=np.float32)
+    weight = RNG.standard_normal((32, 3, 3, 3), dtype=np.float32)
+    direct_int8, _ = int8_convolutions(weight, ProductEpilogue(None, InplaceActivation("hardswish")), (2, 2), (1, 1),
+                                       ((1, 1), (1, 1)))
+    alone = direct_int8(x)
+    with intra_op(threads):
+        shared = direct_int8(nchw(np.ascontiguousarray(nhwc(x))))
+    np.testing.assert_array_equal(shared, alone)
+
+
+@pytest.mark.parametrize("cin, kernel, compiled, applies", [
+    (3, (3, 3), True, True), (4, (7, 7), True, True), (3, (3, 3), False, False), (5, (3, 3), True, False),
+    (4, (13, 13), True, False)])   # 676 taps: sums past float32's exact integers
+def test_int8_convolutions_compute_directly_where_it_applies(cin, kernel, compiled, applies):
+    weight = RNG.standard_normal((16, cin, *kernel), dtype=np.float32)
+    geometry = ConvGeometry(kernel, (2, 2), (1, 1), ((1, 1), (1, 1)), "zeros", 1)
+    convolution = product_convolution(weight, None, geometry, INT8, ProductEpilogue(), compiled)
+    assert isinstance(convolution, DirectInt8Convolution) == applies

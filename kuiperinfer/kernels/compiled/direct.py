@@ -16,15 +16,20 @@ per input width; the padding in the scratch spares the border pixels any check.
 
 :class:`CompiledDirect` shares the output rows of its calls among the run's threads in
 bands whose size depends on the work only, so the numbers are the same on any number of
-threads.
+threads. :class:`CompiledInt8Direct` is the same for int8: the activations less their zero
+point and the int8 weight, both held as float32, whose products and sums of a few input
+channels' taps are integers float32 holds exactly, then the int8 products' epilogue.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
-from kuiperinfer.kernels.compiled.activation import finish_row, finish_vector, in_registers
+from kuiperinfer.kernels.compiled.activation import NONE, ZERO, finish_row, finish_vector, in_registers
 from kuiperinfer.kernels.compiled.epilogue import CompiledEpilogue
+from kuiperinfer.kernels.compiled.products import finish
 from kuiperinfer.kernels.compiled.vectors import (
     LANES,
     load,
@@ -36,7 +41,7 @@ from kuiperinfer.kernels.compiled.vectors import (
     splat,
     store,
 )
-from kuiperinfer.kernels.jit import empty, kernel, kernel_array
+from kuiperinfer.kernels.jit import empty, inline, kernel, kernel_array
 from kuiperinfer.kernels.parallel import run_parts
 
 MAX_CHANNELS = 4
@@ -49,6 +54,51 @@ PART_WORK = 1 << 20
 """Multiply-adds a band of output rows shared among threads holds, about."""
 
 
+@inline
+def padded_rows(x: np.ndarray, rows: np.ndarray, y: int, sh: int, dh: int, top: int, left: int) -> None:
+    """Into ``rows`` (C, kh, padded width), the input rows of ``x`` (C, H, W) that the windows
+    of output row ``y`` read, from column ``left`` on (the padding around them stays as it is)."""
+    channels, height, width = x.shape
+    kh, padded_width = rows.shape[1], rows.shape[2]
+    copied = max(0, min(width, padded_width - left))
+    for c in range(channels):
+        for i in range(kh):
+            iy = y * sh - top + i * dh
+            target = (c * kh + i) * padded_width + left
+            source = (c * height + iy) * width
+            for j in range(0, copied, LANES):
+                count = min(LANES, copied - j)
+                values = load_if(x, source + j, count, 0 <= iy < height)
+                store(rows, target + j, values, count)
+
+
+@inline
+def row_sums(rows: np.ndarray, offsets: np.ndarray, weight: np.ndarray, finished: bool, bias: np.ndarray,
+             out: np.ndarray, q: int, ow: int, sw: int, code: int, a: np.float32, b: np.float32) -> None:
+    """One output row: each of its ``ow`` pixels' ``K`` sums over the taps of ``rows`` (a
+    :func:`padded_rows`), stored from ``out``'s flat index ``q`` on, pixel by pixel; where
+    ``finished``, starting from ``bias`` and activated by ``code`` (one that
+    :func:`~.activation.in_registers` applies)."""
+    k = weight.shape[1]
+    taps = offsets.shape[0]
+    tiles_stop = ow // TILE * TILE
+    for block in range(0, k, LANES):
+        k0 = min(block, k - LANES)                              # the last block overlaps the one before
+        start = load(bias, k0, None) if finished else splat(0)
+        at = q + k0
+        for ox in range(0, tiles_stop, TILE):
+            sums = repeat(start, TILE)
+            for t in range(taps):
+                sums = multiply_add_splats(rows, ox * sw + offsets[t], sw, load(weight, t * k + k0, None), sums)
+            for m in range(TILE):
+                store(out, at + (ox + m) * k, finish_vector(sums[m], code, a, b), None)
+        for ox in range(tiles_stop, ow):                        # the pixels past the last tile
+            acc = start
+            for t in range(taps):
+                acc = multiply_add(load_splat(rows, ox * sw + offsets[t]), load(weight, t * k + k0, None), acc)
+            store(out, at + ox * k, finish_vector(acc, code, a, b), None)
+
+
 @kernel
 def direct_rows(x: np.ndarray, offsets: np.ndarray, weight: np.ndarray, bias: np.ndarray, out: np.ndarray,
                 y0: int, y1: int, sh: int, sw: int, dh: int, top: int, left: int, rows: np.ndarray,
@@ -59,58 +109,54 @@ def direct_rows(x: np.ndarray, offsets: np.ndarray, weight: np.ndarray, bias: np
     width) scratch, and ``offsets`` the flat offset in it of each tap from its window's
     corner. The strides are (``sh``, ``sw``), the dilation along the height ``dh``; the padding
     above and left of the image ``top`` and ``left``."""
-    channels, height, width = x.shape
-    kh, padded_width = rows.shape[1], rows.shape[2]
     ow, k = out.shape[1], out.shape[2]
-    taps = offsets.shape[0]
     finished = in_registers(code)
-    copied = max(0, min(width, padded_width - left))
     rows[:] = 0
     for y in range(y0, y1):
-        for c in range(channels):                                  # the input rows, padded
-            for i in range(kh):
-                iy = y * sh - top + i * dh
-                target = (c * kh + i) * padded_width + left
-                source = (c * height + iy) * width
-                for j in range(0, copied, LANES):
-                    count = min(LANES, copied - j)
-                    values = load_if(x, source + j, count, 0 <= iy < height)
-                    store(rows, target + j, values, count)
-        tiles_stop = ow // TILE * TILE
-        for block in range(0, k, LANES):
-            k0 = min(block, k - LANES)                              # the last block overlaps the one before
-            start = load(bias, k0, None) if finished else splat(0)
-            q = y * ow * k + k0
-            for ox in range(0, tiles_stop, TILE):
-                sums = repeat(start, TILE)
-                for t in range(taps):
-                    sums = multiply_add_splats(rows, ox * sw + offsets[t], sw, load(weight, t * k + k0, None), sums)
-                for m in range(TILE):
-                    store(out, q + (ox + m) * k, finish_vector(sums[m], code, a, b), None)
-            for ox in range(tiles_stop, ow):                        # the pixels past the last tile
-                acc = start
-                for t in range(taps):
-                    acc = multiply_add(load_splat(rows, ox * sw + offsets[t]), load(weight, t * k + k0, None), acc)
-                store(out, q + ox * k, finish_vector(acc, code, a, b), None)
+        padded_rows(x, rows, y, sh, dh, top, left)
+        row_sums(rows, offsets, weight, finished, bias, out, y * ow * k, ow, sw, code, a, b)
         if not finished:
             for ox in range(ow):
                 finish_row(out[y, ox], bias, code, a, b)
 
 
-class CompiledDirect:
-    """A convolution weight (K, C, kh, kw) of few input channels as the rows of
-    :func:`direct_rows`, with its bias and activation (a :class:`CompiledEpilogue`'s), for
-    zero padding."""
+@kernel
+def int8_direct_rows(x: np.ndarray, offsets: np.ndarray, weight: np.ndarray, scale: np.ndarray,
+                     bias: np.ndarray, residual: np.ndarray, out: np.ndarray, y0: int, y1: int, sh: int, sw: int,
+                     dh: int, top: int, left: int, rows: np.ndarray, sums: np.ndarray, numbers: np.ndarray,
+                     biases: np.ndarray, scratch: np.ndarray) -> None:
+    """:func:`direct_rows` for int8: ``x`` holds the image's uint8 activations less their zero
+    point and ``weight`` the int8 weight, both as float32, whose sums (at most 2^24 in
+    magnitude) float32 holds exactly; each output row's sums, in ``sums`` (OW*K), are scaled
+    by ``scale`` (K) and finished into ``out`` (OH*OW, K; uint8 or float32) by the int8
+    products' epilogue (:func:`~.products.finish`, its ``numbers``, the ``residual``
+    (OH*OW, K) or an empty array, ``biases`` the bias repeated OW times, ``scratch`` OW*K
+    values): the numbers of the int8 product of the convolution's columns, to the bit."""
+    k = out.shape[1]
+    ow = sums.shape[0] // k
+    rows[:] = 0
+    for y in range(y0, y1):
+        padded_rows(x, rows, y, sh, dh, top, left)
+        row_sums(rows, offsets, weight, False, bias, sums, 0, ow, sw, NONE, ZERO, ZERO)
+        for p in range(ow):
+            for c in range(k):
+                sums[p * k + c] *= scale[c]
+        finish(sums, ow, k, 0, y * ow, 0, k, 0, bias, residual, out, numbers, True, biases, scratch)
 
-    def __init__(self, weight: np.ndarray, epilogue: CompiledEpilogue):
+
+class DirectWeight:
+    """A convolution weight of few input channels as the rows the direct kernels take (a
+    row per tap, channel by channel, each row by row), and how their calls share an image's
+    output rows among the run's threads."""
+
+    def __init__(self, weight: np.ndarray):
         self.kernel_size = weight.shape[2:]
         self.weight = kernel_array(weight.reshape(weight.shape[0], -1).T)
-        self.bias, self.code = epilogue.bias, epilogue.code
         self._offsets: dict[tuple[int, int, int], np.ndarray] = {}
 
     def offsets(self, channels: int, padded_width: int, column_dilation: int) -> np.ndarray:
         """The flat offset of each tap from its window's corner in the (C, kh, padded width)
-        scratch of :func:`direct_rows` (remembered per width; threads making one at once make
+        scratch of :func:`padded_rows` (remembered per width; threads making one at once make
         the same)."""
         key = (channels, padded_width, column_dilation)
         offsets = self._offsets.get(key)
@@ -120,26 +166,80 @@ class CompiledDirect:
             offsets = self._offsets[key] = ((c * kh + i) * padded_width + j).reshape(-1)
         return offsets
 
-    def __call__(self, x: np.ndarray, out_hw: tuple[int, int], stride: tuple[int, int],
-                 dilation: tuple[int, int], padding: tuple[tuple[int, int], tuple[int, int]]) -> np.ndarray:
-        """The convolution of NCHW ``x`` (any memory layout); a new contiguous (N, OH, OW, K)
-        array, bands of its rows shared among threads."""
-        x = kernel_array(x)
+    def share_rows(self, x: np.ndarray, out_hw: tuple[int, int], stride: tuple[int, int],
+                   dilation: tuple[int, int], rows_of: Callable[[int, int, int, np.ndarray, np.ndarray], None]) -> None:
+        """``rows_of(image, first, stop, rows, offsets)`` for bands of each image's output rows
+        of the convolution of ``x`` (N, C, H, W), shared among the run's threads, each with a
+        scratch ``rows`` of its own and the taps' ``offsets``."""
         n, c, _, _ = x.shape
         (oh, ow), k = out_hw, self.weight.shape[1]
-        (kh, kw), (sh, sw), (dh, dw) = self.kernel_size, stride, dilation
+        (kh, kw), sw, dw = self.kernel_size, stride[1], dilation[1]
         padded_width = (ow - 1) * sw + (kw - 1) * dw + 1
         offsets = self.offsets(c, padded_width, dw)
-        out = empty((n, oh, ow, k))
         depth = self.weight.shape[0]
         step = max(1, PART_WORK // (ow * k * depth))
 
         def run(part: tuple[int, int]) -> None:
             image, first = part
-            rows = np.empty((c, kh, padded_width), np.float32)
-            direct_rows(x[image], offsets, self.weight, self.bias, out[image], first, min(oh, first + step), sh, sw,
-                        dh, padding[0][0], padding[1][0], rows, *self.code)
+            rows_of(image, first, min(oh, first + step), np.empty((c, kh, padded_width), np.float32), offsets)
 
         run_parts([(image, first) for image in range(n) for first in range(0, oh, step)], n * oh * ow * k * depth,
                   run)
+
+
+class CompiledDirect(DirectWeight):
+    """A convolution weight (K, C, kh, kw) of few input channels as the rows of
+    :func:`direct_rows`, with its bias and activation (a :class:`CompiledEpilogue`'s), for
+    zero padding."""
+
+    def __init__(self, weight: np.ndarray, epilogue: CompiledEpilogue):
+        super().__init__(weight)
+        self.bias, self.code = epilogue.bias, epilogue.code
+
+    def __call__(self, x: np.ndarray, out_hw: tuple[int, int], stride: tuple[int, int],
+                 dilation: tuple[int, int], padding: tuple[tuple[int, int], tuple[int, int]]) -> np.ndarray:
+        """The convolution of NCHW ``x`` (any memory layout); a new contiguous (N, OH, OW, K)
+        array, bands of its rows shared among threads."""
+        x = kernel_array(x)
+        out = empty((x.shape[0], *out_hw, self.weight.shape[1]))
+
+        def rows_of(image: int, first: int, stop: int, rows: np.ndarray, offsets: np.ndarray) -> None:
+            direct_rows(x[image], offsets, self.weight, self.bias, out[image], first, stop, *stride, dilation[0],
+                        padding[0][0], padding[1][0], rows, *self.code)
+
+        self.share_rows(x, out_hw, stride, dilation, rows_of)
+        return out
+
+
+class CompiledInt8Direct(DirectWeight):
+    """An int8 convolution weight (K, C, kh, kw) of few input channels as the rows of
+    :func:`int8_direct_rows`, with ``scale`` (K), the activations' scale times each output
+    channel's weight scale, and ``bias`` (K), for zero padding."""
+
+    def __init__(self, weight: np.ndarray, scale: np.ndarray, bias: np.ndarray):
+        if weight.dtype != np.int8:
+            raise ValueError(f"an int8 direct convolution's weight is int8, not {weight.dtype}")
+        super().__init__(weight)
+        self.scale, self.bias = kernel_array(scale), kernel_array(bias)
+
+    def __call__(self, a: np.ndarray, zero_point: int, out_hw: tuple[int, int], stride: tuple[int, int],
+                 dilation: tuple[int, int], padding: tuple[tuple[int, int], tuple[int, int]],
+                 numbers: np.ndarray, residual: np.ndarray, out_dtype: type) -> np.ndarray:
+        """The convolution of uint8 NCHW activations ``a`` (any memory layout) with
+        ``zero_point``, finished by the int8 products' epilogue ``numbers`` (with the
+        ``residual``, (N, OH*OW, K), or an empty array); a new (N, OH*OW, K) array of
+        ``out_dtype`` (uint8 requantizes), bands of its rows shared among threads."""
+        x = np.ascontiguousarray(a, np.float32)
+        x -= np.float32(zero_point)   # exact: integers below 2^24
+        (oh, ow), k = out_hw, self.weight.shape[1]
+        out = np.empty((x.shape[0], oh * ow, k), out_dtype)
+        biases = np.tile(self.bias, ow)
+
+        def rows_of(image: int, first: int, stop: int, rows: np.ndarray, offsets: np.ndarray) -> None:
+            added = residual[image] if residual.size else residual
+            int8_direct_rows(x[image], offsets, self.weight, self.scale, self.bias, added, out[image], first, stop,
+                             *stride, dilation[0], padding[0][0], padding[1][0], rows,
+                             np.empty(ow * k, np.float32), numbers, biases, np.empty(ow * k, np.float32))
+
+        self.share_rows(x, out_hw, stride, dilation, rows_of)
         return out

@@ -21,7 +21,8 @@ import numpy as np
 
 from kuiperinfer.kernels.im2col import output_size, window_view
 from kuiperinfer.kernels.layout import nchw, nhwc, pad_nhwc
-from kuiperinfer.kernels.matrix.products import Product
+from kuiperinfer.kernels.matrix import int8
+from kuiperinfer.kernels.matrix.products import Int8Product, Product
 from kuiperinfer.kernels.parallel import even_step, run_parts, threads_for
 
 BLOCK_BYTES = 1 << 20
@@ -122,6 +123,46 @@ class ProductConvolution:
             part = slice(group * width, (group + 1) * width)
             added = () if residual is None else (residual.values[:, part], residual.scale, residual.zero_point)
             product.multiply(columns[group], rows[:, part], *added, shared=shared)
+
+
+class DirectInt8Convolution(ProductConvolution):
+    """The int8 convolution of its one ``product`` (an :class:`~.products.Int8Product` on a
+    compiled kernel) for an input of few channels and zero padding, computed without its
+    columns: the compiled direct convolution
+    (:class:`~kuiperinfer.kernels.compiled.direct.CompiledInt8Direct`) of the product's
+    uint8 activations by ``weight`` (K, C, kh, kw) quantized as the product quantizes its
+    columns, its sums finished by the product's epilogue: the product's numbers to the bit.
+    A stem's columns (27 values a pixel for a 3x3 kernel on RGB) cost more to make than to
+    multiply."""
+
+    MAX_TAPS = (1 << 24) // (int8.ACTIVATION_STEPS * int8.WEIGHT_LIMIT)
+    """Taps (channels times kernel positions) whose sums float32 holds exactly (518)."""
+
+    def __init__(self, product: Int8Product, weight: np.ndarray, stride: tuple[int, int],
+                 dilation: tuple[int, int], padding: Padding):
+        if weight.shape[1] * weight.shape[2] * weight.shape[3] > self.MAX_TAPS:
+            raise ValueError(f"a direct int8 convolution sums at most {self.MAX_TAPS} taps exactly, "
+                             f"not {np.prod(weight.shape[1:])}")
+        super().__init__([product], weight.shape[2:], stride, dilation, padding, "zeros", compiled=True)
+        from kuiperinfer.kernels.compiled.direct import CompiledInt8Direct
+
+        bias = product.epilogue.bias
+        self.direct = CompiledInt8Direct(int8.quantize_weight(weight)[0], product.scale,
+                                         np.zeros(weight.shape[0], np.float32) if bias is None else bias)
+
+    def __call__(self, x: np.ndarray, residual: np.ndarray | None = None, residual_scale: float = 1.0,
+                 residual_zero_point: int = 0) -> np.ndarray:
+        product = self.products[0]
+        a = product.activations(x)
+        n, _, h, w = a.shape
+        (top, bottom), (left, right) = self.padding
+        oh, ow = (output_size(size, k, s, d) for size, k, s, d in
+                  zip((h + top + bottom, w + left + right), self.kernel, self.stride, self.dilation))
+        rows = Product.NO_RESIDUAL if residual is None else \
+            np.ascontiguousarray(nhwc(residual)).reshape(n, oh * ow, self.out_channels)
+        out = self.direct(a, product.zero_point, (oh, ow), self.stride, self.dilation, self.padding,
+                          product.epilogue_numbers(residual_scale, residual_zero_point), rows, product.out_dtype)
+        return out.reshape(n, oh, ow, self.out_channels)
 
 
 @dataclass(frozen=True)

@@ -367,11 +367,7 @@ class Product:
             residual = self.NO_RESIDUAL
         elif not (residual.flags.c_contiguous and residual.flags.writeable):
             residual = residual.copy()
-        numbers = self._epilogue_numbers.get((residual_scale, residual_zero_point))
-        if numbers is None:
-            numbers = self._epilogue_numbers[(residual_scale, residual_zero_point)] = \
-                self._compiled_products.epilogue_numbers(*self._numbers[:2], residual_scale, residual_zero_point,
-                                                         *self._numbers[2:])
+        numbers = self.epilogue_numbers(residual_scale, residual_zero_point)
         key = (m, *columns)
         parts = self._parts.get(key)
         if parts is None:
@@ -382,6 +378,16 @@ class Product:
                       lambda part: self._blocks(a, parts, part, part + 1, columns, residual, out, numbers))
         else:
             self._blocks(a, parts, 0, len(parts), columns, residual, out, numbers)
+
+    def epilogue_numbers(self, residual_scale: float = 1.0, residual_zero_point: int = 0) -> np.ndarray:
+        """The compiled epilogue's numbers (:func:`~kuiperinfer.kernels.compiled.products.epilogue_numbers`)
+        for a residual of this scale and zero point, made once for each."""
+        numbers = self._epilogue_numbers.get((residual_scale, residual_zero_point))
+        if numbers is None:
+            numbers = self._epilogue_numbers[(residual_scale, residual_zero_point)] = \
+                self._compiled_products.epilogue_numbers(*self._numbers[:2], residual_scale, residual_zero_point,
+                                                         *self._numbers[2:])
+        return numbers
 
     def _blocks(self, a: np.ndarray, parts: np.ndarray, first: int, last: int, columns: tuple[int, int],
                 residual: np.ndarray, out: np.ndarray, numbers: np.ndarray) -> None:
