@@ -23,12 +23,17 @@ import numpy as np
 
 from kuiperinfer.errors import ParseParameterAttrStatus as Status
 from kuiperinfer.kernels.compiled.depthwise import float_pointwise, pointwise_depthwise
-from kuiperinfer.kernels.compiled.squeeze_excitation import CompiledSqueezeExcitation
+from kuiperinfer.kernels.compiled.squeeze_excitation import (
+    CompiledInt8SqueezeExcitation,
+    CompiledSqueezeExcitation,
+    Int8Gate,
+)
 from kuiperinfer.kernels.depthwise_stripes import depthwise_in_stripes
 from kuiperinfer.kernels.elementwise import InplaceActivation
 from kuiperinfer.kernels.jit import kernel_array
 from kuiperinfer.kernels.layout import nchw, nhwc
-from kuiperinfer.kernels.matrix.products import Requantize
+from kuiperinfer.kernels.matrix import int8
+from kuiperinfer.kernels.matrix.products import Int8Product, Requantize
 from kuiperinfer.kernels.pooling import global_avg_pool2d
 from kuiperinfer.layers.base import Layer, batched, requantize_for
 from kuiperinfer.layers.convolution import (
@@ -172,16 +177,14 @@ class SqueezeExcitation(Layer):
     plan_class = SqueezeExcitationPlan
 
     def __init__(self, layer_name: str, reduce: PointwiseProduct, expand: PointwiseProduct, sources: tuple[str, str],
-                 compiled: bool = False):
+                 compiled: CompiledSqueezeExcitation | CompiledInt8SqueezeExcitation | None = None):
         super().__init__(layer_name)
         self.reduce, self.expand = reduce, expand
         """The two products, each in the precision of the convolution it was."""
         self.products = sources
-        exact = reduce.precision.name == expand.precision.name == "fp32"
-        self.compiled = CompiledSqueezeExcitation(reduce.matrix, reduce.epilogue, expand.matrix,
-                                                  expand.epilogue) if compiled and exact else None
-        """The compiled kernel doing it all in one call, for fp32 products (None: the NumPy
-        reference, which also takes the products' inputs in bf16 or int8)."""
+        self.compiled = compiled
+        """The compiled kernel doing it all in one call (:func:`compiled_gate`; None: the NumPy
+        reference, which takes the products' inputs in any precision)."""
 
     @classmethod
     def create(cls, op: RuntimeOperator, options: BuildOptions) -> SqueezeExcitation:
@@ -192,14 +195,36 @@ class SqueezeExcitation(Layer):
         if (expand.in_channels, expand.out_channels) != (reduce.out_channels, reduce.in_channels):
             raise op.error(f"the expanding convolution maps {expand.in_channels} to {expand.out_channels} "
                            f"channels, expected {reduce.out_channels} to {reduce.in_channels}", Status.kAttrWrongSize)
-        layer = cls(op.name, reduce, expand, (plan.reduce.source, plan.expand.source), options.compiled)
+        compiled = compiled_gate(plan, reduce, expand) if options.compiled else None
+        layer = cls(op.name, reduce, expand, (plan.reduce.source, plan.expand.source), compiled)
         layer.batch_independent = batched(op, 2)
         return layer
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         x, unbatched = as_2d(inputs[0], 2, "squeeze-and-excitation")
         check_channels(x, self.reduce.in_channels)
-        if self.compiled is not None:
+        if isinstance(self.compiled, CompiledSqueezeExcitation):
             return [from_2d(nchw(self.compiled(kernel_array(nhwc(x)))), 2, unbatched)]
-        gate = self.expand(self.reduce(global_avg_pool2d(x.astype(np.float32, copy=False))))
+        mean = global_avg_pool2d(x.astype(np.float32, copy=False))
+        if self.compiled is not None:
+            return [from_2d(nchw(self.compiled(kernel_array(nhwc(x)), mean)), 2, unbatched)]
+        gate = self.expand(self.reduce(mean))
         return [from_2d(x * gate.reshape(*gate.shape, 1, 1), 2, unbatched)]
+
+
+def compiled_gate(plan: SqueezeExcitationPlan, reduce: PointwiseProduct,
+                  expand: PointwiseProduct) -> CompiledSqueezeExcitation | CompiledInt8SqueezeExcitation | None:
+    """The compiled kernel of a squeeze-and-excitation block whose products compute in one
+    precision, fp32 or int8 on the compiled int8 products (whose numbers it gives to the bit;
+    the mean is NumPy's, as the unfused network's pooling computes it); None for others."""
+    precisions = {reduce.precision.name, expand.precision.name}
+    if precisions == {"fp32"}:
+        return CompiledSqueezeExcitation(reduce.matrix, reduce.epilogue, expand.matrix, expand.epilogue)
+    if precisions != {"int8"} or reduce.product.kernel.dot is None or expand.product.kernel.dot is None:
+        return None
+
+    def gate(pointwise: Pointwise, product: Int8Product) -> Int8Gate:
+        weight = int8.quantize_weight(pointwise.weight.reshape(pointwise.weight.shape[:2]).T, 1)[0]
+        return Int8Gate(weight, product.input_scale, product.zero_point, product.scale, product.epilogue.bias,
+                        product.epilogue.activation)
+    return CompiledInt8SqueezeExcitation(gate(plan.reduce, reduce.product), gate(plan.expand, expand.product))

@@ -7,14 +7,22 @@ loop along the contiguous channels: the mean adds the pixels' channel rows, the 
 products add rows of the (C, R) and (R, C) weights scaled by one value each, and the gate
 multiplies every pixel's channel row into a fresh output. One call replaces about six
 NumPy calls, which at these sizes (a few thousand values) cost more than the arithmetic.
+
+Its int8 form (:class:`CompiledInt8SqueezeExcitation`) computes the gate's two products as
+the int8 products do, quantized activations times int8 weights summed exactly in int32, to
+the same numbers, in the same one call.
 """
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
-from kuiperinfer.kernels.compiled.activation import finish_row
+from kuiperinfer.kernels.compiled.activation import ActivationCode, finish_row
 from kuiperinfer.kernels.compiled.epilogue import CompiledEpilogue
+from kuiperinfer.kernels.compiled.products import HIGHEST, LOWEST
+from kuiperinfer.kernels.elementwise import InplaceActivation
 from kuiperinfer.kernels.jit import inline, kernel, kernel_array
 
 
@@ -79,3 +87,84 @@ class CompiledSqueezeExcitation:
                            out.reshape(n, h * w, c))
         return out
 
+
+
+@inline
+def int8_gate(values: np.ndarray, product: tuple, shifted: np.ndarray, sums: np.ndarray, out: np.ndarray) -> None:
+    """``out`` = the int8 ``product`` (an :meth:`Int8Gate.arguments`) of float32 ``values``:
+    quantized as :func:`~.products.quantize_values` does, less the zero point (in
+    ``shifted``), times the int8 weight (K, N, held as int32), summed exactly (in ``sums``),
+    times the columns' scale, then ``activation(y + bias)``: the product's numbers to the bit."""
+    input_scale, input_zero, weight, scale, bias, code, a, b = product
+    for i in range(values.shape[0]):
+        q = min(max(np.rint(values[i] / input_scale) + input_zero, LOWEST), HIGHEST)
+        shifted[i] = np.int32(q) - np.int32(input_zero)
+    for j in range(sums.shape[0]):
+        sums[j] = 0
+    for i in range(weight.shape[0]):
+        v = shifted[i]
+        row = weight[i]
+        for j in range(sums.shape[0]):
+            sums[j] += v * row[j]
+    for j in range(sums.shape[0]):
+        out[j] = np.float32(sums[j]) * scale[j]
+    finish_row(out, bias, code, a, b)
+
+
+@kernel
+def int8_squeeze_excitation(x: np.ndarray, mean: np.ndarray, reduce: tuple, expand: tuple, out: np.ndarray) -> None:
+    """``out[n] = x[n] * gate[n]`` for every image of ``x`` (N, P, C), given its channels'
+    ``mean`` (N, C), with the gate's two int8 products (:func:`int8_gate`); the reduced
+    channels go to the expanding product in its input form."""
+    n, pixels, c = x.shape
+    r = reduce[2].shape[1]
+    hidden = np.empty(r, np.float32)
+    gate = np.empty(c, np.float32)
+    shifted = np.empty(max(c, r), np.int32)
+    sums = np.empty(max(c, r), np.int32)
+    for image in range(n):
+        int8_gate(mean[image], reduce, shifted, sums[:r], hidden)
+        int8_gate(hidden, expand, shifted, sums[:c], gate)
+        for p in range(pixels):
+            source, target = x[image, p], out[image, p]
+            for q in range(c):
+                target[q] = source[q] * gate[q]
+
+
+class Int8Gate(NamedTuple):
+    """One int8 product of a squeeze-and-excitation gate (see :func:`int8_gate`)."""
+
+    weight: np.ndarray
+    input_scale: float
+    input_zero_point: int
+    scale: np.ndarray
+    bias: np.ndarray | None
+    activation: InplaceActivation | None
+
+    def arguments(self) -> tuple:
+        """What :func:`int8_gate` takes: the input's scale and zero point, the weight as int32,
+        the columns' scale and bias, the activation's code and parameters."""
+        bias = np.zeros(self.weight.shape[1], np.float32) if self.bias is None else self.bias
+        return (np.float32(self.input_scale), np.float32(self.input_zero_point),
+                np.ascontiguousarray(self.weight, np.int32), kernel_array(self.scale), kernel_array(bias),
+                *ActivationCode.of(self.activation))
+
+
+class CompiledInt8SqueezeExcitation:
+    """The gate's two 1x1 convolutions as int8 products, each an int8 weight (K, N) with its
+    activations' scale and zero point, the scale of each output column (the activations'
+    times the weight's), bias and activation, for :func:`int8_squeeze_excitation`; the mean
+    is the caller's (as the unfused network computes it, so that both quantize the same
+    values)."""
+
+    def __init__(self, reduce: Int8Gate, expand: Int8Gate):
+        self._reduce, self._expand = reduce.arguments(), expand.arguments()
+
+    def __call__(self, x: np.ndarray, mean: np.ndarray) -> np.ndarray:
+        """The gated NHWC ``x`` (N, H, W, C; C-contiguous, writable, float32) as a new array,
+        given its channels' ``mean`` (N, C)."""
+        n, h, w, c = x.shape
+        out = np.empty_like(x)
+        int8_squeeze_excitation(x.reshape(n, h * w, c), kernel_array(mean), self._reduce, self._expand,
+                                out.reshape(n, h * w, c))
+        return out
