@@ -99,13 +99,7 @@ def int8_gate(values: np.ndarray, product: tuple, shifted: np.ndarray, sums: np.
     for i in range(values.shape[0]):
         q = min(max(np.rint(values[i] / input_scale) + input_zero, LOWEST), HIGHEST)
         shifted[i] = np.int32(q) - np.int32(input_zero)
-    for j in range(sums.shape[0]):
-        sums[j] = 0
-    for i in range(weight.shape[0]):
-        v = shifted[i]
-        row = weight[i]
-        for j in range(sums.shape[0]):
-            sums[j] += v * row[j]
+    add_scaled_rows(shifted, weight, sums)
     for j in range(sums.shape[0]):
         out[j] = np.float32(sums[j]) * scale[j]
     finish_row(out, bias, code, a, b)
