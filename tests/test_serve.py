@@ -27,6 +27,7 @@ import tritonclient.http as triton
 import uvicorn
 from cli_runner import DEMO, run
 from oracle import Lambda, export
+from serving import DEMO_INPUT, DEMO_OUTPUT, NET_INPUT, NET_OUTPUT, local_graphs, serving_both
 from tritonclient.utils import InferenceServerException
 
 import kuiperinfer
@@ -34,7 +35,7 @@ from benchmarks.serve_load import Server, binary_request, running_server
 from benchmarks.serve_load import main as load_main
 from kuiperinfer.cli.serve import _listen
 from kuiperinfer.errors import InferError
-from kuiperinfer.models import efficientnet_lite0_path, sample_images
+from kuiperinfer.models import sample_images
 from kuiperinfer.runtime.batching import Batching
 from kuiperinfer.serve import create_app
 from kuiperinfer.serve.batcher import Batcher
@@ -48,25 +49,18 @@ from kuiperinfer.serve.protocol import (
 from kuiperinfer.vision.preprocess import EFFICIENTNET_LITE
 
 BODY_LIMIT = 4 * 1024 * 1024
-DEMO_INPUT, DEMO_OUTPUT = "pnnx_input_0", "12"
-NET_INPUT, NET_OUTPUT = "pnnx_input_0", "99"
 
 
 @pytest.fixture(scope="module")
 def server():
-    """The server every test shares; whatever they sent, it must not have logged an error."""
-    with running_server([f"demo={DEMO}", f"efficientnet={efficientnet_lite0_path()}"],
-                        "--max-body-mb", str(BODY_LIMIT / 1024 / 1024)) as running:
+    """The server every test shares."""
+    with serving_both("--max-body-mb", str(BODY_LIMIT / 1024 / 1024)) as running:
         yield running
-    printed = running.printed()
-    assert "Traceback" not in printed and "ERROR" not in printed, printed
-    assert running.process.returncode == 0, printed
 
 
 @pytest.fixture(scope="module")
 def graphs():
-    """The same models loaded in this process, to compare the server's answers with."""
-    return {"demo": kuiperinfer.load(DEMO), "efficientnet": kuiperinfer.load(efficientnet_lite0_path())}
+    return local_graphs()
 
 
 @pytest.fixture

@@ -22,33 +22,28 @@ import tritonclient.http as triton_http
 from cli_runner import DEMO, run
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from serving import DEMO_INPUT, DEMO_OUTPUT, NET_INPUT, NET_OUTPUT, local_graphs, serving_both
 from tritonclient.grpc import service_pb2
 from tritonclient.utils import InferenceServerException
 
 import kuiperinfer
 from benchmarks.serve_load import running_server
-from kuiperinfer.models import efficientnet_lite0_path, sample_images
+from kuiperinfer.models import sample_images
 from kuiperinfer.vision.preprocess import EFFICIENTNET_LITE
 
-DEMO_INPUT, DEMO_OUTPUT = "pnnx_input_0", "12"
-NET_INPUT, NET_OUTPUT = "pnnx_input_0", "99"
 INFER = "/inference.GRPCInferenceService/ModelInfer"
 
 
 @pytest.fixture(scope="module")
 def server():
-    """The server every test shares; whatever they sent, it must not have logged an error."""
-    with running_server([f"demo={DEMO}", f"efficientnet={efficientnet_lite0_path()}"],
-                        "--max-body-mb", "4") as running:
+    """The server every test shares."""
+    with serving_both("--max-body-mb", "4") as running:
         yield running
-    printed = running.printed()
-    assert "Traceback" not in printed and "ERROR" not in printed, printed
-    assert running.process.returncode == 0, printed
 
 
 @pytest.fixture(scope="module")
 def graphs():
-    return {"demo": kuiperinfer.load(DEMO), "efficientnet": kuiperinfer.load(efficientnet_lite0_path())}
+    return local_graphs()
 
 
 @pytest.fixture

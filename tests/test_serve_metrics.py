@@ -17,11 +17,11 @@ import pytest
 import tritonclient.grpc as triton
 from cli_runner import DEMO
 from prometheus_client.parser import text_string_to_metric_families
+from serving import DEMO_INPUT
 
 import kuiperinfer
 from benchmarks.serve_load import binary_request, running_server
 
-DEMO_INPUT, DEMO_OUTPUT = "pnnx_input_0", "12"
 WINDOW_MS = 3000
 
 
