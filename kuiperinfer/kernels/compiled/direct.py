@@ -16,9 +16,7 @@ per input width; the padding in the scratch spares the border pixels any check.
 
 :class:`CompiledDirect` shares the output rows of its calls among the run's threads in
 bands whose size depends on the work only, so the numbers are the same on any number of
-threads. :class:`CompiledInt8Direct` is the same for int8: the activations less their zero
-point and the int8 weight, both held as float32, whose products and sums of a few input
-channels' taps are integers float32 holds exactly, then the int8 products' epilogue.
+threads. Its int8 form is :mod:`.int8_direct`.
 """
 
 from __future__ import annotations
@@ -27,9 +25,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from kuiperinfer.kernels.compiled.activation import NONE, ZERO, finish_row, finish_vector, in_registers
+from kuiperinfer.kernels.compiled.activation import finish_row, finish_vector, in_registers
 from kuiperinfer.kernels.compiled.epilogue import CompiledEpilogue
-from kuiperinfer.kernels.compiled.products import finish
 from kuiperinfer.kernels.compiled.vectors import (
     LANES,
     load,
@@ -120,30 +117,6 @@ def direct_rows(x: np.ndarray, offsets: np.ndarray, weight: np.ndarray, bias: np
                 finish_row(out[y, ox], bias, code, a, b)
 
 
-@kernel
-def int8_direct_rows(x: np.ndarray, offsets: np.ndarray, weight: np.ndarray, scale: np.ndarray,
-                     bias: np.ndarray, residual: np.ndarray, out: np.ndarray, y0: int, y1: int, sh: int, sw: int,
-                     dh: int, top: int, left: int, rows: np.ndarray, sums: np.ndarray, numbers: np.ndarray,
-                     biases: np.ndarray, scratch: np.ndarray) -> None:
-    """:func:`direct_rows` for int8: ``x`` holds the image's uint8 activations less their zero
-    point and ``weight`` the int8 weight, both as float32, whose sums (at most 2^24 in
-    magnitude) float32 holds exactly; each output row's sums, in ``sums`` (OW*K), are scaled
-    by ``scale`` (K) and finished into ``out`` (OH*OW, K; uint8 or float32) by the int8
-    products' epilogue (:func:`~.products.finish`, its ``numbers``, the ``residual``
-    (OH*OW, K) or an empty array, ``biases`` the bias repeated OW times, ``scratch`` OW*K
-    values): the numbers of the int8 product of the convolution's columns, to the bit."""
-    k = out.shape[1]
-    ow = sums.shape[0] // k
-    rows[:] = 0
-    for y in range(y0, y1):
-        padded_rows(x, rows, y, sh, dh, top, left)
-        row_sums(rows, offsets, weight, False, bias, sums, 0, ow, sw, NONE, ZERO, ZERO)
-        for p in range(ow):
-            for c in range(k):
-                sums[p * k + c] *= scale[c]
-        finish(sums, ow, k, 0, y * ow, 0, k, 0, bias, residual, out, numbers, True, biases, scratch)
-
-
 class DirectWeight:
     """A convolution weight of few input channels as the rows the direct kernels take (a
     row per tap, channel by channel, each row by row), and how their calls share an image's
@@ -206,40 +179,6 @@ class CompiledDirect(DirectWeight):
         def rows_of(image: int, first: int, stop: int, rows: np.ndarray, offsets: np.ndarray) -> None:
             direct_rows(x[image], offsets, self.weight, self.bias, out[image], first, stop, *stride, dilation[0],
                         padding[0][0], padding[1][0], rows, *self.code)
-
-        self.share_rows(x, out_hw, stride, dilation, rows_of)
-        return out
-
-
-class CompiledInt8Direct(DirectWeight):
-    """An int8 convolution weight (K, C, kh, kw) of few input channels as the rows of
-    :func:`int8_direct_rows`, with ``scale`` (K), the activations' scale times each output
-    channel's weight scale, and ``bias`` (K), for zero padding."""
-
-    def __init__(self, weight: np.ndarray, scale: np.ndarray, bias: np.ndarray):
-        if weight.dtype != np.int8:
-            raise ValueError(f"an int8 direct convolution's weight is int8, not {weight.dtype}")
-        super().__init__(weight)
-        self.scale, self.bias = kernel_array(scale), kernel_array(bias)
-
-    def __call__(self, a: np.ndarray, zero_point: int, out_hw: tuple[int, int], stride: tuple[int, int],
-                 dilation: tuple[int, int], padding: tuple[tuple[int, int], tuple[int, int]],
-                 numbers: np.ndarray, residual: np.ndarray, out_dtype: type) -> np.ndarray:
-        """The convolution of uint8 NCHW activations ``a`` (any memory layout) with
-        ``zero_point``, finished by the int8 products' epilogue ``numbers`` (with the
-        ``residual``, (N, OH*OW, K), or an empty array); a new (N, OH*OW, K) array of
-        ``out_dtype`` (uint8 requantizes), bands of its rows shared among threads."""
-        x = np.ascontiguousarray(a, np.float32)
-        x -= np.float32(zero_point)   # exact: integers below 2^24
-        (oh, ow), k = out_hw, self.weight.shape[1]
-        out = np.empty((x.shape[0], oh * ow, k), out_dtype)
-        biases = np.tile(self.bias, ow)
-
-        def rows_of(image: int, first: int, stop: int, rows: np.ndarray, offsets: np.ndarray) -> None:
-            added = residual[image] if residual.size else residual
-            int8_direct_rows(x[image], offsets, self.weight, self.scale, self.bias, added, out[image], first, stop,
-                             *stride, dilation[0], padding[0][0], padding[1][0], rows,
-                             np.empty(ow * k, np.float32), numbers, biases, np.empty(ow * k, np.float32))
 
         self.share_rows(x, out_hw, stride, dilation, rows_of)
         return out

@@ -14,6 +14,9 @@ from kuiperinfer.kernels.compiled.activation import ActivationCode, finish_row
 from kuiperinfer.kernels.elementwise import Epilogue, InplaceActivation
 from kuiperinfer.kernels.jit import kernel
 
+LOWEST, HIGHEST = np.float32(0), np.float32(255)
+"""The range of uint8 activations, where quantized values are clipped."""
+
 
 @kernel
 def finish_rows(out: np.ndarray, bias: np.ndarray, code: int, a: np.float32, b: np.float32) -> None:

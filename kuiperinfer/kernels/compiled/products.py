@@ -25,6 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from kuiperinfer.kernels.compiled.activation import CLIP, NONE, RELU, ActivationCode, finish_row
+from kuiperinfer.kernels.compiled.epilogue import HIGHEST, LOWEST
 from kuiperinfer.kernels.compiled.float_tiles import FIRST, LAST, RESIDUAL, row_counts
 from kuiperinfer.kernels.compiled.float_tiles import SHAPES as FLOAT_SHAPES
 from kuiperinfer.kernels.compiled.float_tiles import tile as float_tile
@@ -41,7 +42,6 @@ BF16_ROWS, BF16_STRIPS = 6, 4
 for the strips of B and the broadcast row (32 zmm registers; 16 ymm on an AVX2 CPU)."""
 TILES = ((VNNI_ROWS, VNNI_STRIPS, 16), (AVX2_ROWS, AVX2_STRIPS, 8), (BF16_ROWS, BF16_STRIPS, 16), *FLOAT_SHAPES)
 """Per kernel, its tile's rows, strips and output columns per strip."""
-LOWEST, HIGHEST = np.float32(0), np.float32(255)
 
 
 ACTIVATION, RESIDUAL_ACTIVATION, RESIDUAL_SCALE, RESIDUAL_ZERO, OUT_SCALE, OUT_ZERO = 0, 3, 6, 7, 8, 9

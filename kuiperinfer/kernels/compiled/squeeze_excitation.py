@@ -20,8 +20,7 @@ from typing import NamedTuple
 import numpy as np
 
 from kuiperinfer.kernels.compiled.activation import ActivationCode, finish_row
-from kuiperinfer.kernels.compiled.epilogue import CompiledEpilogue
-from kuiperinfer.kernels.compiled.products import HIGHEST, LOWEST
+from kuiperinfer.kernels.compiled.epilogue import HIGHEST, LOWEST, CompiledEpilogue
 from kuiperinfer.kernels.elementwise import InplaceActivation
 from kuiperinfer.kernels.jit import inline, kernel, kernel_array
 

@@ -129,7 +129,7 @@ class DirectInt8Convolution(ProductConvolution):
     """The int8 convolution of its one ``product`` (an :class:`~.products.Int8Product` on a
     compiled kernel) for an input of few channels and zero padding, computed without its
     columns: the compiled direct convolution
-    (:class:`~kuiperinfer.kernels.compiled.direct.CompiledInt8Direct`) of the product's
+    (:class:`~kuiperinfer.kernels.compiled.int8_direct.CompiledInt8Direct`) of the product's
     uint8 activations by ``weight`` (K, C, kh, kw) quantized as the product quantizes its
     columns, its sums finished by the product's epilogue: the product's numbers to the bit.
     A stem's columns (27 values a pixel for a 3x3 kernel on RGB) cost more to make than to
@@ -144,7 +144,7 @@ class DirectInt8Convolution(ProductConvolution):
             raise ValueError(f"a direct int8 convolution sums at most {self.MAX_TAPS} taps exactly, "
                              f"not {np.prod(weight.shape[1:])}")
         super().__init__([product], weight.shape[2:], stride, dilation, padding, "zeros", compiled=True)
-        from kuiperinfer.kernels.compiled.direct import CompiledInt8Direct
+        from kuiperinfer.kernels.compiled.int8_direct import CompiledInt8Direct
 
         bias = product.epilogue.bias
         self.direct = CompiledInt8Direct(int8.quantize_weight(weight)[0], product.scale,
