@@ -21,7 +21,7 @@ def int8_direct_rows(x: np.ndarray, offsets: np.ndarray, weight: np.ndarray, sca
                      bias: np.ndarray, residual: np.ndarray, out: np.ndarray, y0: int, y1: int, sh: int, sw: int,
                      dh: int, top: int, left: int, rows: np.ndarray, sums: np.ndarray, numbers: np.ndarray,
                      biases: np.ndarray, scratch: np.ndarray) -> None:
-    """:func:`direct_rows` for int8: ``x`` holds the image's uint8 activations less their zero
+    """:func:`~.direct.direct_rows` for int8: ``x`` holds the image's uint8 activations less their zero
     point and ``weight`` the int8 weight, both as float32, whose sums (at most 2^24 in
     magnitude) float32 holds exactly; each output row's sums, in ``sums`` (OW*K), are scaled
     by ``scale`` (K) and finished into ``out`` (OH*OW, K; uint8 or float32) by the int8
