@@ -119,6 +119,12 @@ class PointwiseDepthwise(Layer):
         self.pointwise, self.depthwise = pointwise, depthwise
         """The 1x1 product (in its precision) and the depthwise convolution (fp32: no product)."""
         self.products = (source,)
+        tiled = pointwise.product if pointwise.product is not None else pointwise.float_product
+        self._stripe_product = tiled.tiles() if tiled is not None and tiled.kernel.dot is not None else \
+            self._reduced_rows if pointwise.product is not None else \
+            float_pointwise(pointwise.matrix, pointwise.epilogue) if pointwise.matrix is not None else None
+        """How the stripes compute the 1x1 product, chosen once: on its compiled tiles, through
+        the bf16 or int8 product's reference, or through BLAS."""
 
     @classmethod
     def input_product(cls, op: RuntimeOperator) -> str | None:
@@ -140,17 +146,13 @@ class PointwiseDepthwise(Layer):
         (x, unbatched), geometry = as_2d(inputs[0], 2, "conv2d"), self.depthwise.geometry
         check_channels(x, self.pointwise.in_channels)
         compiled, product = self.depthwise.packed.compiled_depthwise, self.pointwise.product
-        if product is not None and compiled is not None:
-            out = nchw(pointwise_depthwise(nhwc(product.activations(x)), self._reduced_rows,
-                                           self.pointwise.out_channels, compiled, geometry.stride, geometry.padding))
+        if compiled is not None:
+            out = nchw(pointwise_depthwise(nhwc(x if product is None else product.activations(x)),
+                                           self._stripe_product, self.pointwise.out_channels, compiled,
+                                           geometry.stride, geometry.padding))
         elif product is not None:   # the 1x1 product whole, then the depthwise convolution
             expanded = product(np.ascontiguousarray(nhwc(x)).reshape(-1, x.shape[1]))
             out = nchw(self.depthwise.kernel(nchw(expanded.reshape(*nhwc(x).shape[:3], -1))))
-        elif compiled is not None:
-            rows = self._tiled_rows if self.pointwise.float_product is not None else \
-                float_pointwise(self.pointwise.matrix, self.pointwise.epilogue)
-            out = nchw(pointwise_depthwise(nhwc(x), rows, self.pointwise.out_channels, compiled, geometry.stride,
-                                           geometry.padding))
         else:
             padded_hw = [size + before + after for size, (before, after) in zip(x.shape[2:], geometry.padding)]
             out = nchw(depthwise_in_stripes(np.ascontiguousarray(nhwc(x)), self.depthwise.packed.depthwise,
@@ -163,10 +165,6 @@ class PointwiseDepthwise(Layer):
         """A stripe's 1x1 convolution in bf16 or int8
         (:data:`~kuiperinfer.kernels.compiled.depthwise.PointwiseRows`)."""
         self.pointwise.product.multiply(rows, out, columns=(channels.start, channels.stop), shared=False)
-
-    def _tiled_rows(self, rows: np.ndarray, out: np.ndarray, channels: slice) -> None:
-        """A stripe's 1x1 convolution in fp32 on the float32 tiles."""
-        self.pointwise.float_product.multiply(rows, out, columns=(channels.start, channels.stop), shared=False)
 
 
 @register_layer(SqueezeExcitationPlan.TYPE)

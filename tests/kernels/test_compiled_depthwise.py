@@ -6,6 +6,7 @@ import itertools
 import numpy as np
 import pytest
 from pools import intra_op
+from product_kernels import BF16_KERNELS, FP32_KERNELS, INT8_KERNELS
 
 from kuiperinfer.kernels.compiled import depthwise
 from kuiperinfer.kernels.compiled.epilogue import CompiledEpilogue
@@ -14,6 +15,14 @@ from kuiperinfer.kernels.depthwise_stripes import depthwise_in_stripes
 from kuiperinfer.kernels.elementwise import Epilogue, InplaceActivation
 from kuiperinfer.kernels.im2col import pack_weight
 from kuiperinfer.kernels.layout import nhwc
+from kuiperinfer.kernels.matrix.products import (
+    BF16_WIDENED,
+    REFERENCE,
+    Bf16Product,
+    Fp32Product,
+    Int8Product,
+    ProductEpilogue,
+)
 
 ACTIVATIONS = [None, InplaceActivation("relu"), InplaceActivation("clip", (0.0, 6.0)),
                InplaceActivation("leaky_relu", (0.1,)), InplaceActivation("sigmoid"), InplaceActivation("silu"),
@@ -106,6 +115,57 @@ def test_parts_shared_among_threads_and_strided_inputs(pointwise, batch, halo_sh
             else:
                 ours = dw(source, stride, pads)
             check(ours, expected)
+
+
+def product_pair(kind, kernel, expand, bias, act):
+    """A 1x1 product (Cin, E) on ``kernel``'s tiles and its NumPy twin."""
+    matrix = expand[:, :, 0, 0].T.copy()
+    epilogue = ProductEpilogue(bias, act)
+    if kind == "int8":
+        scales = np.abs(matrix).max(axis=0) / 127
+        weight = np.clip(np.rint(matrix / scales), -127, 127).astype(np.int8)
+        return tuple(Int8Product(weight, scales, 0.05, 131, epilogue, k) for k in (kernel, REFERENCE))
+    if kind == "bf16":
+        return tuple(Bf16Product(matrix, epilogue, k) for k in (kernel, BF16_WIDENED))
+    return Fp32Product(matrix, epilogue, kernel), Fp32Product(matrix, epilogue, REFERENCE)
+
+
+TILED = [pytest.param(kind, *kernel.values, marks=kernel.marks, id=f"{kind}-{kernel.id}")
+         for kind, kernels in (("fp32", FP32_KERNELS), ("int8", INT8_KERNELS), ("bf16", BF16_KERNELS[:1]))
+         for kernel in kernels]
+"""Every product on compiled tiles (bf16's widened weights have none)."""
+
+
+@pytest.mark.parametrize("kind, kernel", TILED)
+@pytest.mark.parametrize("kernel_size, stride, pads", [GEOMETRIES[1], GEOMETRIES[4]])
+@pytest.mark.parametrize("threads, halo_share", [(1, 0.5), (3, 0.25), (3, 100)], ids=["one", "channels", "bands"])
+@pytest.mark.parametrize("stripe_bytes", [1 << 20, 3000], ids=["whole", "stripes"])
+def test_pointwise_depthwise_on_the_tiles_matches_the_stripe_loop(kind, kernel, kernel_size, stride, pads, threads,
+                                                                  halo_share, stripe_bytes, monkeypatch):
+    """A product on compiled tiles, every part walked in one compiled call, gives what the
+    Python loop over stripes calling its NumPy twin gives: in one thread, in blocks of
+    channels and in bands of rows shared among threads, whole images and stripes."""
+    monkeypatch.setattr(depthwise, "HALO_SHARE", halo_share)
+    monkeypatch.setattr(depthwise, "PART_WORK", 1)
+    monkeypatch.setattr(depthwise, "STRIPE_BYTES", stripe_bytes)
+    channels = 80                                       # blocks of channels, and a strip's tail
+    x = RNG.standard_normal((2, 19, 14, 12), dtype=np.float32)
+    expand = RNG.standard_normal((channels, 12, 1, 1), dtype=np.float32) / 3
+    expand_bias = RNG.standard_normal(channels, dtype=np.float32)
+    weight = RNG.standard_normal((channels, 1, *kernel_size), dtype=np.float32)
+    bias = RNG.standard_normal(channels, dtype=np.float32)
+    tiled, twin = product_pair(kind, kernel, expand, expand_bias, InplaceActivation("clip", (0.0, 6.0)))
+    dw = depthwise.CompiledDepthwise(weight[:, 0].transpose(1, 2, 0),
+                                     CompiledEpilogue(bias, channels, InplaceActivation("hardswish")))
+
+    def stripe_rows(rows, out, block):
+        twin.multiply(twin.activations(rows), out, columns=(block.start, block.stop), shared=False)
+
+    with intra_op(threads, min_work=0):
+        ours = depthwise.pointwise_depthwise(tiled.activations(x), tiled.tiles(), channels, dw, stride, pads)
+        expected = depthwise.pointwise_depthwise(x, stripe_rows, channels, dw, stride, pads)
+    exact = kind == "int8"                              # integer sums: the same bits, but the epilogue's order
+    np.testing.assert_allclose(ours, expected, atol=1e-5 if exact else 1e-4, rtol=1e-5 if exact else 1e-4)
 
 
 SHAPES = [  # channels (a block of vectors, a tail, fewer than a vector), height, width, kernel, stride, padding

@@ -11,11 +11,19 @@ import textwrap
 import numpy as np
 import pytest
 from pools import intra_op
+from product_kernels import (
+    BF16_KERNELS,
+    FP32_KERNELS,
+    HERE,
+    INT8_KERNELS,
+    needs_avx2,
+    needs_fma,
+    needs_vnni,
+)
 
-from kuiperinfer.kernels.compiled.tiles import target_features
 from kuiperinfer.kernels.elementwise import InplaceActivation
 from kuiperinfer.kernels.matrix import products
-from kuiperinfer.kernels.matrix.features import MatrixFeatures, detect
+from kuiperinfer.kernels.matrix.features import MatrixFeatures
 from kuiperinfer.kernels.matrix.products import (
     AVX2,
     AVX512_BF16,
@@ -32,21 +40,6 @@ from kuiperinfer.kernels.matrix.products import (
 )
 
 RNG = np.random.default_rng(0)
-HERE = detect()
-COMPILABLE = target_features()
-needs_vnni = pytest.mark.skipif(not (HERE.avx512_vnni and "avx512vnni" in COMPILABLE),
-                                reason="this CPU (or Numba's target) has no AVX512-VNNI (vpdpbusd)")
-needs_avx2 = pytest.mark.skipif(not (HERE.avx2 and "avx2" in COMPILABLE),
-                                reason="this CPU (or Numba's target) has no AVX2 (vpmaddwd)")
-needs_bf16 = pytest.mark.skipif(not (HERE.avx512_bf16 and "avx512bf16" in COMPILABLE),
-                                reason="this CPU (or Numba's target) has no AVX512-BF16 (vdpbf16ps)")
-needs_avx512f = pytest.mark.skipif(not (HERE.avx512f and "avx512f" in COMPILABLE),
-                                   reason="this CPU (or Numba's target) has no AVX-512 F")
-needs_fma = pytest.mark.skipif(not (HERE.avx2 and HERE.fma and {"avx2", "fma"} <= COMPILABLE),
-                               reason="this CPU (or Numba's target) has no AVX2 and FMA")
-INT8_KERNELS = [pytest.param(VNNI, marks=needs_vnni, id="vnni"), pytest.param(AVX2, marks=needs_avx2, id="avx2")]
-BF16_KERNELS = [pytest.param(AVX512_BF16, marks=needs_bf16, id="avx512-bf16"), pytest.param(BF16_WIDENED, id="widened")]
-FP32_KERNELS = [pytest.param(FMA512, marks=needs_avx512f, id="fma512"), pytest.param(FMA256, marks=needs_fma, id="fma256")]
 
 SIZES = [1, 3, 4, 5, 31, 32, 33, 64, 100, 257]
 ACTIVATIONS = [None, InplaceActivation("relu"), InplaceActivation("clip", (0.0, 6.0)),

@@ -16,9 +16,13 @@ input rows the kernel reads may be a block of the image's rows (a stripe buffer)
 the row the block starts at.
 
 :func:`pointwise_depthwise` computes a MobileNet/EfficientNet block's expansion and
-filter: the 1x1 product (BLAS, which releases the GIL) fills a buffer of the input rows a
-stripe of output rows reads, the compiled epilogue finishes it, and the depthwise kernel
-consumes it while it is in cache; the expanded tensor never exists whole.
+filter: the 1x1 product fills a buffer of the input rows a stripe of output rows reads, its
+epilogue finishes it, and the depthwise kernel consumes it while it is in cache; the
+expanded tensor never exists whole. A product on the matrix engine's tiles runs each part's
+stripes in one compiled call (:func:`pointwise_depthwise_rows`): a part costs one call's
+Python and takes the GIL once, so that the parts the threads share run at once (a stripe
+loop in Python took the GIL twice per stripe, and two threads waiting on each other for it
+made each quarter of an operator as slow as the whole).
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ import numpy as np
 
 from kuiperinfer.kernels.compiled.activation import finish_row, finish_vector, in_registers
 from kuiperinfer.kernels.compiled.epilogue import CompiledEpilogue, finish_rows
+from kuiperinfer.kernels.compiled.float_tiles import row_counts
+from kuiperinfer.kernels.compiled.products import DOT_BLOCKS, TILES, blocks, float_blocks
 from kuiperinfer.kernels.compiled.vectors import (
     LANES,
     REGISTERS,
@@ -147,35 +153,43 @@ def rows_padded(x, row0, height, taps, bias, out, channel0, y0, y1, sh, sw, top,
                 store(out, q + ox * oc, finish_vector(acc, code, a, b), count)
 
 
+@inline
+def depthwise_block(x, row0, height, taps, bias, out, channel0, y0, y1, sh, sw, top, left, code, a, b,  # noqa: ANN001, ANN201
+                    kh, kw, taps_count):
+    """Output rows ``y0:y1`` of the depthwise convolution of C channels of one image into
+    channels ``channel0:channel0 + C`` of ``out`` (OH, OW, C'), then ``activation(out + bias)``.
+    ``x`` (R, W, C) holds the image's rows ``row0:row0 + R`` (every row the output rows read
+    inside the image, whose height is ``height``); ``taps`` is (kh, kw, C); the padding above
+    and left of the image is ``top`` and ``left`` (what lies past the image below and right
+    is padding too). An input of at most :data:`PADDED_BYTES` with its padding, or of fewer
+    channels than :data:`LANES`, goes through a scratch (:func:`rows_padded`)."""
+    rows, columns = (y1 - y0 - 1) * sh + kh, (out.shape[1] - 1) * sw + kw
+    if taps.shape[2] < LANES:
+        rows_padded(x, row0, height, taps, bias, out, channel0, y0, y1, sh, sw, top, left, code, a, b,
+                    kh, kw, taps_count, taps.shape[2], np.empty((rows, columns, LANES), np.float32))
+    elif rows * columns * LANES * 4 <= PADDED_BYTES:
+        rows_padded(x, row0, height, taps, bias, out, channel0, y0, y1, sh, sw, top, left, code, a, b,
+                    kh, kw, taps_count, None, np.empty((rows, columns, LANES), np.float32))
+    else:
+        rows_in_blocks(x, row0, height, taps, bias, out, channel0, y0, y1, sh, sw, top, left, code, a, b,
+                       kh, kw, taps_count)
+    if not in_registers(code):      # the sums were stored without their bias: add it, then the activation
+        for y in range(y0, y1):
+            for ox in range(out.shape[1]):
+                finish_row(out[y, ox, channel0:channel0 + taps.shape[2]], bias, code, a, b)
+
+
 @cache
 def depthwise_rows(kh: int, kw: int) -> Callable[..., None]:
-    """The depthwise kernel for ``kh`` x ``kw`` taps, compiled once per size (its loops over the
-    taps unrolled, so that a block of channels' taps stay in registers)."""
+    """The kernel of :func:`depthwise_block` for ``kh`` x ``kw`` taps, compiled once per size
+    (its loops over the taps unrolled, so that a block of channels' taps stay in registers)."""
     taps_count = kh * kw
 
     def depthwise(x: np.ndarray, row0: int, height: int, taps: np.ndarray, bias: np.ndarray, out: np.ndarray,
                   channel0: int, y0: int, y1: int, sh: int, sw: int, top: int, left: int, code: int, a: np.float32,
-                  b: np.float32, padded: np.ndarray) -> None:
-        """Output rows ``y0:y1`` of the depthwise convolution of C channels of one image into
-        channels ``channel0:channel0 + C`` of ``out`` (OH, OW, C'), then ``activation(out + bias)``.
-        ``x`` (R, W, C) holds the image's rows ``row0:row0 + R`` (every row the output rows read
-        inside the image, whose height is ``height``); ``taps`` is (kh, kw, C); the padding above
-        and left of the image is ``top`` and ``left`` (what lies past the image below and right
-        is padding too). ``padded`` is empty, or the scratch of :func:`rows_padded`, which then
-        computes the rows (it must, for fewer channels than :data:`LANES`)."""
-        if taps.shape[2] < LANES:
-            rows_padded(x, row0, height, taps, bias, out, channel0, y0, y1, sh, sw, top, left, code, a, b,
-                        kh, kw, taps_count, taps.shape[2], padded)
-        elif padded.size:
-            rows_padded(x, row0, height, taps, bias, out, channel0, y0, y1, sh, sw, top, left, code, a, b,
-                        kh, kw, taps_count, None, padded)
-        else:
-            rows_in_blocks(x, row0, height, taps, bias, out, channel0, y0, y1, sh, sw, top, left, code, a, b,
-                           kh, kw, taps_count)
-        if not in_registers(code):      # the sums were stored without their bias: add it, then the activation
-            for y in range(y0, y1):
-                for ox in range(out.shape[1]):
-                    finish_row(out[y, ox, channel0:channel0 + taps.shape[2]], bias, code, a, b)
+                  b: np.float32) -> None:
+        depthwise_block(x, row0, height, taps, bias, out, channel0, y0, y1, sh, sw, top, left, code, a, b,
+                        kh, kw, taps_count)
 
     depthwise.__qualname__ = f"depthwise_rows_{kh}x{kw}"      # its name in kernel_stats and the cache
     return kernel(depthwise)
@@ -211,12 +225,8 @@ class CompiledDepthwise:
         """Output rows ``y0:y1`` of ``channels`` of one image into ``out`` (OH, OW, C) from the
         image's rows ``row0:`` in ``x`` (R, W, channels' count): :func:`depthwise_rows`."""
         taps, bias = self.block(channels)
-        kh, kw = taps.shape[:2]
-        rows, columns = (y1 - y0 - 1) * stride[0] + kh, (out.shape[1] - 1) * stride[1] + kw
-        small = rows * columns * LANES * 4 <= PADDED_BYTES or taps.shape[2] < LANES
-        padded = empty((rows, columns, LANES) if small else (0, 0, LANES))
         self.kernel(x, row0, height, taps, bias, out, channels.start, y0, y1, stride[0], stride[1],
-                    padding[0][0], padding[1][0], *self.code, padded)
+                    padding[0][0], padding[1][0], *self.code)
 
     def __call__(self, x: np.ndarray, stride: tuple[int, int], padding: Padding) -> np.ndarray:
         """The convolution of NHWC ``x`` (any memory layout); a new contiguous (N, OH, OW, C)
@@ -277,6 +287,11 @@ PointwiseRows = Callable[[np.ndarray, np.ndarray, slice], object]
 ``channels`` of the product of the input pixels ``rows`` (P, Cin), its epilogue applied, into
 the float32 ``out`` (P, width)."""
 
+ProductTiles = tuple
+"""A 1x1 convolution on the matrix engine's tiles, as :func:`pointwise_depthwise_rows` calls
+them: ``(kernel, packed, strip_bytes, correction, scale, bias, numbers)``
+(:meth:`~kuiperinfer.kernels.matrix.products.Product.tiles`)."""
+
 
 def float_pointwise(matrix: np.ndarray, epilogue: CompiledEpilogue) -> PointwiseRows:
     """The float32 1x1 convolution ``rows @ matrix`` (Cin, E), then ``epilogue``."""
@@ -286,35 +301,96 @@ def float_pointwise(matrix: np.ndarray, epilogue: CompiledEpilogue) -> Pointwise
     return pointwise
 
 
-def pointwise_depthwise(x: np.ndarray, pointwise: PointwiseRows, channels: int, depthwise: CompiledDepthwise,
-                        stride: tuple[int, int], padding: Padding) -> np.ndarray:
+@inline
+def stripe_rows(y, stripe, stop, sh, top, kh, h):  # noqa: ANN001, ANN201
+    """The output rows of the stripe from row ``y``, and the image rows ``start:finish`` they read."""
+    end = min(stop, y + stripe)
+    return end, max(0, y * sh - top), min(h, (end - 1) * sh - top + kh)
+
+
+@cache
+def pointwise_depthwise_rows(kh: int, kw: int, dot: int) -> Callable[..., None]:
+    """The kernel of a part of :func:`pointwise_depthwise` whose 1x1 product runs on the tiles
+    of kernel ``dot`` (:data:`~.products.TILES`) and whose depthwise convolution has ``kh`` x
+    ``kw`` taps: the part's whole walk down its stripes in one call, so that a thread that
+    shares an operator holds the GIL once per part, not twice per stripe."""
+    taps_count = kh * kw
+    rows, strips, lanes = TILES[dot]
+    floats, shape, counts = dot >= len(DOT_BLOCKS), dot - len(DOT_BLOCKS), row_counts(rows)
+
+    def part(x: np.ndarray, packed: np.ndarray, strip_bytes: int, correction: np.ndarray, scale: np.ndarray,
+             product_bias: np.ndarray, numbers: np.ndarray, taps: np.ndarray, bias: np.ndarray, out: np.ndarray,
+             first: int, stop: int, channel0: int, sh: int, sw: int, top: int, left: int, code: int,
+             a: np.float32, b: np.float32, stripe: int, buffer: np.ndarray) -> None:
+        """Output rows ``first:stop`` of the channels ``channel0:`` (as many as ``taps`` has) of
+        one image into ``out`` (OH, OW, C) from its input pixels ``x`` (H, W, Cin), ``stripe``
+        rows at a time through ``buffer`` (rows, W, channels), as the Python loop of
+        :func:`pointwise_depthwise` does."""
+        h, w, c_in = x.shape
+        width = taps.shape[2]
+        pixels, expanded = x.reshape(h * w, c_in), buffer.reshape(buffer.shape[0] * w, width)
+        residual = np.empty((0, 0), np.float32)
+        parts = np.zeros((1, 4), np.int64)
+        parts[0, 2], parts[0, 3] = channel0 // lanes, -(-(channel0 + width) // lanes)
+        columns = (channel0, channel0 + width)
+        held_start = held_stop = 0          # the image rows the buffer holds, from its top
+        for y in range(first, stop, stripe):
+            end, start, finish = stripe_rows(y, stripe, stop, sh, top, kh, h)
+            keep = max(0, held_stop - start) if held_start <= start else 0
+            for i in range(keep * w):       # the rows this stripe shares with the last move up
+                expanded[i] = expanded[(start - held_start) * w + i]
+            if finish > start + keep:
+                parts[0, 1] = (finish - start - keep) * w
+                source, target = pixels[(start + keep) * w:finish * w], expanded[keep * w:(finish - start) * w]
+                if floats:
+                    float_blocks(shape, lanes, strips, counts, source, packed, parts, 0, 1, columns, product_bias,
+                                 residual, target, numbers)
+                else:
+                    blocks(dot, rows, strips, lanes, source, packed, strip_bytes, parts, 0, 1, columns, correction,
+                           scale, product_bias, residual, target, numbers)
+            held_start, held_stop = start, finish
+            depthwise_block(buffer, start, h, taps, bias, out, channel0, y, end, sh, sw, top, left, code, a, b,
+                            kh, kw, taps_count)
+
+    part.__qualname__ = f"pointwise_depthwise_rows_{kh}x{kw}_{dot}"
+    return kernel(part)
+
+
+def pointwise_depthwise(x: np.ndarray, pointwise: PointwiseRows | ProductTiles, channels: int,
+                        depthwise: CompiledDepthwise, stride: tuple[int, int], padding: Padding) -> np.ndarray:
     """``depthwise(pointwise(x))`` of NHWC ``x`` (N, H, W, Cin; any memory layout, float32 or
     the form ``pointwise`` multiplies), where the 1x1 convolution makes ``channels`` channels;
     a new contiguous (N, OH, OW, channels) array. Each part (an image, a band of a single
     image's rows or a block of its channels) walks down its output rows a stripe at a time:
     the product fills the buffer with the expanded input rows the stripe reads that the
-    previous stripe did not, then the depthwise kernel makes the stripe's rows."""
+    previous stripe did not, then the depthwise kernel makes the stripe's rows. A product
+    on the tiles (:data:`ProductTiles`) runs each part in one compiled call
+    (:func:`pointwise_depthwise_rows`); another (:data:`PointwiseRows`) is called per stripe."""
     x = np.ascontiguousarray(x)
     n, h, w, c_in = x.shape
     kh, kw = depthwise.taps.shape[:2]
-    (sh, _), top = stride, padding[0][0]
+    (sh, sw), (top, left) = stride, (padding[0][0], padding[1][0])
     oh = output_size(h, kh, sh, *padding[0])
-    ow = output_size(w, kw, stride[1], *padding[1])
+    ow = output_size(w, kw, sw, *padding[1])
     out = empty((n, oh, ow, channels))
     work = n * h * w * c_in * channels + n * oh * ow * channels * kh * kw
     parts = parts_of(n, oh, channels, work, threads_for(work), max(0, kh - sh), sh, FUSED_PARTS_PER_THREAD)
+    compiled = None if callable(pointwise) else pointwise_depthwise_rows(kh, kw, pointwise[0])
 
     def run(part: Part) -> None:
         image, first, stop, block = part
         source = x[image]
         width = block.stop - block.start
         stripe = max(1, (STRIPE_BYTES // (w * width * 4) - kh) // sh + 1)
-        rows = min(h, (min(stripe, stop - first) - 1) * sh + kh)
-        buffer = scratch((rows, w, width))
+        buffer = scratch((min(h, (min(stripe, stop - first) - 1) * sh + kh), w, width))
+        if compiled is not None:
+            taps, bias = depthwise.block(block)
+            compiled(source, *pointwise[1:], taps, bias, out[image], first, stop, block.start, sh, sw, top, left,
+                     *depthwise.code, stripe, buffer)
+            return
         held_start = held_stop = 0          # the image rows the buffer holds, from its top
         for y in range(first, stop, stripe):
-            end = min(stop, y + stripe)
-            start, finish = max(0, y * sh - top), min(h, (end - 1) * sh - top + kh)
+            end, start, finish = stripe_rows(y, stripe, stop, sh, top, kh, h)
             keep = max(0, held_stop - start) if held_start <= start else 0
             if keep:
                 buffer[:keep] = buffer[start - held_start:held_stop - held_start]

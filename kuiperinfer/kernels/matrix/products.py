@@ -48,7 +48,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kuiperinfer.kernels.compiled.activation import CLIP, NONE, RELU, ActivationCode
+from kuiperinfer.kernels.compiled.activation import ActivationCode
 from kuiperinfer.kernels.compiled.tiles import GROUP_BYTES, target_features
 from kuiperinfer.kernels.elementwise import Epilogue, InplaceActivation
 from kuiperinfer.kernels.matrix import int8
@@ -389,6 +389,13 @@ class Product:
                                                          *self._numbers[2:])
         return numbers
 
+    def tiles(self) -> tuple[int, np.ndarray, int, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """What a compiled kernel that calls this product's tiles in a loop of its own takes
+        (:func:`~kuiperinfer.kernels.compiled.products.blocks`): the kernel's code, the packed
+        weights, the bytes of a strip, the zero points' correction and the scales, the bias and
+        the epilogue's numbers (without a residual). Only for a product on compiled tiles."""
+        return (self.kernel.dot, *self._tiles, self._bias, self.epilogue_numbers())
+
     def _blocks(self, a: np.ndarray, parts: np.ndarray, first: int, last: int, columns: tuple[int, int],
                 residual: np.ndarray, out: np.ndarray, numbers: np.ndarray) -> None:
         """Blocks ``first:last`` of ``parts`` through the compiled tiles, in one call."""
@@ -565,16 +572,16 @@ class Fp32Product(_FloatProduct):
                    shared: bool) -> None:
         fp32_reference(a, self.weight[:, columns], epilogue, residual, out)
 
+    def tiles(self) -> tuple[int, np.ndarray, int, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """As :meth:`Product.tiles` (:func:`~kuiperinfer.kernels.compiled.products.float_blocks`
+        takes no strip bytes, correction or scales: 0 and empty arrays)."""
+        return (self.kernel.dot, self.packed, 0, np.empty(0, np.int32), np.empty(0, np.float32), self._bias,
+                self.epilogue_numbers())
+
     def _blocks(self, a: np.ndarray, parts: np.ndarray, first: int, last: int, columns: tuple[int, int],
                 residual: np.ndarray, out: np.ndarray, numbers: np.ndarray) -> None:
         self._compiled_products.BLOCKS[self.kernel.dot](a, self.packed, parts, first, last, columns, self._bias,
                                                         residual, out, numbers)
-
-
-def clamps_in_registers(activation: InplaceActivation | None) -> bool:
-    """Whether the float32 tiles apply ``activation`` in their registers (none, ReLU, a clip);
-    any other takes a pass over each tile's stored rows."""
-    return ActivationCode.of(activation).code in (NONE, RELU, CLIP)
 
 
 VECTOR_BYTES = 64
