@@ -35,7 +35,6 @@ import numpy as np
 from kuiperinfer.kernels.compiled.activation import finish_row, finish_vector, in_registers
 from kuiperinfer.kernels.compiled.epilogue import CompiledEpilogue, finish_rows
 from kuiperinfer.kernels.compiled.float_tiles import row_counts
-from kuiperinfer.kernels.compiled.products import DOT_BLOCKS, TILES, blocks, float_blocks
 from kuiperinfer.kernels.compiled.vectors import (
     LANES,
     REGISTERS,
@@ -46,8 +45,11 @@ from kuiperinfer.kernels.compiled.vectors import (
     splat,
     store,
 )
-from kuiperinfer.kernels.jit import empty, inline, kernel, kernel_array, scratch
+from kuiperinfer.kernels.jit import AVAILABLE, empty, inline, kernel, kernel_array, scratch
 from kuiperinfer.kernels.parallel import even_step, run_parts, threads_for
+
+if AVAILABLE:   # the matrix engine's tiles exist only compiled; without Numba no product has them
+    from kuiperinfer.kernels.compiled.products import DOT_BLOCKS, TILES, blocks, float_blocks
 
 Padding = tuple[tuple[int, int], tuple[int, int]]
 
