@@ -175,10 +175,10 @@ def test_fused_pointwise_depthwise_stripes_on_float_tiles_in_fp32(tmp_path, monk
         return torch_outputs(model, [torch.from_numpy(x) for x in inputs])
     tiles = assert_same_at_every_batch(param, threads=(2, 4), expected=expected)
     fused = [op.layer for op in tiles.operators if op.type == "kuiper.PointwiseDepthwise"]
-    assert [type(layer.pointwise.float_product).__name__ for layer in fused] == ["Fp32Product", "Fp32Product"]
+    assert [type(layer.pointwise.product).__name__ for layer in fused] == ["Fp32Product", "Fp32Product"]
     monkeypatch.setattr(precision_module, "fp32_kernel", lambda *args, **kwargs: REFERENCE)
     blas = kuiperinfer.load(param, threads=1)
-    assert not any(op.layer.pointwise.float_product for op in blas.operators if op.type == "kuiper.PointwiseDepthwise")
+    assert not any(op.layer.pointwise.product for op in blas.operators if op.type == "kuiper.PointwiseDepthwise")
     for batch in (1, 3, 8):
         for threads in (1, 2):
             inputs = random_inputs(tiles, batch, seed=batch)

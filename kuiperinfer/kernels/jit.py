@@ -108,6 +108,32 @@ def _compile(function: F, options: dict[str, Any]) -> F:
     return dispatcher
 
 
+class KernelAddress:
+    """A compiled kernel handed to another kernel as an argument (Numba's first-class
+    functions): the address of its machine code for the types of ``arguments`` (values of
+    them), which the kernel taking it calls. A kernel calling another by name compiles that
+    one's code again inside its own (tens of seconds for the tiles); through its address it
+    compiles in a second."""
+
+    def __init__(self, dispatcher: Any, *arguments: Any):
+        signature = numba.types.void(*(numba.typeof(argument) for argument in arguments))
+        self.type = numba.types.FunctionType(signature)
+        """The kernel's type where another kernel takes it."""
+        compiled = dispatcher.get_compile_result(signature)     # compiled, or loaded from the cache
+        self.address = compiled.library.get_pointer_to_function(compiled.fndesc.llvm_cfunc_wrapper_name)
+
+    def __wrapper_address__(self) -> int:
+        return self.address
+
+
+def compiled_for(dispatcher: Any, *arguments: Any) -> Callable[..., Any]:
+    """The machine code of ``dispatcher`` for the types of ``arguments`` (values of them; a
+    :class:`KernelAddress` as its function type), compiled or loaded now and called without
+    Numba's dispatch, which would compile a kernel taking kernels again for each it is given."""
+    return dispatcher.compile(tuple(argument.type if isinstance(argument, KernelAddress) else numba.typeof(argument)
+                                    for argument in arguments))
+
+
 def kernel_array(x: np.ndarray) -> np.ndarray:
     """``x`` as the C-contiguous, writable float32 array kernels take (a copy only if it is not)."""
     if x.dtype == np.float32 and x.flags.c_contiguous and x.flags.writeable:

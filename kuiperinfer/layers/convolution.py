@@ -325,32 +325,26 @@ class PointwiseProduct:
     """A 1x1, stride-1, single-group convolution as a product of rows of pixels: (P, Cin) rows
     times the (Cin, Cout) weight, then the bias and activation, in its :attr:`precision`, as
     the nn.Conv2d computes it. The fused operators compute their 1x1 convolutions through it:
-    in fp32 by :attr:`matrix` and :attr:`epilogue` (in place), in bf16 and int8 by
-    :attr:`product` (its epilogue fused; ``requantize``, for an int8 product, hands its output
-    on as uint8); the 1x1-depthwise stripes in fp32 by :attr:`float_product` where the load has
-    the float32 tiles."""
+    by :attr:`product` (its epilogue fused; ``requantize``, for an int8 product, hands its
+    output on as uint8) in bf16 and int8, and in fp32 where ``tiles`` asks for the float32
+    tiles and the load has them; otherwise by :attr:`matrix` and :attr:`epilogue` (in place)."""
 
     def __init__(self, weight: np.ndarray, bias: np.ndarray | None, activation: InplaceActivation | None,
-                 compiled: bool = False, precision: Precision = FP32, requantize: Requantize | None = None):
+                 compiled: bool = False, precision: Precision = FP32, requantize: Requantize | None = None,
+                 tiles: bool = False):
         if weight.ndim != 4 or weight.shape[2:] != (1, 1):
             raise ValueError(f"a 1x1 convolution's weight has shape (out, in, 1, 1), not {weight.shape}")
         self.out_channels, self.in_channels = weight.shape[:2]
         self.precision = precision
         """What the product computes."""
-        self.product = precision.product(weight.reshape(weight.shape[:2]).T,
-                                         ProductEpilogue(bias, activation, requantize=requantize), not compiled)
-        self.matrix = self.epilogue = self.float_product = None
+        matrix, epilogue = weight.reshape(weight.shape[:2]).T, ProductEpilogue(bias, activation, requantize=requantize)
+        self.product = precision.product(matrix, epilogue, not compiled)
+        if self.product is None and compiled and tiles:
+            self.product = precision.float_product(matrix, epilogue)
+        self.matrix = self.epilogue = None
         if self.product is None:
             scale, self.epilogue = product_epilogue(bias, weight.shape[0], activation, compiled)
             self.matrix = PackedWeight(weight, 1, scale=scale).matrix
-            if compiled:
-                self.float_product = precision.float_product(weight.reshape(weight.shape[:2]).T,
-                                                             ProductEpilogue(bias, activation))
-                """fp32's product on the float32 tiles, where the load has them: the fused
-                1x1-depthwise stripes' (None: :attr:`matrix` and :attr:`epilogue`), every
-                part's stripes in one compiled call, for every activation (MobileNetV3's
-                hardswish, which the tiles apply after their sums, included: a run of
-                MobileNetV3-Small 15% faster than through BLAS and a stripe loop in Python)."""
 
     def __call__(self, rows: np.ndarray) -> np.ndarray:
         if self.product is not None:

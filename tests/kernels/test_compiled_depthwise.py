@@ -162,7 +162,8 @@ def test_pointwise_depthwise_on_the_tiles_matches_the_stripe_loop(kind, kernel, 
         twin.multiply(twin.activations(rows), out, columns=(block.start, block.stop), shared=False)
 
     with intra_op(threads, min_work=0):
-        ours = depthwise.pointwise_depthwise(tiled.activations(x), tiled.tiles(), channels, dw, stride, pads)
+        ours = depthwise.pointwise_depthwise(tiled.activations(x), depthwise.TiledStripes(tiled.tiles(), dw), channels,
+                                             dw, stride, pads)
         expected = depthwise.pointwise_depthwise(x, stripe_rows, channels, dw, stride, pads)
     exact = kind == "int8"                              # integer sums: the same bits, but the epilogue's order
     np.testing.assert_allclose(ours, expected, atol=1e-5 if exact else 1e-4, rtol=1e-5 if exact else 1e-4)

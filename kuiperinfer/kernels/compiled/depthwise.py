@@ -19,7 +19,7 @@ the row the block starts at.
 filter: the 1x1 product fills a buffer of the input rows a stripe of output rows reads, its
 epilogue finishes it, and the depthwise kernel consumes it while it is in cache; the
 expanded tensor never exists whole. A product on the matrix engine's tiles runs each part's
-stripes in one compiled call (:func:`pointwise_depthwise_rows`): a part costs one call's
+stripes in one compiled call (:class:`TiledStripes`): a part costs one call's
 Python and takes the GIL once, so that the parts the threads share run at once (a stripe
 loop in Python took the GIL twice per stripe, and two threads waiting on each other for it
 made each quarter of an operator as slow as the whole).
@@ -27,6 +27,7 @@ made each quarter of an operator as slow as the whole).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from functools import cache
 
@@ -34,7 +35,6 @@ import numpy as np
 
 from kuiperinfer.kernels.compiled.activation import finish_row, finish_vector, in_registers
 from kuiperinfer.kernels.compiled.epilogue import CompiledEpilogue, finish_rows
-from kuiperinfer.kernels.compiled.float_tiles import row_counts
 from kuiperinfer.kernels.compiled.vectors import (
     LANES,
     REGISTERS,
@@ -45,11 +45,11 @@ from kuiperinfer.kernels.compiled.vectors import (
     splat,
     store,
 )
-from kuiperinfer.kernels.jit import AVAILABLE, empty, inline, kernel, kernel_array, scratch
+from kuiperinfer.kernels.jit import AVAILABLE, KernelAddress, compiled_for, empty, inline, kernel, kernel_array, scratch
 from kuiperinfer.kernels.parallel import even_step, run_parts, threads_for
 
 if AVAILABLE:   # the matrix engine's tiles exist only compiled; without Numba no product has them
-    from kuiperinfer.kernels.compiled.products import DOT_BLOCKS, TILES, blocks, float_blocks
+    from kuiperinfer.kernels.compiled.products import BLOCKS, DOT_BLOCKS, TILES
 
 Padding = tuple[tuple[int, int], tuple[int, int]]
 
@@ -155,43 +155,47 @@ def rows_padded(x, row0, height, taps, bias, out, channel0, y0, y1, sh, sw, top,
                 store(out, q + ox * oc, finish_vector(acc, code, a, b), count)
 
 
-@inline
-def depthwise_block(x, row0, height, taps, bias, out, channel0, y0, y1, sh, sw, top, left, code, a, b,  # noqa: ANN001, ANN201
-                    kh, kw, taps_count):
-    """Output rows ``y0:y1`` of the depthwise convolution of C channels of one image into
-    channels ``channel0:channel0 + C`` of ``out`` (OH, OW, C'), then ``activation(out + bias)``.
-    ``x`` (R, W, C) holds the image's rows ``row0:row0 + R`` (every row the output rows read
-    inside the image, whose height is ``height``); ``taps`` is (kh, kw, C); the padding above
-    and left of the image is ``top`` and ``left`` (what lies past the image below and right
-    is padding too). An input of at most :data:`PADDED_BYTES` with its padding, or of fewer
-    channels than :data:`LANES`, goes through a scratch (:func:`rows_padded`)."""
-    rows, columns = (y1 - y0 - 1) * sh + kh, (out.shape[1] - 1) * sw + kw
-    if taps.shape[2] < LANES:
-        rows_padded(x, row0, height, taps, bias, out, channel0, y0, y1, sh, sw, top, left, code, a, b,
-                    kh, kw, taps_count, taps.shape[2], np.empty((rows, columns, LANES), np.float32))
-    elif rows * columns * LANES * 4 <= PADDED_BYTES:
-        rows_padded(x, row0, height, taps, bias, out, channel0, y0, y1, sh, sw, top, left, code, a, b,
-                    kh, kw, taps_count, None, np.empty((rows, columns, LANES), np.float32))
-    else:
-        rows_in_blocks(x, row0, height, taps, bias, out, channel0, y0, y1, sh, sw, top, left, code, a, b,
-                       kh, kw, taps_count)
-    if not in_registers(code):      # the sums were stored without their bias: add it, then the activation
-        for y in range(y0, y1):
-            for ox in range(out.shape[1]):
-                finish_row(out[y, ox, channel0:channel0 + taps.shape[2]], bias, code, a, b)
+def padded_shape(rows: int, columns: int, channels: int) -> tuple[int, int, int]:
+    """The shape of :func:`rows_padded`'s scratch for a call whose output rows read ``rows``
+    x ``columns`` pixels with the padding: empty where the call goes without it (more than
+    :data:`PADDED_BYTES`, and at least :data:`LANES` channels)."""
+    small = rows * columns * LANES * 4 <= PADDED_BYTES or channels < LANES
+    return (rows, columns, LANES) if small else (0, 0, LANES)
+
+
+compiled_padded_shape = inline(padded_shape)
+""":func:`padded_shape` as the compiled stripes call it."""
 
 
 @cache
 def depthwise_rows(kh: int, kw: int) -> Callable[..., None]:
-    """The kernel of :func:`depthwise_block` for ``kh`` x ``kw`` taps, compiled once per size
-    (its loops over the taps unrolled, so that a block of channels' taps stay in registers)."""
+    """The depthwise kernel for ``kh`` x ``kw`` taps, compiled once per size (its loops over the
+    taps unrolled, so that a block of channels' taps stay in registers)."""
     taps_count = kh * kw
 
     def depthwise(x: np.ndarray, row0: int, height: int, taps: np.ndarray, bias: np.ndarray, out: np.ndarray,
                   channel0: int, y0: int, y1: int, sh: int, sw: int, top: int, left: int, code: int, a: np.float32,
-                  b: np.float32) -> None:
-        depthwise_block(x, row0, height, taps, bias, out, channel0, y0, y1, sh, sw, top, left, code, a, b,
-                        kh, kw, taps_count)
+                  b: np.float32, padded: np.ndarray) -> None:
+        """Output rows ``y0:y1`` of the depthwise convolution of C channels of one image into
+        channels ``channel0:channel0 + C`` of ``out`` (OH, OW, C'), then ``activation(out + bias)``.
+        ``x`` (R, W, C) holds the image's rows ``row0:row0 + R`` (every row the output rows read
+        inside the image, whose height is ``height``); ``taps`` is (kh, kw, C); the padding above
+        and left of the image is ``top`` and ``left`` (what lies past the image below and right
+        is padding too). ``padded`` is empty, or the scratch of :func:`rows_padded`, which then
+        computes the rows (it must, for fewer channels than :data:`LANES`)."""
+        if taps.shape[2] < LANES:
+            rows_padded(x, row0, height, taps, bias, out, channel0, y0, y1, sh, sw, top, left, code, a, b,
+                        kh, kw, taps_count, taps.shape[2], padded)
+        elif padded.size:
+            rows_padded(x, row0, height, taps, bias, out, channel0, y0, y1, sh, sw, top, left, code, a, b,
+                        kh, kw, taps_count, None, padded)
+        else:
+            rows_in_blocks(x, row0, height, taps, bias, out, channel0, y0, y1, sh, sw, top, left, code, a, b,
+                           kh, kw, taps_count)
+        if not in_registers(code):      # the sums were stored without their bias: add it, then the activation
+            for y in range(y0, y1):
+                for ox in range(out.shape[1]):
+                    finish_row(out[y, ox, channel0:channel0 + taps.shape[2]], bias, code, a, b)
 
     depthwise.__qualname__ = f"depthwise_rows_{kh}x{kw}"      # its name in kernel_stats and the cache
     return kernel(depthwise)
@@ -227,8 +231,11 @@ class CompiledDepthwise:
         """Output rows ``y0:y1`` of ``channels`` of one image into ``out`` (OH, OW, C) from the
         image's rows ``row0:`` in ``x`` (R, W, channels' count): :func:`depthwise_rows`."""
         taps, bias = self.block(channels)
+        kh, kw = taps.shape[:2]
+        padded = empty(padded_shape((y1 - y0 - 1) * stride[0] + kh, (out.shape[1] - 1) * stride[1] + kw,
+                                    taps.shape[2]))
         self.kernel(x, row0, height, taps, bias, out, channels.start, y0, y1, stride[0], stride[1],
-                    padding[0][0], padding[1][0], *self.code)
+                    padding[0][0], padding[1][0], *self.code, padded)
 
     def __call__(self, x: np.ndarray, stride: tuple[int, int], padding: Padding) -> np.ndarray:
         """The convolution of NHWC ``x`` (any memory layout); a new contiguous (N, OH, OW, C)
@@ -290,8 +297,8 @@ PointwiseRows = Callable[[np.ndarray, np.ndarray, slice], object]
 the float32 ``out`` (P, width)."""
 
 ProductTiles = tuple
-"""A 1x1 convolution on the matrix engine's tiles, as :func:`pointwise_depthwise_rows` calls
-them: ``(kernel, packed, strip_bytes, correction, scale, bias, numbers)``
+"""A 1x1 convolution on the matrix engine's tiles, as :class:`TiledStripes` takes it:
+``(kernel, packed, strip_bytes, correction, scale, bias, numbers)``
 (:meth:`~kuiperinfer.kernels.matrix.products.Product.tiles`)."""
 
 
@@ -311,19 +318,15 @@ def stripe_rows(y, stripe, stop, sh, top, kh, h):  # noqa: ANN001, ANN201
 
 
 @cache
-def pointwise_depthwise_rows(kh: int, kw: int, dot: int) -> Callable[..., None]:
-    """The kernel of a part of :func:`pointwise_depthwise` whose 1x1 product runs on the tiles
-    of kernel ``dot`` (:data:`~.products.TILES`) and whose depthwise convolution has ``kh`` x
-    ``kw`` taps: the part's whole walk down its stripes in one call, so that a thread that
-    shares an operator holds the GIL once per part, not twice per stripe."""
-    taps_count = kh * kw
-    rows, strips, lanes = TILES[dot]
-    floats, shape, counts = dot >= len(DOT_BLOCKS), dot - len(DOT_BLOCKS), row_counts(rows)
+def stripes_walk(floats: bool) -> Callable[..., None]:
+    """The kernel of a part of :func:`pointwise_depthwise` whose 1x1 product runs on the
+    matrix engine's tiles: the part's whole walk down its stripes in one call, so that a
+    thread that shares an operator holds the GIL once per part, not twice per stripe. It
+    takes the compiled product (the float32 tiles' where ``floats``, else a dot's) and
+    depthwise kernel as arguments (:class:`TiledStripes`)."""
 
-    def part(x: np.ndarray, packed: np.ndarray, strip_bytes: int, correction: np.ndarray, scale: np.ndarray,
-             product_bias: np.ndarray, numbers: np.ndarray, taps: np.ndarray, bias: np.ndarray, out: np.ndarray,
-             first: int, stop: int, channel0: int, sh: int, sw: int, top: int, left: int, code: int,
-             a: np.float32, b: np.float32, stripe: int, buffer: np.ndarray) -> None:
+    def part(product, depthwise, x, packed, strip_bytes, correction, scale, product_bias, numbers, lanes,  # noqa: ANN001
+             taps, bias, out, first, stop, channel0, kh, sh, sw, top, left, code, a, b, stripe, buffer) -> None:
         """Output rows ``first:stop`` of the channels ``channel0:`` (as many as ``taps`` has) of
         one image into ``out`` (OH, OW, C) from its input pixels ``x`` (H, W, Cin), ``stripe``
         rows at a time through ``buffer`` (rows, W, channels), as the Python loop of
@@ -335,6 +338,7 @@ def pointwise_depthwise_rows(kh: int, kw: int, dot: int) -> Callable[..., None]:
         parts = np.zeros((1, 4), np.int64)
         parts[0, 2], parts[0, 3] = channel0 // lanes, -(-(channel0 + width) // lanes)
         columns = (channel0, channel0 + width)
+        columns_read = (out.shape[1] - 1) * sw + taps.shape[1]
         held_start = held_stop = 0          # the image rows the buffer holds, from its top
         for y in range(first, stop, stripe):
             end, start, finish = stripe_rows(y, stripe, stop, sh, top, kh, h)
@@ -345,20 +349,74 @@ def pointwise_depthwise_rows(kh: int, kw: int, dot: int) -> Callable[..., None]:
                 parts[0, 1] = (finish - start - keep) * w
                 source, target = pixels[(start + keep) * w:finish * w], expanded[keep * w:(finish - start) * w]
                 if floats:
-                    float_blocks(shape, lanes, strips, counts, source, packed, parts, 0, 1, columns, product_bias,
-                                 residual, target, numbers)
+                    product(source, packed, parts, 0, 1, columns, product_bias, residual, target, numbers)
                 else:
-                    blocks(dot, rows, strips, lanes, source, packed, strip_bytes, parts, 0, 1, columns, correction,
-                           scale, product_bias, residual, target, numbers)
+                    product(source, packed, strip_bytes, parts, 0, 1, columns, correction, scale, product_bias,
+                            residual, target, numbers)
             held_start, held_stop = start, finish
-            depthwise_block(buffer, start, h, taps, bias, out, channel0, y, end, sh, sw, top, left, code, a, b,
-                            kh, kw, taps_count)
+            padded = np.empty(compiled_padded_shape((end - y - 1) * sh + kh, columns_read, width), np.float32)
+            depthwise(buffer, start, h, taps, bias, out, channel0, y, end, sh, sw, top, left, code, a, b, padded)
 
-    part.__qualname__ = f"pointwise_depthwise_rows_{kh}x{kw}_{dot}"
+    part.__qualname__ = f"{'float' if floats else 'dot'}_stripes_walk"
     return kernel(part)
 
 
-def pointwise_depthwise(x: np.ndarray, pointwise: PointwiseRows | ProductTiles, channels: int,
+_MAKING = threading.Lock()
+"""Held while a :class:`TiledStripes` makes its call, so that threads reaching their first
+call at once compile each kernel once."""
+
+
+class TiledStripes:
+    """A 1x1 convolution on the matrix engine's tiles (:data:`ProductTiles`) and the
+    depthwise convolution after it, as :func:`stripes_walk` runs a part of them: the two
+    compiled kernels handed to it by address (:class:`~kuiperinfer.kernels.jit.KernelAddress`),
+    so that it compiles in a second, instead of each kernel size and tile compiling the
+    product and the depthwise kernel again inside it (70-80 s each)."""
+
+    def __init__(self, tiles: ProductTiles, depthwise: CompiledDepthwise):
+        self.dot, self.packed, self.strip_bytes, self.correction, self.scale, self.bias, self.numbers = tiles
+        self.depthwise = depthwise
+        self.lanes = TILES[self.dot][2]
+        self._calls: dict[np.dtype, tuple[Callable[..., None], KernelAddress, KernelAddress]] = {}
+
+    def _call(self, x: np.ndarray, taps: np.ndarray, bias: np.ndarray, out: np.ndarray, buffer: np.ndarray,
+              code: tuple[int, np.float32, np.float32]) -> tuple[Callable[..., None], KernelAddress, KernelAddress]:
+        """The walk and its two kernels for input of ``x``'s type, made on the first call."""
+        found = self._calls.get(x.dtype)
+        if found is None:
+            with _MAKING:       # another thread may have made it while this one waited
+                found = self._calls.get(x.dtype) or self._make(x, taps, bias, out, buffer, code)
+        return found
+
+    def _make(self, x: np.ndarray, taps: np.ndarray, bias: np.ndarray, out: np.ndarray, buffer: np.ndarray,
+              code: tuple[int, np.float32, np.float32]) -> tuple[Callable[..., None], KernelAddress, KernelAddress]:
+        rows, floats = np.empty((0, 0), x.dtype), self.dot >= len(DOT_BLOCKS)
+        product_arguments = (rows, self.packed, np.empty((1, 4), np.int64), 0, 0, (0, 0), self.bias,
+                             buffer[0], buffer[0], self.numbers)
+        if not floats:
+            product_arguments = (*product_arguments[:2], self.strip_bytes, *product_arguments[2:6], self.correction,
+                                 self.scale, *product_arguments[6:])
+        product = KernelAddress(BLOCKS[self.dot], *product_arguments)
+        depthwise = KernelAddress(self.depthwise.kernel, buffer, 0, 0, taps, bias, out, 0, 0, 0, 0, 0, 0, 0, *code,
+                                  empty((0, 0, LANES)))
+        walk = compiled_for(stripes_walk(floats), product, depthwise, x, self.packed, self.strip_bytes,
+                            self.correction, self.scale, self.bias, self.numbers, 0, taps, bias, out, 0, 0, 0, 0, 0,
+                            0, 0, 0, *code, 0, buffer)
+        found = self._calls[x.dtype] = (walk, product, depthwise)
+        return found
+
+    def __call__(self, x: np.ndarray, channels: slice, out: np.ndarray, first: int, stop: int, stride: tuple[int, int],
+                 padding: Padding, stripe: int, buffer: np.ndarray) -> None:
+        """Output rows ``first:stop`` of ``channels`` of one image into ``out`` (OH, OW, C) from
+        its input pixels ``x`` (H, W, Cin), ``stripe`` rows at a time through ``buffer``."""
+        taps, bias = self.depthwise.block(channels)
+        walk, product, depthwise = self._call(x, taps, bias, out, buffer, self.depthwise.code)
+        walk(product, depthwise, x, self.packed, self.strip_bytes, self.correction, self.scale, self.bias,
+             self.numbers, self.lanes, taps, bias, out, first, stop, channels.start, taps.shape[0], *stride,
+             padding[0][0], padding[1][0], *self.depthwise.code, stripe, buffer)
+
+
+def pointwise_depthwise(x: np.ndarray, pointwise: PointwiseRows | TiledStripes, channels: int,
                         depthwise: CompiledDepthwise, stride: tuple[int, int], padding: Padding) -> np.ndarray:
     """``depthwise(pointwise(x))`` of NHWC ``x`` (N, H, W, Cin; any memory layout, float32 or
     the form ``pointwise`` multiplies), where the 1x1 convolution makes ``channels`` channels;
@@ -366,18 +424,17 @@ def pointwise_depthwise(x: np.ndarray, pointwise: PointwiseRows | ProductTiles, 
     image's rows or a block of its channels) walks down its output rows a stripe at a time:
     the product fills the buffer with the expanded input rows the stripe reads that the
     previous stripe did not, then the depthwise kernel makes the stripe's rows. A product
-    on the tiles (:data:`ProductTiles`) runs each part in one compiled call
-    (:func:`pointwise_depthwise_rows`); another (:data:`PointwiseRows`) is called per stripe."""
+    on the tiles with the depthwise kernel (:class:`TiledStripes`) runs each part in one
+    compiled call; another (:data:`PointwiseRows`) is called per stripe."""
     x = np.ascontiguousarray(x)
     n, h, w, c_in = x.shape
     kh, kw = depthwise.taps.shape[:2]
-    (sh, sw), (top, left) = stride, (padding[0][0], padding[1][0])
+    (sh, sw), top = stride, padding[0][0]
     oh = output_size(h, kh, sh, *padding[0])
     ow = output_size(w, kw, sw, *padding[1])
     out = empty((n, oh, ow, channels))
     work = n * h * w * c_in * channels + n * oh * ow * channels * kh * kw
     parts = parts_of(n, oh, channels, work, threads_for(work), max(0, kh - sh), sh, FUSED_PARTS_PER_THREAD)
-    compiled = None if callable(pointwise) else pointwise_depthwise_rows(kh, kw, pointwise[0])
 
     def run(part: Part) -> None:
         image, first, stop, block = part
@@ -385,10 +442,8 @@ def pointwise_depthwise(x: np.ndarray, pointwise: PointwiseRows | ProductTiles, 
         width = block.stop - block.start
         stripe = max(1, (STRIPE_BYTES // (w * width * 4) - kh) // sh + 1)
         buffer = scratch((min(h, (min(stripe, stop - first) - 1) * sh + kh), w, width))
-        if compiled is not None:
-            taps, bias = depthwise.block(block)
-            compiled(source, *pointwise[1:], taps, bias, out[image], first, stop, block.start, sh, sw, top, left,
-                     *depthwise.code, stripe, buffer)
+        if isinstance(pointwise, TiledStripes):
+            pointwise(source, block, out[image], first, stop, stride, padding, stripe, buffer)
             return
         held_start = held_stop = 0          # the image rows the buffer holds, from its top
         for y in range(first, stop, stripe):
