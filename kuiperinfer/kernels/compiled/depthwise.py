@@ -310,11 +310,14 @@ def float_pointwise(matrix: np.ndarray, epilogue: CompiledEpilogue) -> Pointwise
     return pointwise
 
 
-@inline
-def stripe_rows(y, stripe, stop, sh, top, kh, h):  # noqa: ANN001, ANN201
+def stripe_rows(y: int, stripe: int, stop: int, sh: int, top: int, kh: int, h: int) -> tuple[int, int, int]:
     """The output rows of the stripe from row ``y``, and the image rows ``start:finish`` they read."""
     end = min(stop, y + stripe)
     return end, max(0, y * sh - top), min(h, (end - 1) * sh - top + kh)
+
+
+compiled_stripe_rows = inline(stripe_rows)
+""":func:`stripe_rows` as the compiled stripes call it."""
 
 
 @cache
@@ -341,7 +344,7 @@ def stripes_walk(floats: bool) -> Callable[..., None]:
         columns_read = (out.shape[1] - 1) * sw + taps.shape[1]
         held_start = held_stop = 0          # the image rows the buffer holds, from its top
         for y in range(first, stop, stripe):
-            end, start, finish = stripe_rows(y, stripe, stop, sh, top, kh, h)
+            end, start, finish = compiled_stripe_rows(y, stripe, stop, sh, top, kh, h)
             keep = max(0, held_stop - start) if held_start <= start else 0
             for i in range(keep * w):       # the rows this stripe shares with the last move up
                 expanded[i] = expanded[(start - held_start) * w + i]
@@ -390,13 +393,12 @@ class TiledStripes:
 
     def _make(self, x: np.ndarray, taps: np.ndarray, bias: np.ndarray, out: np.ndarray, buffer: np.ndarray,
               code: tuple[int, np.float32, np.float32]) -> tuple[Callable[..., None], KernelAddress, KernelAddress]:
-        rows, floats = np.empty((0, 0), x.dtype), self.dot >= len(DOT_BLOCKS)
-        product_arguments = (rows, self.packed, np.empty((1, 4), np.int64), 0, 0, (0, 0), self.bias,
-                             buffer[0], buffer[0], self.numbers)
-        if not floats:
-            product_arguments = (*product_arguments[:2], self.strip_bytes, *product_arguments[2:6], self.correction,
-                                 self.scale, *product_arguments[6:])
-        product = KernelAddress(BLOCKS[self.dot], *product_arguments)
+        rows, parts, stored = np.empty((0, 0), x.dtype), np.empty((1, 4), np.int64), buffer[0]
+        floats = self.dot >= len(DOT_BLOCKS)
+        product = KernelAddress(BLOCKS[self.dot], rows, self.packed, parts, 0, 0, (0, 0), self.bias, stored, stored,
+                                self.numbers) if floats else \
+            KernelAddress(BLOCKS[self.dot], rows, self.packed, self.strip_bytes, parts, 0, 0, (0, 0), self.correction,
+                          self.scale, self.bias, stored, stored, self.numbers)
         depthwise = KernelAddress(self.depthwise.kernel, buffer, 0, 0, taps, bias, out, 0, 0, 0, 0, 0, 0, 0, *code,
                                   empty((0, 0, LANES)))
         walk = compiled_for(stripes_walk(floats), product, depthwise, x, self.packed, self.strip_bytes,
