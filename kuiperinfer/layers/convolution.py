@@ -596,7 +596,8 @@ def product_convolution(weight: np.ndarray, bias: np.ndarray | None, geometry: C
     """The convolution by a (Cout, Cin/groups, kh, kw) ``weight`` through the products of
     ``precision`` (one per group; fp32's on the ``float_tiles``), each with ``epilogue`` and
     its channels' ``bias``; compiled int8 computes a geometry the direct convolution takes
-    (:meth:`ConvGeometry.computes_directly`: a stem) without columns, to the same numbers."""
+    (:meth:`ConvGeometry.computes_directly`: a stem) without columns where that is faster
+    (:meth:`DirectInt8Convolution.pays`), to the same numbers."""
     matrices = pack_weight(weight, geometry.groups)
     width = matrices.shape[2]
 
@@ -607,7 +608,7 @@ def product_convolution(weight: np.ndarray, bias: np.ndarray | None, geometry: C
     products = [product(matrix, group) for group, matrix in enumerate(matrices)]
     if compiled and precision.name == "int8" and products[0].kernel.dot is not None \
             and geometry.computes_directly(weight.shape[1], weight.shape[0]) \
-            and np.prod(weight.shape[1:]) <= DirectInt8Convolution.MAX_TAPS:
+            and DirectInt8Convolution.pays(weight.shape, products[0].kernel):
         return DirectInt8Convolution(products[0], weight, geometry.stride, geometry.dilation, geometry.padding)
     return ProductConvolution(products, geometry.kernel, geometry.stride, geometry.dilation, geometry.padding,
                               geometry.padding_mode, compiled)

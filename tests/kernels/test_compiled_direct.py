@@ -15,7 +15,7 @@ from kuiperinfer.kernels.im2col import pack_weight
 from kuiperinfer.kernels.layout import nchw, nhwc
 from kuiperinfer.kernels.matrix.convolution import DirectInt8Convolution, ProductConvolution
 from kuiperinfer.kernels.matrix.precision import Int8
-from kuiperinfer.kernels.matrix.products import ProductEpilogue, Requantize
+from kuiperinfer.kernels.matrix.products import AVX2, REFERENCE, VNNI, ProductEpilogue, Requantize
 from kuiperinfer.layers.convolution import Conv2dKernel, ConvGeometry, PackedWeight, product_convolution
 
 RNG = np.random.default_rng(0)
@@ -144,11 +144,21 @@ def test_int8_bands_of_rows_on_threads_give_the_same_numbers(threads, monkeypatc
     np.testing.assert_array_equal(shared, alone)
 
 
-@pytest.mark.parametrize("cin, kernel, compiled, applies", [
-    (3, (3, 3), True, True), (4, (7, 7), True, True), (3, (3, 3), False, False), (5, (3, 3), True, False),
-    (4, (13, 13), True, False)])   # 676 taps: sums past float32's exact integers
-def test_int8_convolutions_compute_directly_where_it_applies(cin, kernel, compiled, applies):
-    weight = RNG.standard_normal((16, cin, *kernel), dtype=np.float32)
+@pytest.mark.parametrize("cin, kernel, cout, compiled, applies", [
+    (3, (3, 3), 16, True, True), (1, (3, 3), 32, True, True), (2, (3, 3), 16, True, True),
+    (3, (3, 3), 16, False, False), (5, (3, 3), 16, True, False),
+    (3, (3, 3), 64, True, False), (3, (7, 7), 64, True, False),   # faster through the columns
+    (4, (13, 13), 16, True, False)])
+def test_int8_convolutions_compute_directly_where_it_applies(cin, kernel, cout, compiled, applies):
+    weight = RNG.standard_normal((cout, cin, *kernel), dtype=np.float32)
     geometry = ConvGeometry(kernel, (2, 2), (1, 1), ((1, 1), (1, 1)), "zeros", 1)
     convolution = product_convolution(weight, None, geometry, INT8, ProductEpilogue(), compiled)
     assert isinstance(convolution, DirectInt8Convolution) == applies
+
+
+def test_int8_direct_convolution_pays_for_small_stems_by_the_kernel():
+    """Measured: a 3x3 RGB stem to 32 channels is faster directly with VNNI products, through
+    the columns with AVX2's; 7x7 to 64 channels (ResNet's stem) through the columns with both."""
+    assert DirectInt8Convolution.pays((32, 3, 3, 3), VNNI) and not DirectInt8Convolution.pays((32, 3, 3, 3), AVX2)
+    assert DirectInt8Convolution.pays((16, 3, 3, 3), AVX2)
+    assert not any(DirectInt8Convolution.pays((64, 3, 7, 7), kernel) for kernel in (VNNI, AVX2, REFERENCE))

@@ -22,7 +22,7 @@ import numpy as np
 from kuiperinfer.kernels.im2col import output_size, window_view
 from kuiperinfer.kernels.layout import nchw, nhwc, pad_nhwc
 from kuiperinfer.kernels.matrix import int8
-from kuiperinfer.kernels.matrix.products import Int8Product, Product
+from kuiperinfer.kernels.matrix.products import AVX2, VNNI, Int8Product, Product, ProductKernel
 from kuiperinfer.kernels.parallel import even_step, run_parts, threads_for
 
 BLOCK_BYTES = 1 << 20
@@ -133,10 +133,21 @@ class DirectInt8Convolution(ProductConvolution):
     uint8 activations by ``weight`` (K, C, kh, kw) quantized as the product quantizes its
     columns, its sums finished by the product's epilogue: the product's numbers to the bit.
     A stem's columns (27 values a pixel for a 3x3 kernel on RGB) cost more to make than to
-    multiply."""
+    multiply; larger kernels and more output channels multiply faster as columns
+    (:meth:`pays`)."""
 
     MAX_TAPS = (1 << 24) // (int8.ACTIVATION_STEPS * int8.WEIGHT_LIMIT)
     """Taps (channels times kernel positions) whose sums float32 holds exactly (518)."""
+    MAX_WORK = {VNNI: 1024, AVX2: 512}
+    """Per int8 kernel, taps times output channels up to which the direct convolution is
+    faster than the product of the columns (docs/performance.md, "int8 stems: direct or
+    through their columns")."""
+
+    @classmethod
+    def pays(cls, weight_shape: tuple[int, ...], kernel: ProductKernel) -> bool:
+        """Whether a (K, C, kh, kw) weight convolves faster directly than through the columns
+        that the int8 ``kernel`` multiplies."""
+        return int(np.prod(weight_shape)) <= cls.MAX_WORK.get(kernel, 0)
 
     def __init__(self, product: Int8Product, weight: np.ndarray, stride: tuple[int, int],
                  dilation: tuple[int, int], padding: Padding):
