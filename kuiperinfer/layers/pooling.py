@@ -26,7 +26,9 @@ import numpy as np
 
 from kuiperinfer.errors import InferError, InferStatus
 from kuiperinfer.errors import ParseParameterAttrStatus as Status
-from kuiperinfer.kernels.pooling import adaptive_avg_pool2d, adaptive_max_pool2d, avg_pool2d, max_pool2d
+from kuiperinfer.kernels.compiled.pooling import max_pool2d_channels_last
+from kuiperinfer.kernels.layout import is_channels_last
+from kuiperinfer.kernels.pooling import adaptive_avg_pool2d, adaptive_max_pool2d, avg_pool2d, max_pool2d, pool_output_hw
 from kuiperinfer.kernels.windows import as_batched, avg_pool, max_pool
 from kuiperinfer.layers.base import NonParamLayer, batched
 from kuiperinfer.layers.convolution import as_2d, from_2d, spatial_rank
@@ -38,19 +40,21 @@ from kuiperinfer.runtime.registry import register_layer
 
 @register_layer("nn.MaxPool1d", "nn.MaxPool2d", "F.max_pool1d", "F.max_pool2d")
 class MaxPooling(NonParamLayer):
-    """Max pooling (kernel, stride, padding, dilation, ceil_mode), with int64 indices if asked."""
-
+    """Max pooling (kernel, stride, padding, dilation, ceil_mode), with int64 indices if asked;
+    ``compiled``, a float32 input held channels-last (a convolution's output) is pooled by
+    the compiled kernel (:mod:`kuiperinfer.kernels.compiled.pooling`)."""
 
     def __init__(self, layer_name: str, window: Window, rank: int, return_indices: bool = False,
-                 as_tuple: bool = False):
+                 as_tuple: bool = False, compiled: bool = False):
         super().__init__(layer_name)
         self.window, self.rank = window, rank
-        self.return_indices, self.as_tuple = return_indices, as_tuple
+        self.return_indices, self.as_tuple, self.compiled = return_indices, as_tuple, compiled
 
     @classmethod
     def create(cls, op: RuntimeOperator, options: BuildOptions) -> MaxPooling:
         rank = spatial_rank(op)
-        layer = cls(op.name, Window.from_operator(op, rank).in_2d(), rank, *IndicesOutput.read(op))
+        layer = cls(op.name, Window.from_operator(op, rank).in_2d(), rank, *IndicesOutput.read(op),
+                    compiled=options.compiled)
         layer.batch_independent = batched(op, rank)
         return layer
 
@@ -65,7 +69,11 @@ class MaxPooling(NonParamLayer):
                 values, indices = values[0], indices[0]
             return IndicesOutput.outputs(values, indices, True, self.as_tuple)
         x, unbatched = as_2d(inputs[0], self.rank, f"max_pool{self.rank}d")
-        out = max_pool2d(x, w.kernel, w.stride, w.padding, w.dilation, w.ceil_mode)
+        if self.compiled and x.dtype == np.float32 and is_channels_last(x):
+            out_hw = pool_output_hw(x, w.kernel, w.stride, w.padding, w.dilation, w.ceil_mode)
+            out = max_pool2d_channels_last(x, out_hw, w.kernel, w.stride, w.padding, w.dilation)
+        else:
+            out = max_pool2d(x, w.kernel, w.stride, w.padding, w.dilation, w.ceil_mode)
         return [from_2d(out, self.rank, unbatched)]
 
 

@@ -1,0 +1,78 @@
+"""Max pooling of channels-last memory, compiled: the twin of
+:func:`kuiperinfer.kernels.pooling.max_pool2d` for the NHWC arrays the convolutions hand on.
+
+Each pixel's channels are one run of memory, and so is each row of pixels: an output row
+takes the maxima of its window's input rows, whole rows at a time, then each of its pixels
+the maxima of its window's columns there, vector loops LLVM compiles to vector compares.
+Taps outside the input are skipped, which is what padding with the lowest value gives. A NaN anywhere in a window makes
+its output NaN, as in PyTorch. Bands of output rows go to the run's threads; each output is
+computed alone, so the numbers are the same on any number of threads.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kuiperinfer.kernels.jit import inline, kernel
+from kuiperinfer.kernels.layout import nchw, nhwc
+from kuiperinfer.kernels.parallel import run_parts
+
+TAP_WORK = 4
+"""Multiply-adds that one output value's tap counts as when deciding whether to share a
+pooling among threads (a vector maximum of values in cache)."""
+BAND_VALUES = 1 << 16
+"""Output values a thread's band holds at least."""
+
+
+@inline
+def take_larger(target: np.ndarray, source: np.ndarray) -> None:
+    """``target`` = the larger of itself and ``source`` (of one length), NaN taking over:
+    a loop without branches, which LLVM compiles to vector compares and blends."""
+    for k in range(target.shape[0]):
+        v, m = source[k], target[k]
+        target[k] = v if (v > m) | (v != v) else m
+
+
+@kernel
+def max_pool_rows(x: np.ndarray, out: np.ndarray, first: int, stop: int, kernel_hw: tuple[int, int],
+                  stride: tuple[int, int], padding: tuple[int, int], dilation: tuple[int, int], lowest) -> None:  # noqa: ANN001
+    """Output rows ``first:stop`` (counted over all images: image * OH + row) of ``out``
+    (N, OH, OW, C) = the maxima of the windows of ``x`` (N, H, W, C), both C-contiguous,
+    padding counting as ``lowest`` (x's type's lowest value). A window is a rectangle: each
+    output row first takes the maxima of its kernel rows' input rows, one long run of memory
+    each, into a row of scratch, then each output pixel those of its kernel columns there."""
+    _, h, w, c = x.shape
+    oh, ow = out.shape[1], out.shape[2]
+    (kh, kw), (sh, sw), (ph, pw), (dh, dw) = kernel_hw, stride, padding, dilation
+    rows = np.empty(w * c, x.dtype)
+    for row in range(first, stop):
+        image, oy = row // oh, row % oh
+        rows[:] = lowest
+        for i in range(kh):
+            y = oy * sh - ph + i * dh
+            if 0 <= y < h:
+                take_larger(rows, x[image, y].reshape(w * c))
+        for ox in range(ow):
+            target = out[image, oy, ox]
+            target[:] = lowest
+            for j in range(kw):
+                column = ox * sw - pw + j * dw
+                if 0 <= column < w:
+                    take_larger(target, rows[column * c:(column + 1) * c])
+
+
+def max_pool2d_channels_last(x: np.ndarray, out_hw: tuple[int, int], kernel_hw: tuple[int, int],
+                             stride: tuple[int, int], padding: tuple[int, int],
+                             dilation: tuple[int, int]) -> np.ndarray:
+    """Max pooling of NCHW ``x`` held channels-last (float32 or uint8) to ``out_hw``; an
+    NCHW array held channels-last, as :func:`~kuiperinfer.kernels.pooling.max_pool2d` gives."""
+    source = nhwc(x)
+    n, _, _, c = source.shape
+    out = np.empty((n, *out_hw, c), x.dtype)
+    lowest = x.dtype.type(-np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min)
+    rows = n * out_hw[0]
+    step = max(1, min(rows, BAND_VALUES // max(1, out_hw[1] * c)))
+    run_parts(range(0, rows, step), TAP_WORK * out.size * kernel_hw[0] * kernel_hw[1],
+              lambda first: max_pool_rows(source, out, first, min(rows, first + step), kernel_hw, stride, padding,
+                                          dilation, lowest))
+    return nchw(out)
