@@ -14,7 +14,7 @@ from pools import intra_op
 
 from kuiperinfer.kernels.elementwise import InplaceActivation
 from kuiperinfer.kernels.layout import nchw
-from kuiperinfer.kernels.matrix import convolution, int8
+from kuiperinfer.kernels.matrix import convolution, int8, products
 from kuiperinfer.kernels.matrix.bf16 import round_bf16
 from kuiperinfer.kernels.matrix.precision import BFloat16, Int8
 from kuiperinfer.kernels.matrix.products import NO_EPILOGUE, ProductEpilogue, Requantize
@@ -114,3 +114,39 @@ def test_bf16_convolution_is_pytorchs_on_rounded_inputs(geometry):
     for compiled in (True, False):
         ours = nchw(product_convolution(BFloat16(), weight, geometry, compiled=compiled)(x))
         np.testing.assert_allclose(ours, expected, rtol=0, atol=1e-5 * np.abs(expected).max())
+
+
+@pytest.mark.parametrize("precision", [INT8, BFloat16()], ids=["int8", "bf16"])
+@pytest.mark.parametrize("geometry", [g for g in GEOMETRIES if g[0] != (1, 1) and g[4] == 1], ids=str)
+def test_windows_read_where_they_lie_are_the_columns_to_the_bit(precision, geometry, monkeypatch):
+    """The indirect rows (each window's pixels read in the input) against the columns of the
+    same products: float32 and uint8 residuals, small parts on 1-3 threads."""
+    x, weight = operands(geometry, batch=3, channels=12, out=40, size=(13, 12))
+    requantize = Requantize(0.05, 9) if precision is INT8 else None
+    epilogue = ProductEpilogue(RNG.standard_normal(40).astype(np.float32), InplaceActivation("relu"),
+                               InplaceActivation("relu"), requantize)
+    indirect = product_convolution(precision, weight, geometry, epilogue)
+    if indirect.products[0].kernel.dot is None:
+        pytest.skip("this CPU's products run the NumPy reference, which takes columns")
+    columns = product_convolution(precision, weight, geometry, epilogue)
+    columns.indirect = False
+    assert indirect.indirect
+    shape = columns(x).shape
+    residuals = [nchw(RNG.standard_normal(shape).astype(np.float32))]          # shape: NHWC
+    if precision is INT8:
+        residuals.append(nchw(RNG.integers(0, 256, shape, dtype=np.uint8)))
+    monkeypatch.setattr(products, "PART_WORK", 2000)
+    for residual in residuals:
+        added = {"residual_scale": 0.04, "residual_zero_point": 100} if residual.dtype == np.uint8 else {}
+        expected = columns(x, residual, **added)
+        for threads in (1, 2, 3):
+            with intra_op(threads):
+                np.testing.assert_array_equal(indirect(x, residual, **added), expected)
+
+
+def test_channels_of_other_than_whole_groups_of_4_bytes_take_the_columns():
+    geometry = GEOMETRIES[2]
+    x, weight = operands(geometry, channels=6)
+    convolution = product_convolution(INT8, weight, geometry)
+    assert not convolution.indirect
+    np.testing.assert_array_equal(nchw(convolution(x)), torch_int8(x, weight, geometry))

@@ -20,10 +20,13 @@ row's group to all lanes and multiplies-adds it into the row's accumulators, by 
   bfloat16 values (exact in float32; denormal inputs and outputs count as zero).
 
 :func:`tile` calls the tile of a dot, rows and strips given as constants in the compiled
-code. A tile reads rows past the matrix's last as its last row again (the caller keeps
-only the valid rows), and the bytes of a row past its last whole group one at a time, so it
-never reads outside the array. Only a CPU with the dot's instructions may run its tiles
-(:mod:`kuiperinfer.kernels.matrix.products` chooses); LLVM compiles them on first use.
+code. Its A is a matrix, or the rows of an indirect convolution: per row, the byte offsets
+of its window's pixels in the input, each pixel's channels read where they lie
+(:class:`~kuiperinfer.kernels.matrix.products.IndirectRows`). A tile reads rows past the
+matrix's last as its last row again (the caller keeps only the valid rows), and the bytes of
+a row past its last whole group one at a time, so it never reads outside the array. Only a
+CPU with the dot's instructions may run its tiles (:mod:`kuiperinfer.kernels.matrix.products`
+chooses); LLVM compiles them on first use.
 """
 
 from __future__ import annotations
@@ -175,45 +178,96 @@ if AVAILABLE:
         return builder.load(word)
 
     def _emit_tile(dot: Dot, rows: int, strips: int, context: Any, builder: Any, signature: Any, args: Any) -> None:
-        _, a, row, valid, b, b_start, strip_bytes, acc = args[:8]
+        _, a, row, valid = args[:4]
         a_array = context.make_array(signature.args[1])(context, builder, a)
         lda = cgutils.unpack_tuple(builder, a_array.strides, 2)[0]
         row_bytes = builder.mul(cgutils.unpack_tuple(builder, a_array.shape, 2)[1],
                                 ir.Constant(lda.type, signature.args[1].dtype.bitwidth // 8))
         groups = builder.udiv(row_bytes, ir.Constant(lda.type, GROUP_BYTES))
         tail = builder.urem(row_bytes, ir.Constant(lda.type, GROUP_BYTES))
-        a_data = builder.bitcast(a_array.data, I8.as_pointer())
+        row_pointers = _row_starts(builder, a_array.data, lda, row, valid, rows)
+        strip_pointers, accumulators = _strips_and_accumulators(dot, rows, strips, context, builder, signature, args)
+        with cgutils.for_range(builder, groups) as loop:
+            offset = builder.mul(loop.index, ir.Constant(loop.index.type, GROUP_BYTES))
+            _step(dot, builder, strip_pointers, accumulators, loop.index,
+                  [_word(builder, pointer, offset) for pointer in row_pointers])
+        with builder.if_then(builder.icmp_unsigned("!=", tail, ir.Constant(tail.type, 0))):
+            offset = builder.mul(groups, ir.Constant(groups.type, GROUP_BYTES))
+            _step(dot, builder, strip_pointers, accumulators, groups,
+                  [_row_word(builder, pointer, offset, tail) for pointer in row_pointers])
+
+        _store_sums(dot, rows, strips, accumulators, context, builder, signature, args)
+
+    def _emit_indirect_tile(dot: Dot, rows: int, strips: int, context: Any, builder: Any, signature: Any,
+                            args: Any) -> None:
+        """:func:`_emit_tile` of the rows that an :class:`~kuiperinfer.kernels.matrix.products.IndirectRows`
+        (``offsets``, ``source``, ``fill``, ``tap_bytes``) describes: row ``m`` is, tap after tap,
+        ``tap_bytes`` (a multiple of 4) from ``source``'s byte ``offsets[m, tap]``, or from ``fill``
+        where that offset is negative."""
+        _, rows_value, row, valid = args[:4]
+        offsets_type, source_type, fill_type, _ = signature.args[1].types
+        offsets_value, source_value, fill_value, tap_bytes = cgutils.unpack_tuple(builder, rows_value, 4)
+        table = context.make_array(offsets_type)(context, builder, offsets_value)
+        source = builder.bitcast(context.make_array(source_type)(context, builder, source_value).data, I8.as_pointer())
+        fill = builder.bitcast(context.make_array(fill_type)(context, builder, fill_value).data, I8.as_pointer())
+        taps = cgutils.unpack_tuple(builder, table.shape, 2)[1]
+        row_stride = cgutils.unpack_tuple(builder, table.strides, 2)[0]
+        entries = [builder.bitcast(start, ir.IntType(64).as_pointer())
+                   for start in _row_starts(builder, table.data, row_stride, row, valid, rows)]
+        strip_pointers, accumulators = _strips_and_accumulators(dot, rows, strips, context, builder, signature, args)
+        per_tap = builder.udiv(tap_bytes, ir.Constant(tap_bytes.type, GROUP_BYTES))
+        with cgutils.for_range(builder, taps) as tap_loop:
+            bases = []
+            for entry in entries:
+                offset = builder.load(builder.gep(entry, [tap_loop.index]))
+                inside = builder.icmp_signed(">=", offset, ir.Constant(offset.type, 0))
+                bases.append(builder.select(inside, builder.gep(source, [offset]), fill))
+            first = builder.mul(tap_loop.index, per_tap)
+            with cgutils.for_range(builder, per_tap) as loop:
+                offset = builder.mul(loop.index, ir.Constant(loop.index.type, GROUP_BYTES))
+                _step(dot, builder, strip_pointers, accumulators, builder.add(first, loop.index),
+                      [_word(builder, base, offset) for base in bases])
+
+        _store_sums(dot, rows, strips, accumulators, context, builder, signature, args)
+
+    def _row_starts(builder: Any, data: Any, stride: Any, row: Any, valid: Any, rows: int) -> list[Any]:
+        """Byte pointers to rows ``row`` to ``row + rows - 1`` of a 2-D array's ``data`` (rows
+        ``stride`` bytes apart), those past ``row + valid - 1`` to that one."""
+        data = builder.bitcast(data, I8.as_pointer())
         last = builder.sub(builder.add(row, valid), ir.Constant(row.type, 1))
-        row_pointers = []
+        starts = []
         for r in range(rows):
             index = builder.add(row, ir.Constant(row.type, r))
             index = builder.select(builder.icmp_signed("<", index, last), index, last)
-            row_pointers.append(builder.gep(a_data, [builder.mul(index, lda)]))
+            starts.append(builder.gep(data, [builder.mul(index, stride)]))
+        return starts
+
+    def _word(builder: Any, pointer: Any, offset: Any) -> Any:
+        """The 4 bytes at ``pointer + offset`` as an int32."""
+        return builder.load(builder.bitcast(builder.gep(pointer, [offset]), I32.as_pointer()), align=1)
+
+    def _strips_and_accumulators(dot: Dot, rows: int, strips: int, context: Any, builder: Any, signature: Any,
+                                 args: Any) -> tuple[list[Any], list[list[Any]]]:
+        """Where each strip of the packed B starts, and the tile's zeroed accumulators."""
+        b, b_start, strip_bytes = args[4:7]
         b_data = builder.gep(builder.bitcast(context.make_array(signature.args[4])(context, builder, b).data,
                                              I8.as_pointer()), [b_start])
         strip_pointers = [builder.gep(b_data, [builder.mul(strip_bytes, ir.Constant(strip_bytes.type, s))])
                           for s in range(strips)]
         accumulators = [[cgutils.alloca_once_value(builder, ir.Constant(dot.vector, None)) for _ in range(strips)]
                         for _ in range(rows)]
+        return strip_pointers, accumulators
 
-        def step(group: Any, words: list[Any]) -> None:
-            offset = builder.mul(group, ir.Constant(group.type, dot.strip_bytes))
-            b_values = [dot.load_b(builder, builder.gep(pointer, [offset])) for pointer in strip_pointers]
-            for r in range(rows):
-                a_value = dot.broadcast_a(builder, words[r])
-                for s in range(strips):
-                    total = dot.multiply_add(builder, builder.load(accumulators[r][s]), a_value, b_values[s])
-                    builder.store(total, accumulators[r][s])
-
-        with cgutils.for_range(builder, groups) as loop:
-            offset = builder.mul(loop.index, ir.Constant(loop.index.type, GROUP_BYTES))
-            step(loop.index, [builder.load(builder.bitcast(builder.gep(pointer, [offset]), I32.as_pointer()), align=1)
-                              for pointer in row_pointers])
-        with builder.if_then(builder.icmp_unsigned("!=", tail, ir.Constant(tail.type, 0))):
-            offset = builder.mul(groups, ir.Constant(groups.type, GROUP_BYTES))
-            step(groups, [_row_word(builder, pointer, offset, tail) for pointer in row_pointers])
-
-        _store_sums(dot, rows, strips, accumulators, context, builder, signature, args)
+    def _step(dot: Dot, builder: Any, strip_pointers: list[Any], accumulators: list[list[Any]], group: Any,
+              words: list[Any]) -> None:
+        """Every accumulator plus its row's A ``words`` (one per row) times its strip's ``group`` of B."""
+        offset = builder.mul(group, ir.Constant(group.type, dot.strip_bytes))
+        b_values = [dot.load_b(builder, builder.gep(pointer, [offset])) for pointer in strip_pointers]
+        for r, word in enumerate(words):
+            a_value = dot.broadcast_a(builder, word)
+            for s, b_value in enumerate(b_values):
+                total = dot.multiply_add(builder, builder.load(accumulators[r][s]), a_value, b_value)
+                builder.store(total, accumulators[r][s])
 
     def _store_sums(dot: Dot, rows: int, strips: int, accumulators: list[list[Any]], context: Any, builder: Any,
                     signature: Any, args: Any) -> None:
@@ -237,6 +291,11 @@ if AVAILABLE:
                 target = builder.gep(row_starts[r], [ir.Constant(I32, s * dot.lanes)])
                 builder.store(total, builder.bitcast(target, floats.as_pointer()), align=1)
 
+    def _constants(**values: Any) -> None:
+        for name, value in values.items():
+            if not isinstance(value, types.IntegerLiteral):
+                raise RequireLiteralValue(f"a tile's {name} must be a constant")
+
     def make_tile(dots: tuple[Dot, ...]) -> Any:
         """The tile intrinsic over ``dots``, which it takes by their index (:data:`tile` is
         the one over :data:`DOTS`; the benchmarks make others)."""
@@ -245,20 +304,27 @@ if AVAILABLE:
         def tile(typingctx, dot, a, row, valid, b, b_start, strip_bytes, correction, scale, column, y,  # noqa: ANN001, ANN202
                  y_start, y_stride, rows, strips):
             """The float32 ``y`` from ``y_start + r * y_stride + s * lanes`` on (``lanes`` values) =
-            rows ``row + r`` of the 2-D ``a`` (rows past ``row + valid - 1`` read as that one) times
+            rows ``row + r`` of the 2-D ``a``, or of the indirect rows ``a`` describes (a tuple:
+            :func:`_emit_indirect_tile`; rows past ``row + valid - 1`` read as that one) times
             strips ``s`` of the packed ``b``, the first at byte ``b_start``, the next
             ``strip_bytes`` further on; integer sums as ``(acc - correction) * scale`` of their
             columns from ``column`` on (int32 and float32 arrays, past the last strip). ``dot``,
             ``rows`` and ``strips`` are constants."""
-            for name, value in (("dot", dot), ("rows", rows), ("strips", strips)):
-                if not isinstance(value, types.IntegerLiteral):
-                    raise RequireLiteralValue(f"a tile's {name} must be a constant")
-            if not (isinstance(a, types.Array) and a.ndim == 2 and a.layout == "C"):
+            _constants(dot=dot, rows=rows, strips=strips)
+            indirect = isinstance(a, types.BaseTuple)
+            if indirect:
+                offsets, source, fill, _ = a.types
+                if not (isinstance(offsets, types.Array) and offsets.ndim == 2 and offsets.layout == "C"
+                        and offsets.dtype == types.int64 and source.layout == "C" and fill.layout == "C"):
+                    raise TypingError("a tile's indirect rows are C-contiguous int64 offsets (M, taps) into a "
+                                      "C-contiguous source, and a C-contiguous fill")
+            elif not (isinstance(a, types.Array) and a.ndim == 2 and a.layout == "C"):
                 raise TypingError("a tile's A is a C-contiguous 2-D array")
             chosen, tile_rows, tile_strips = dots[dot.literal_value], rows.literal_value, strips.literal_value
+            emit = _emit_indirect_tile if indirect else _emit_tile
 
             def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
-                _emit_tile(chosen, tile_rows, tile_strips, context, builder, signature, args)
+                emit(chosen, tile_rows, tile_strips, context, builder, signature, args)
                 return context.get_dummy_value()
             return types.void(dot, a, types.intp, types.intp, b, types.intp, types.intp, correction, scale, types.intp,
                               y, types.intp, types.intp, rows, strips), codegen

@@ -8,8 +8,13 @@ NumPy's strided windows for the reference), and multiplies them by the packed we
 epilogue fused. A 1x1, stride-1 convolution needs no columns: its input pixels are the
 rows. Stripes of several images' rows go to the run's threads as parts, each made and
 multiplied by one thread while its columns are in cache; a convolution small enough for
-one stripe is one product, whose own blocks the threads share. Winograd does not apply:
-the products are the definition.
+one stripe is one product, whose own blocks the threads share. On the compiled integer and
+bf16 tiles, a convolution of one group whose pixels' channels fill whole groups of 4 bytes
+makes no columns at all: the tiles read each window's pixels where they lie in the input
+(:class:`~.products.IndirectRows`, an indirect convolution as onnxruntime's MLAS and XNNPACK
+make them), by byte offsets made once per input shape, padding read from a pixel of zero
+points. The numbers are the columns' to the bit. Winograd does not apply: the products are
+the definition.
 """
 
 from __future__ import annotations
@@ -19,10 +24,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from kuiperinfer.kernels.compiled.tiles import GROUP_BYTES
 from kuiperinfer.kernels.im2col import output_size, window_view
 from kuiperinfer.kernels.layout import nchw, nhwc, pad_nhwc
 from kuiperinfer.kernels.matrix import int8
-from kuiperinfer.kernels.matrix.products import AVX2, VNNI, Int8Product, Product, ProductKernel
+from kuiperinfer.kernels.matrix.products import AVX2, VNNI, IndirectRows, Int8Product, Product, ProductKernel
 from kuiperinfer.kernels.parallel import even_step, run_parts, threads_for
 
 BLOCK_BYTES = 1 << 20
@@ -51,6 +57,13 @@ class ProductConvolution:
         """Whether the input pixels are the columns."""
         self._fill = first.in_dtype(first.zero)
         """Padding in the products' form."""
+        tap_bytes = self.in_channels * np.dtype(first.in_dtype).itemsize
+        self.indirect = (compiled and len(self.products) == 1 and not self.pointwise and first.reads_indirect_rows
+                         and padding_mode in ("zeros", "constant") and tap_bytes % GROUP_BYTES == 0)
+        """Whether the product reads each window's pixels where they lie (:class:`IndirectRows`)
+        instead of columns: one group on compiled integer or bf16 tiles, each pixel's channels
+        whole groups of 4 bytes, zero padding."""
+        self._offsets: dict[tuple[int, ...], np.ndarray] = {}
 
     @property
     def nbytes(self) -> int:
@@ -76,6 +89,11 @@ class ProductConvolution:
         if self.pointwise:
             self._multiply(a.reshape(1, -1, c), rows, residual, shared=True)
             return out
+        if self.indirect:
+            fill = np.full(c, self._fill, a.dtype)
+            windows = IndirectRows(self._tap_offsets(a.shape, (top, left), (oh, ow)), a, fill, c * a.itemsize)
+            self._multiply([windows], rows, residual, shared=True)
+            return out
         depth = first.in_features
         step = max(1, BLOCK_BYTES // (ow * depth * a.itemsize))
         work = rows.size * depth * len(self.products) // first.kernel.speedup
@@ -96,6 +114,26 @@ class ProductConvolution:
             self._multiply(columns, rows[block], residual and residual.rows(block), shared=False)
         run_parts([(image, row0) for image in range(n) for row0 in range(0, oh, step)], work, stripe)
         return out
+
+    def _tap_offsets(self, shape: tuple[int, int, int, int], top_left: tuple[int, int],
+                     out_hw: tuple[int, int]) -> np.ndarray:
+        """Per output pixel of an NHWC input of ``shape`` (padded by ``top_left`` before its
+        first row and column), the byte offset in the input of each of its window's pixels,
+        -1 where a tap falls in the padding: (N * OH * OW, kh * kw), made once per shape."""
+        key = (*shape, *top_left, *out_hw)
+        offsets = self._offsets.get(key)
+        if offsets is None:
+            n, h, w, c = shape
+            (kh, kw), (sh, sw), (dh, dw), (oh, ow) = self.kernel, self.stride, self.dilation, out_hw
+            ys = np.arange(oh)[:, None] * sh - top_left[0] + np.arange(kh) * dh        # (OH, kh)
+            xs = np.arange(ow)[:, None] * sw - top_left[1] + np.arange(kw) * dw        # (OW, kw)
+            inside = ((ys >= 0) & (ys < h))[:, None, :, None] & ((xs >= 0) & (xs < w))[None, :, None, :]
+            pixels = ys[:, None, :, None] * w + xs[None, :, None, :]                 # (OH, OW, kh, kw)
+            pixels = np.arange(n)[:, None, None, None, None] * (h * w) + pixels
+            item = c * np.dtype(self.products[0].in_dtype).itemsize
+            offsets = np.where(inside, pixels * item, -1).reshape(n * oh * ow, kh * kw).astype(np.int64)
+            self._offsets[key] = offsets
+        return offsets
 
     def _columns(self, a: np.ndarray, top_left: tuple[int, int], image: int, row0: int, count: int, ow: int,
                  columns: np.ndarray) -> None:

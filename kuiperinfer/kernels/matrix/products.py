@@ -45,6 +45,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -276,6 +277,24 @@ ELEMENTWISE_WORK = 8
 """Multiply-adds an elementwise value counts as when deciding whether to share it among threads."""
 
 
+class IndirectRows(NamedTuple):
+    """The rows of a product's A read where they lie (an indirect convolution's windows):
+    row ``m`` is, tap after tap, ``tap_bytes`` bytes (a multiple of 4) of ``source`` from
+    its byte ``offsets[m, tap]`` on, or of ``fill`` where that offset is negative (padding).
+    ``offsets`` is a C-contiguous int64 (M, taps) array, ``source`` and ``fill`` C-contiguous
+    arrays of the product's input type."""
+
+    offsets: np.ndarray
+    source: np.ndarray
+    fill: np.ndarray
+    tap_bytes: int
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """(M, K), as the rows' matrix would be."""
+        return len(self.offsets), self.offsets.shape[1] * self.tap_bytes // self.source.itemsize
+
+
 class Product:
     """What the products share: the epilogue's arrays, the kernel's call over the blocks of a
     product, shared among the run's threads."""
@@ -309,6 +328,11 @@ class Product:
         """Bytes of the weights the product holds (packed, or as the reference takes them)."""
         return self.packed.nbytes
 
+    @property
+    def reads_indirect_rows(self) -> bool:
+        """Whether :meth:`multiply` takes :class:`IndirectRows` (the integer and bf16 dots' tiles do)."""
+        return self.kernel in (VNNI, AVX2, AVX512_BF16)
+
     def activations(self, x: np.ndarray) -> np.ndarray:
         """float32 ``x`` (any shape and memory layout) in the form the product multiplies,
         in the same layout."""
@@ -332,13 +356,17 @@ class Product:
                  residual_scale: float = 1.0, residual_zero_point: int = 0, columns: tuple[int, int] | None = None,
                  shared: bool = True) -> None:
         """``out`` = the product of ``a`` (M, K), C-contiguous, in the form :meth:`activations`
-        gives, or its ``columns`` (start, stop), which ``out`` (M, stop - start) and the
-        ``residual`` then hold; the blocks shared among the run's threads unless ``shared``
-        is False (a caller that shares its own parts)."""
+        gives (or, on compiled tiles, :class:`IndirectRows` of that form), or its ``columns``
+        (start, stop), which ``out`` (M, stop - start) and the ``residual`` then hold; the
+        blocks shared among the run's threads unless ``shared`` is False (a caller that shares
+        its own parts)."""
         start, stop = columns or (0, self.out_features)
-        if out.shape != (len(a), stop - start) or out.dtype != self.out_dtype:
-            raise ValueError(f"the product of {len(a)} rows and columns {start}:{stop} goes to a "
-                             f"{np.dtype(self.out_dtype)} {(len(a), stop - start)} array, not {out.dtype} {out.shape}")
+        m = a.shape[0]
+        if out.shape != (m, stop - start) or out.dtype != self.out_dtype:
+            raise ValueError(f"the product of {m} rows and columns {start}:{stop} goes to a "
+                             f"{np.dtype(self.out_dtype)} {(m, stop - start)} array, not {out.dtype} {out.shape}")
+        if isinstance(a, IndirectRows) and not self.reads_indirect_rows:
+            raise ValueError(f"a product on {self.kernel.name} takes its rows as a matrix, not as indirect rows")
         if residual is not None and (residual.shape != out.shape or residual.dtype not in self.RESIDUAL_TYPES):
             types = " or ".join(np.dtype(t).name for t in self.RESIDUAL_TYPES)
             raise ValueError(f"a residual of a {out.shape} product is {types} of that shape, "
