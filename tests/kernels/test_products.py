@@ -495,6 +495,30 @@ def test_avx2_kernel_compiled_for_an_avx2_only_cpu_is_exact():
     """) == "exact"
 
 
+@needs_avx2
+def test_avx2_tiles_read_a_convolution_s_windows_where_they_lie_as_its_columns():
+    """Compiled for Haswell, an int8 convolution's indirect rows (no columns) on the vpmaddwd
+    tiles give its columns' numbers, padding and strides included."""
+    assert run_as_haswell("""
+        import numpy as np
+        from kuiperinfer.kernels.im2col import pack_weight
+        from kuiperinfer.kernels.matrix import products
+        from kuiperinfer.kernels.matrix.convolution import ProductConvolution
+        from kuiperinfer.kernels.matrix.precision import Int8
+        rng = np.random.default_rng(2)
+        x = rng.standard_normal((2, 8, 11, 9), dtype=np.float32) * 2
+        weight = rng.standard_normal((24, 8, 3, 3), dtype=np.float32)
+        product = Int8(scale=0.03, zero_point=117).product(pack_weight(weight, 1)[0], products.ProductEpilogue())
+        assert product.kernel is products.AVX2, product.kernel
+        geometry = ((3, 3), (2, 1), (1, 1), ((1, 0), (1, 1)), "zeros", True)
+        indirect, columns = ProductConvolution([product], *geometry), ProductConvolution([product], *geometry)
+        columns.indirect = False
+        assert indirect.indirect
+        assert np.array_equal(indirect(x), columns(x))
+        print("exact")
+    """) == "exact"
+
+
 @needs_fma
 def test_fp32_avx2_kernel_compiled_for_an_avx2_only_cpu_matches_the_reference():
     """Compiled for Haswell, the 256-bit FMA tiles are chosen and match the reference at the
