@@ -64,6 +64,8 @@ class ProductConvolution:
         instead of columns: one group on compiled integer or bf16 tiles, each pixel's channels
         whole groups of 4 bytes, zero padding."""
         self._offsets: dict[tuple[int, ...], np.ndarray] = {}
+        self._fill_pixel = np.full(self.in_channels, self._fill)
+        """A pixel of padding, which the indirect rows read where a window leaves the input."""
 
     @property
     def nbytes(self) -> int:
@@ -90,8 +92,8 @@ class ProductConvolution:
             self._multiply(a.reshape(1, -1, c), rows, residual, shared=True)
             return out
         if self.indirect:
-            fill = np.full(c, self._fill, a.dtype)
-            windows = IndirectRows(self._tap_offsets(a.shape, (top, left), (oh, ow)), a, fill, c * a.itemsize)
+            windows = IndirectRows(self._tap_offsets(a.shape, (top, left), (oh, ow)), a, self._fill_pixel,
+                                   c * a.itemsize)
             self._multiply([windows], rows, residual, shared=True)
             return out
         depth = first.in_features
