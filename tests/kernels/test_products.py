@@ -152,6 +152,21 @@ def test_int8_product_is_the_same_on_one_and_two_threads(kernel):
     assert_same_on_two_threads(product, a)
 
 
+@pytest.mark.parametrize("kernel", [products.FMA512, products.FMA256, products.VNNI], ids=lambda kernel: kernel.name)
+def test_products_are_cut_the_way_that_reads_least(kernel):   # cutting runs no kernel: any machine
+    rows, strips, lanes = products._tile(kernel)
+    for m, n, k in [(32, 1536, 384), (32, 384, 1536), (3136, 64, 576), (197, 192, 768), (600, 200, 300)]:
+        parts = products.product_parts(m, n, k, kernel)
+        cells = [(r, s) for r0, r1, s0, s1 in parts for r in range(r0, r1) for s in range(s0, s1)]
+        assert sorted(cells) == [(r, s) for r in range(m) for s in range(-(-n // lanes))]   # each once
+        assert len(parts) % 4 == 0 and len(parts) >= products.MAX_PARTS // 2
+        row_blocks, column_blocks = len(set(parts[:, 0])), len(set(parts[:, 2]))
+        if m <= 32 and -(-n // lanes) // strips >= 8:   # a sentence by a large weight: the weight read once
+            assert row_blocks == 1
+        elif n <= 64:  # many pixels by few channels: the pixels read once
+            assert column_blocks == 1
+
+
 def test_int8_from_float_quantizes_each_column():
     weight = RNG.standard_normal((20, 6)).astype(np.float32)
     product = Int8Product.from_float(weight, 0.5, 2, kernel=REFERENCE)

@@ -231,16 +231,23 @@ def _whole_strips(values: np.ndarray, kernel: ProductKernel) -> np.ndarray:
 
 def product_parts(m: int, n: int, k: int, kernel: ProductKernel, columns: tuple[int, int] | None = None) -> np.ndarray:
     """The blocks a product of (M, K) by (K, N) (or its ``columns``, start and stop) is cut
-    into, as rows (start, stop) and strips (start, stop): about one per :data:`PART_WORK`
-    multiply-adds, at most :data:`MAX_PARTS`, cut along the rows first (each block then reads
-    all of B once), and along whole tiles."""
+    into, as rows (start, stop) and strips (start, stop), along whole tiles: about one per
+    :data:`PART_WORK` multiply-adds, at most :data:`MAX_PARTS`, in a multiple of four from four
+    up (two or four threads share them evenly), or at least half as many; of those cuts, the one that
+    reads the fewest values, since each block of rows reads all of B's columns and each block
+    of columns all of A's rows. A convolution's many pixels by few channels is cut along its
+    rows; a sentence of tokens by a large weight along its columns, the weight read once."""
     rows, strips, lanes = _tile(kernel)
     start, stop = columns or (0, n)
     first = start // lanes
     strip_count = -(-stop // lanes) - first
     count = int(np.clip(m * (stop - start) * k // PART_WORK, 1, MAX_PARTS))
-    row_blocks = max(1, min(count, -(-m // rows)))
-    strip_blocks = min(max(1, count // row_blocks), -(-strip_count // strips))
+    count -= count % 4 if count > 4 else 0
+    panels = -(-strip_count // strips)
+    cuts = [(r, min(max(1, count // r), panels)) for r in range(1, max(1, min(count, -(-m // rows))) + 1)]
+    wanted = min(count, max(r * c for r, c in cuts))
+    even = [(r, c) for r, c in cuts if r * c >= wanted or (r * c % 4 == 0 and 2 * r * c >= wanted)]
+    row_blocks, strip_blocks = min(even, key=lambda cut: cut[0] * (stop - start) + cut[1] * m)
     row_cuts = [rows * (-(-m // rows) * i // row_blocks) for i in range(row_blocks)] + [m]
     strip_cuts = [first + strips * (-(-strip_count // strips) * i // strip_blocks) for i in range(strip_blocks)]
     strip_cuts.append(first + strip_count)
