@@ -160,10 +160,10 @@ class ConvGeometry:
         """Whether the compiled direct convolution (:mod:`kuiperinfer.kernels.compiled.direct`)
         computes a convolution of this geometry and these channels: one group of at most
         its few input channels and a vector's output channels or more, zero padding, a kernel
-        larger than 1x1."""
+        larger than 1x1 of at most its taps."""
         return (self.groups == 1 and in_channels <= compiled_direct.MAX_CHANNELS
                 and out_channels >= compiled_direct.LANES and self.padding_mode in ("zeros", "constant")
-                and self.kernel != (1, 1))
+                and self.kernel != (1, 1) and in_channels * self.kernel[0] * self.kernel[1] <= compiled_direct.MAX_TAPS)
 
     def pad_nhwc(self, x: np.ndarray) -> np.ndarray:
         """NCHW ``x`` (any memory layout) padded, as a contiguous NHWC array."""

@@ -76,8 +76,10 @@ def test_bands_of_rows_on_threads_give_the_same_numbers(threads, monkeypatch):
 
 
 @pytest.mark.parametrize("cin, cout, kernel, padding_mode, applies", [
-    (3, 16, (3, 3), "zeros", True), (4, 64, (7, 7), "zeros", True), (5, 16, (3, 3), "zeros", False),
-    (3, direct.LANES - 1, (3, 3), "zeros", False), (3, 16, (1, 1), "zeros", False), (3, 16, (3, 3), "reflect", False)])
+    (3, 16, (3, 3), "zeros", True), (3, 64, (7, 7), "zeros", True), (4, 64, (5, 5), "zeros", True),
+    (5, 16, (3, 3), "zeros", False),
+    (3, direct.LANES - 1, (3, 3), "zeros", False), (3, 16, (1, 1), "zeros", False), (3, 16, (3, 3), "reflect", False),
+    (3, 192, (16, 16), "zeros", False)])   # a vision transformer's patches: through their columns
 def test_the_layer_computes_directly_where_it_applies(cin, cout, kernel, padding_mode, applies):
     weight = RNG.standard_normal((cout, cin, *kernel), dtype=np.float32)
     geometry = ConvGeometry(kernel, (1, 1), (1, 1), ((1, 1), (1, 1)), padding_mode, 1)

@@ -43,6 +43,11 @@ from kuiperinfer.kernels.parallel import run_parts
 
 MAX_CHANNELS = 4
 """Input channels up to which a convolution computes directly (RGB, or RGB and depth)."""
+MAX_TAPS = 160
+"""Taps (input channels times kernel rows times columns) up to which a convolution computes
+directly: a 7x7 stem on RGB, but not a vision transformer's 16x16 patches, whose columns
+are the input's pixels reordered and whose product on the float32 tiles took half the time
+(docs/performance.md, "fp32 stems: direct or through their columns")."""
 TILE = 8
 """Output pixels summed at once, each in its own register, so that their chains of
 multiply-adds overlap (a multiply-add's latency is about four times its throughput; 8 were
