@@ -63,6 +63,8 @@ PART_WORK = 1 << 20
 """Multiply-adds a block of a product holds at least, where the product has enough."""
 MAX_PARTS = 16
 """Blocks a product is cut into at most: enough for two or four threads to share evenly."""
+EVEN_PARTS = 4
+"""Blocks a product of enough work is cut into a multiple of: two or four threads share them evenly."""
 
 
 @dataclass(frozen=True)
@@ -232,8 +234,8 @@ def _whole_strips(values: np.ndarray, kernel: ProductKernel) -> np.ndarray:
 def product_parts(m: int, n: int, k: int, kernel: ProductKernel, columns: tuple[int, int] | None = None) -> np.ndarray:
     """The blocks a product of (M, K) by (K, N) (or its ``columns``, start and stop) is cut
     into, as rows (start, stop) and strips (start, stop), along whole tiles: about one per
-    :data:`PART_WORK` multiply-adds, at most :data:`MAX_PARTS`, in a multiple of four from four
-    up (two or four threads share them evenly), or at least half as many; of those cuts, the one that
+    :data:`PART_WORK` multiply-adds, at most :data:`MAX_PARTS`, in a multiple of
+    :data:`EVEN_PARTS` from that up, or at least half as many; of those cuts, the one that
     reads the fewest values, since each block of rows reads all of B's columns and each block
     of columns all of A's rows. A convolution's many pixels by few channels is cut along its
     rows; a sentence of tokens by a large weight along its columns, the weight read once."""
@@ -242,14 +244,14 @@ def product_parts(m: int, n: int, k: int, kernel: ProductKernel, columns: tuple[
     first = start // lanes
     strip_count = -(-stop // lanes) - first
     count = int(np.clip(m * (stop - start) * k // PART_WORK, 1, MAX_PARTS))
-    count -= count % 4 if count > 4 else 0
-    panels = -(-strip_count // strips)
-    cuts = [(r, min(max(1, count // r), panels)) for r in range(1, max(1, min(count, -(-m // rows))) + 1)]
+    count -= count % EVEN_PARTS if count > EVEN_PARTS else 0
+    row_tiles, panels = -(-m // rows), -(-strip_count // strips)
+    cuts = [(r, min(max(1, count // r), panels)) for r in range(1, max(1, min(count, row_tiles)) + 1)]
     wanted = min(count, max(r * c for r, c in cuts))
-    even = [(r, c) for r, c in cuts if r * c >= wanted or (r * c % 4 == 0 and 2 * r * c >= wanted)]
+    even = [(r, c) for r, c in cuts if r * c >= wanted or (r * c % EVEN_PARTS == 0 and 2 * r * c >= wanted)]
     row_blocks, strip_blocks = min(even, key=lambda cut: cut[0] * (stop - start) + cut[1] * m)
-    row_cuts = [rows * (-(-m // rows) * i // row_blocks) for i in range(row_blocks)] + [m]
-    strip_cuts = [first + strips * (-(-strip_count // strips) * i // strip_blocks) for i in range(strip_blocks)]
+    row_cuts = [rows * (row_tiles * i // row_blocks) for i in range(row_blocks)] + [m]
+    strip_cuts = [first + strips * (panels * i // strip_blocks) for i in range(strip_blocks)]
     strip_cuts.append(first + strip_count)
     return np.array([(r0, r1, s0, s1) for r0, r1 in zip(row_cuts, row_cuts[1:])
                      for s0, s1 in zip(strip_cuts, strip_cuts[1:])], np.int64)
