@@ -110,28 +110,28 @@ def _compile(function: F, options: dict[str, Any]) -> F:
 
 class KernelAddress:
     """A compiled kernel handed to another kernel as an argument (Numba's first-class
-    functions): the address of its machine code for the types of ``arguments`` (values of
-    them), which the kernel taking it calls. A kernel calling another by name compiles that
-    one's code again inside its own (tens of seconds for the tiles); through its address it
-    compiles in a second."""
+    functions): the :attr:`address` of its machine code for the types of ``arguments``
+    (values of them) and its :attr:`type`, which the kernel taking it is given as two
+    arguments and calls through :func:`function_at`. A kernel calling another by name
+    compiles that one's code again inside its own (tens of seconds for the tiles); through
+    its address it compiles in a second. The address goes as a plain integer, since Numba
+    takes a function object apart on every call (unpickling its signature: 10-25 us of
+    Python holding the GIL, more than a small part of an operator takes)."""
 
     def __init__(self, dispatcher: Any, *arguments: Any):
         signature = numba.types.void(*(numba.typeof(argument) for argument in arguments))
         self.type = numba.types.FunctionType(signature)
         """The kernel's type where another kernel takes it."""
         compiled = dispatcher.get_compile_result(signature)     # compiled, or loaded from the cache
-        self.address = compiled.library.get_pointer_to_function(compiled.fndesc.llvm_cfunc_wrapper_name)
-
-    def __wrapper_address__(self) -> int:
-        return self.address
+        self.address: int = compiled.library.get_pointer_to_function(compiled.fndesc.llvm_cfunc_wrapper_name)
+        """Where its machine code starts (its C-callable wrapper)."""
 
 
 def compiled_for(dispatcher: Any, *arguments: Any) -> Callable[..., Any]:
-    """The machine code of ``dispatcher`` for the types of ``arguments`` (values of them; a
-    :class:`KernelAddress` as its function type), compiled or loaded now and called without
-    Numba's dispatch, which would compile a kernel taking kernels again for each it is given."""
-    return dispatcher.compile(tuple(argument.type if isinstance(argument, KernelAddress) else numba.typeof(argument)
-                                    for argument in arguments))
+    """The machine code of ``dispatcher`` for the types of ``arguments`` (values of them),
+    compiled or loaded now and called without Numba's dispatch, which would look up the
+    types of every argument again on every call."""
+    return dispatcher.compile(tuple(numba.typeof(argument) for argument in arguments))
 
 
 def kernel_array(x: np.ndarray) -> np.ndarray:
@@ -209,6 +209,22 @@ def _announce(dispatcher: Any) -> None:
 
 
 if AVAILABLE:
+    from numba.core import cgutils
+    from numba.extending import intrinsic
+
+    @intrinsic
+    def function_at(typingctx, address, function_type):  # noqa: ANN001, ANN201
+        """In a kernel: the kernel whose machine code starts at ``address`` (a
+        :class:`KernelAddress`'s, an integer) as a function of ``function_type`` (its
+        :attr:`~KernelAddress.type`, which the kernel is given as an argument), to call."""
+        kind = function_type.instance_type
+
+        def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
+            function = cgutils.create_struct_proxy(kind)(context, builder)   # no Python object, no jit address:
+            function.c_addr = builder.inttoptr(args[0], cgutils.voidptr_t)   # called through the address
+            return function._getvalue()
+        return kind(address, function_type), codegen
+
     class _CompileNotice(numba_events.Listener):
         """Announces the first compilation and times every kernel's (per thread: the
         engine's threads may compile at once)."""

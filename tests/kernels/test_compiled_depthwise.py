@@ -169,6 +169,29 @@ def test_pointwise_depthwise_on_the_tiles_matches_the_stripe_loop(kind, kernel, 
     np.testing.assert_allclose(ours, expected, atol=1e-5 if exact else 1e-4, rtol=1e-5 if exact else 1e-4)
 
 
+@pytest.mark.parametrize("kernel", FP32_KERNELS)
+def test_a_part_hands_its_kernels_over_as_addresses(kernel, monkeypatch):
+    """A part's walk takes its two kernels as addresses: Numba never takes a function object
+    apart in Python (which unpickles its signature, 10-25 us under the GIL on every call)."""
+    from numba.experimental import function_type
+
+    def refuse(*args):
+        raise AssertionError("a kernel went to a compiled walk as a Python function object")
+    monkeypatch.setattr(function_type, "_get_wrapper_address", refuse)
+    monkeypatch.setattr(function_type, "_get_jit_address", refuse)
+    x = RNG.standard_normal((1, 9, 8, 12), dtype=np.float32)
+    expand = RNG.standard_normal((32, 12, 1, 1), dtype=np.float32)
+    weight = RNG.standard_normal((32, 1, 3, 3), dtype=np.float32)
+    tiled, twin = product_pair("fp32", kernel, expand, None, None)
+    dw = depthwise.CompiledDepthwise(weight[:, 0].transpose(1, 2, 0), CompiledEpilogue(None, 32, None))
+
+    def stripe_rows(rows, out, block):
+        twin.multiply(rows, out, columns=(block.start, block.stop), shared=False)
+
+    ours = depthwise.pointwise_depthwise(x, depthwise.TiledStripes(tiled.tiles(), dw), 32, dw, (1, 1), ((1, 1), (1, 1)))
+    check(ours, depthwise.pointwise_depthwise(x, stripe_rows, 32, dw, (1, 1), ((1, 1), (1, 1))))
+
+
 SHAPES = [  # channels (a block of vectors, a tail, fewer than a vector), height, width, kernel, stride, padding
     (16, 9, 9, (3, 3), (1, 1), ((1, 1), (1, 1))), (40, 8, 7, (3, 3), (2, 2), ((1, 1), (1, 1))),
     (72, 7, 7, (5, 5), (1, 1), ((2, 2), (2, 2))), (5, 10, 11, (5, 5), (2, 2), ((2, 2), (2, 2))),

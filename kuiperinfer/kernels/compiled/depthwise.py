@@ -50,6 +50,7 @@ from kuiperinfer.kernels.parallel import even_step, run_parts, threads_for
 
 if AVAILABLE:   # the matrix engine's tiles exist only compiled; without Numba no product has them
     from kuiperinfer.kernels.compiled.products import BLOCKS, DOT_BLOCKS, TILES
+    from kuiperinfer.kernels.jit import function_at
 
 Padding = tuple[tuple[int, int], tuple[int, int]]
 
@@ -326,14 +327,16 @@ def stripes_walk(floats: bool) -> Callable[..., None]:
     matrix engine's tiles: the part's whole walk down its stripes in one call, so that a
     thread that shares an operator holds the GIL once per part, not twice per stripe. It
     takes the compiled product (the float32 tiles' where ``floats``, else a dot's) and
-    depthwise kernel as arguments (:class:`TiledStripes`)."""
+    depthwise kernel as arguments, each as its address and type (:class:`TiledStripes`)."""
 
-    def part(product, depthwise, x, packed, strip_bytes, correction, scale, product_bias, numbers, lanes,  # noqa: ANN001
-             taps, bias, out, first, stop, channel0, kh, sh, sw, top, left, code, a, b, stripe, buffer) -> None:
+    def part(product_at, product_type, depthwise_at, depthwise_type, x, packed, strip_bytes, correction,  # noqa: ANN001
+             scale, product_bias, numbers, lanes, taps, bias, out, first, stop, channel0, kh, sh, sw, top, left,
+             code, a, b, stripe, buffer) -> None:
         """Output rows ``first:stop`` of the channels ``channel0:`` (as many as ``taps`` has) of
         one image into ``out`` (OH, OW, C) from its input pixels ``x`` (H, W, Cin), ``stripe``
         rows at a time through ``buffer`` (rows, W, channels), as the Python loop of
         :func:`pointwise_depthwise` does."""
+        product, depthwise = function_at(product_at, product_type), function_at(depthwise_at, depthwise_type)
         h, w, c_in = x.shape
         width = taps.shape[2]
         pixels, expanded = x.reshape(h * w, c_in), buffer.reshape(buffer.shape[0] * w, width)
@@ -401,9 +404,9 @@ class TiledStripes:
                           self.scale, self.bias, stored, stored, self.numbers)
         depthwise = KernelAddress(self.depthwise.kernel, buffer, 0, 0, taps, bias, out, 0, 0, 0, 0, 0, 0, 0, *code,
                                   empty((0, 0, LANES)))
-        walk = compiled_for(stripes_walk(floats), product, depthwise, x, self.packed, self.strip_bytes,
-                            self.correction, self.scale, self.bias, self.numbers, 0, taps, bias, out, 0, 0, 0, 0, 0,
-                            0, 0, 0, *code, 0, buffer)
+        walk = compiled_for(stripes_walk(floats), product.address, product.type, depthwise.address, depthwise.type,
+                            x, self.packed, self.strip_bytes, self.correction, self.scale, self.bias, self.numbers, 0,
+                            taps, bias, out, 0, 0, 0, 0, 0, 0, 0, 0, *code, 0, buffer)
         found = self._calls[x.dtype] = (walk, product, depthwise)
         return found
 
@@ -413,9 +416,9 @@ class TiledStripes:
         its input pixels ``x`` (H, W, Cin), ``stripe`` rows at a time through ``buffer``."""
         taps, bias = self.depthwise.block(channels)
         walk, product, depthwise = self._call(x, taps, bias, out, buffer, self.depthwise.code)
-        walk(product, depthwise, x, self.packed, self.strip_bytes, self.correction, self.scale, self.bias,
-             self.numbers, self.lanes, taps, bias, out, first, stop, channels.start, taps.shape[0], *stride,
-             padding[0][0], padding[1][0], *self.depthwise.code, stripe, buffer)
+        walk(product.address, product.type, depthwise.address, depthwise.type, x, self.packed, self.strip_bytes,
+             self.correction, self.scale, self.bias, self.numbers, self.lanes, taps, bias, out, first, stop,
+             channels.start, taps.shape[0], *stride, padding[0][0], padding[1][0], *self.depthwise.code, stripe, buffer)
 
 
 def pointwise_depthwise(x: np.ndarray, pointwise: PointwiseRows | TiledStripes, channels: int,
