@@ -182,11 +182,11 @@ class _Helper:
             if pool is None:
                 spin.wait_for_task(self._posted, handed, left, taken, 0, 0)
                 return
-            turns = _turns(pool.timing.helper_spin_us) if pool.spins() else 0
-            settle = _turns(pool.timing.settle_us)
+            ticks = _ticks(pool.timing.helper_spin_us) if pool.spins() else 0
+            settle = _ticks(pool.timing.settle_us)
             del pool
             # counts the last task's parts off, then waits for the next one
-            self.awake = spin.wait_for_task(self._posted, handed, left, taken, turns, settle)
+            self.awake = spin.wait_for_task(self._posted, handed, left, taken, ticks, settle)
             task = self._tasks.get()
             self.awake = True
             handed += 1
@@ -268,8 +268,8 @@ class ThreadPool:
         task = Task(parts, run)
         for helper in self._take_helpers(threads - 1):
             helper.start(task)
-        taken, turns = task.work(), _turns(self.timing.caller_spin_us)
-        while not spin.finish_and_wait(task.left, taken, turns):
+        taken, ticks = task.work(), _ticks(self.timing.caller_spin_us)
+        while not spin.finish_and_wait(task.left, taken, ticks):
             taken = 0
             time.sleep(0)
         if task.error is not None:
@@ -278,7 +278,7 @@ class ThreadPool:
     def _take_helpers(self, count: int) -> list[_Helper]:
         count = min(count, self.threads - 1, cores() - 1)
         if len(self._helpers) < count:
-            _turns(0)              # the spinning waits loaded and timed here, not as a new helper starts
+            _ticks(0)              # the spinning waits loaded and timed here, not as a new helper starts
             with self._helpers_lock:
                 self._helpers.extend(_Helper(self) for _ in range(count - len(self._helpers)))
         return self._helpers[:count]
@@ -352,26 +352,24 @@ def cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
-def _turns(microseconds: float) -> int:
-    """Turns of a spinning wait that take about ``microseconds`` (:func:`spin_rate`)."""
-    return int(microseconds * spin_rate())
+def _ticks(microseconds: float) -> int:
+    """Ticks of the time-stamp counter the spinning waits count that take ``microseconds``."""
+    return int(microseconds * tick_rate())
 
 
 @cache
-def spin_rate() -> float:
-    """Turns per microsecond of the spinning waits, measured once per process: the fastest of
-    a few tries (a try the machine slowed down or interrupted turns slower)."""
+def tick_rate() -> float:
+    """Ticks per microsecond of the time-stamp counter the spinning waits count
+    (:mod:`.compiled.spin`), measured once per process against the monotonic clock."""
     from kuiperinfer.kernels.compiled import spin
 
     never = np.ones(1, np.int64)
     spin.wait_for_task(never, 1, never, 0, 0, 0)     # both waits compiled or loaded first
-    spin.finish_and_wait(never, 0, 1000)
-    rates = []
-    for _ in range(5):
-        started = time.perf_counter()
-        spin.finish_and_wait(never, 0, 200_000)
-        rates.append(200_000 / max(1e-3, (time.perf_counter() - started) * 1e6))
-    return max(rates)
+    spin.finish_and_wait(never, 0, 0)
+    spin.counter()
+    started, ticks = time.perf_counter_ns(), spin.counter()
+    time.sleep(0.002)
+    return max(1e-3, (spin.counter() - ticks) / max(1, time.perf_counter_ns() - started) * 1e3)
 
 
 def _forget_helpers() -> None:

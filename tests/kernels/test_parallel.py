@@ -200,6 +200,23 @@ def test_the_waits_count_parts_off_and_stop_when_told():
         assert spin.wait_for_task(np.array([8], np.int64), 7, left, 0, 10, 10) is True   # a new task
 
 
+def test_the_waits_last_as_long_as_they_are_told():
+    """Each spinning wait, whatever its loop does, lasts the microseconds asked for (a wait
+    counted in turns of its loop once settled in a fifth of the time)."""
+    from kuiperinfer.kernels.compiled import spin
+    if not spin_compiled():
+        assert not spin.finish_and_wait(np.ones(1, np.int64), 0, parallel._ticks(2000))   # polls once
+        return
+    left, never = np.zeros(1, np.int64), np.ones(1, np.int64)
+    waits = {"caller's": lambda ticks: spin.finish_and_wait(never, 0, ticks),
+             "helper's": lambda ticks: spin.wait_for_task(never, 1, left, 0, ticks, 0),
+             "settling": lambda ticks: spin.wait_for_task(never, 0, left, 0, 0, ticks)}
+    for name, wait in waits.items():
+        started = time.perf_counter()
+        wait(parallel._ticks(2000))
+        assert time.perf_counter() - started >= 0.0019, name
+
+
 def test_a_forked_child_starts_helpers_of_its_own(two_threads):
     run_recording([0, 1])                              # the parent has an idle helper now
     pid = os.fork()
