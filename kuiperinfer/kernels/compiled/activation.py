@@ -100,68 +100,78 @@ def gelu_tanh(v: np.float32) -> np.float32:
 
 
 @inline
-def activate(v: np.float32, code: int, a: np.float32, b: np.float32) -> np.float32:
-    """The activation ``code`` (with its parameters ``a`` and ``b``) of one value. Inlined with
-    a constant ``code`` (as :func:`finish_row` does) only its own branch is left. NaN stays
-    NaN: comparisons with NaN are false, and the branches keep the value then."""
-    if code == RELU:
-        return ZERO if v < ZERO else v
-    if code == CLIP:
-        return a if v < a else (b if v > b else v)
-    if code == LEAKY_RELU:
-        return v * a if v < ZERO else v
-    if code == SIGMOID:
-        return HALF + HALF * tanh(v * HALF)
-    if code == SILU:
-        return v * (HALF + HALF * tanh(v * HALF))
-    if code == HARDSIGMOID:
-        gate = v + THREE
-        return (ZERO if gate < ZERO else (SIX if gate > SIX else gate)) * SIXTH
-    if code == HARDSWISH:
-        gate = v + THREE
-        return v * (ZERO if gate < ZERO else (SIX if gate > SIX else gate)) * SIXTH
-    if code == GELU:
-        return gelu(v)
-    if code == GELU_TANH:
-        return gelu_tanh(v)
-    return v
+def relu(v: np.float32) -> np.float32:
+    """max(v, 0); NaN stays NaN (a comparison with NaN is false, so the value is kept), as
+    in every activation here."""
+    return ZERO if v < ZERO else v
+
+
+@inline
+def clip(v: np.float32, low: np.float32, high: np.float32) -> np.float32:
+    return low if v < low else (high if v > high else v)
+
+
+@inline
+def leaky_relu(v: np.float32, slope: np.float32) -> np.float32:
+    return v * slope if v < ZERO else v
+
+
+@inline
+def sigmoid(v: np.float32) -> np.float32:
+    return HALF + HALF * tanh(v * HALF)
+
+
+@inline
+def hardsigmoid(v: np.float32) -> np.float32:
+    gate = v + THREE
+    return (ZERO if gate < ZERO else (SIX if gate > SIX else gate)) * SIXTH
+
+
+@inline
+def hardswish(v: np.float32) -> np.float32:
+    gate = v + THREE
+    return v * (ZERO if gate < ZERO else (SIX if gate > SIX else gate)) * SIXTH
 
 
 @inline
 def finish_row(row: np.ndarray, bias: np.ndarray, code: int, a: np.float32, b: np.float32) -> None:
     """``row = activation(row + bias)`` in place (``bias`` as long as the row), one loop per
-    activation, so that LLVM vectorises each."""
+    activation, so that LLVM vectorises each. Each loop calls its own small function: Numba
+    copies an inlined function's whole body into every call before it drops the branches a
+    constant rules out, and one function of every activation, inlined nine times into each
+    row's finish, took most of a product kernel's compile time."""
     n = row.shape[0]
     if code == NONE:
         for j in range(n):
             row[j] += bias[j]
     elif code == RELU:
         for j in range(n):
-            row[j] = activate(row[j] + bias[j], RELU, a, b)
+            row[j] = relu(row[j] + bias[j])
     elif code == CLIP:
         for j in range(n):
-            row[j] = activate(row[j] + bias[j], CLIP, a, b)
+            row[j] = clip(row[j] + bias[j], a, b)
     elif code == LEAKY_RELU:
         for j in range(n):
-            row[j] = activate(row[j] + bias[j], LEAKY_RELU, a, b)
+            row[j] = leaky_relu(row[j] + bias[j], a)
     elif code == SIGMOID:
         for j in range(n):
-            row[j] = activate(row[j] + bias[j], SIGMOID, a, b)
+            row[j] = sigmoid(row[j] + bias[j])
     elif code == SILU:
         for j in range(n):
-            row[j] = activate(row[j] + bias[j], SILU, a, b)
+            v = row[j] + bias[j]
+            row[j] = v * sigmoid(v)
     elif code == HARDSIGMOID:
         for j in range(n):
-            row[j] = activate(row[j] + bias[j], HARDSIGMOID, a, b)
+            row[j] = hardsigmoid(row[j] + bias[j])
     elif code == HARDSWISH:
         for j in range(n):
-            row[j] = activate(row[j] + bias[j], HARDSWISH, a, b)
+            row[j] = hardswish(row[j] + bias[j])
     elif code == GELU:
         for j in range(n):
-            row[j] = activate(row[j] + bias[j], GELU, a, b)
+            row[j] = gelu(row[j] + bias[j])
     else:  # GELU_TANH
         for j in range(n):
-            row[j] = activate(row[j] + bias[j], GELU_TANH, a, b)
+            row[j] = gelu_tanh(row[j] + bias[j])
 
 
 @inline
