@@ -3,7 +3,8 @@
 An :class:`~kuiperinfer.kernels.elementwise.InplaceActivation` (a name and its parameters)
 becomes an :class:`ActivationCode`: an int and two float parameters. :func:`finish_row`
 adds a bias to a row and applies the activation, with one loop per activation, so that
-the branch on the code is taken once per row and LLVM vectorises each loop;
+the branch on the code is taken once per row and LLVM vectorises each loop (each loop
+inlines one small function of its activation);
 :func:`finish_vector` applies the piecewise linear ones to a vector of sums in registers
 (:mod:`.vectors`). Sigmoid and
 SiLU go through a rational approximation of tanh (no exp, which LLVM cannot vectorise
@@ -19,7 +20,7 @@ import numpy as np
 
 from kuiperinfer.kernels.compiled.vectors import splat, where_above, where_below
 from kuiperinfer.kernels.elementwise import InplaceActivation
-from kuiperinfer.kernels.jit import inline
+from kuiperinfer.kernels.jit import inline, kernel
 
 NONE, RELU, CLIP, LEAKY_RELU, SIGMOID, SILU, HARDSIGMOID, HARDSWISH, GELU, GELU_TANH = range(10)
 CODES = {"relu": RELU, "clip": CLIP, "leaky_relu": LEAKY_RELU, "sigmoid": SIGMOID, "silu": SILU,
@@ -133,13 +134,14 @@ def hardswish(v: np.float32) -> np.float32:
     return v * (ZERO if gate < ZERO else (SIX if gate > SIX else gate)) * SIXTH
 
 
-@inline
+@kernel
 def finish_row(row: np.ndarray, bias: np.ndarray, code: int, a: np.float32, b: np.float32) -> None:
     """``row = activation(row + bias)`` in place (``bias`` as long as the row), one loop per
-    activation, so that LLVM vectorises each. Each loop calls its own small function: Numba
-    copies an inlined function's whole body into every call before it drops the branches a
-    constant rules out, and one function of every activation, inlined nine times into each
-    row's finish, took most of a product kernel's compile time."""
+    activation, so that LLVM vectorises each. A kernel of its own that other kernels call, not
+    inlined into them: Numba copies an inlined function's whole body into each caller before
+    it drops the branches ruled out, and this one's ten loops, copied into every product's
+    epilogue, took four fifths of the product kernels' compile time (``docs/performance.md``,
+    "Compile time")."""
     n = row.shape[0]
     if code == NONE:
         for j in range(n):
