@@ -88,7 +88,10 @@ def kernel(function: F) -> F:
 
 def inline(function: F) -> F:
     """A function that kernels call value by value, compiled into each of them, so that
-    LLVM sees through it and vectorises the caller's loop (Numba's ``inline="always"``)."""
+    LLVM sees through it and vectorises the caller's loop (Numba's ``inline="always"``).
+    Numba copies its whole body, and those of the functions it inlines, into every call
+    before dropping the branches a constant rules out: keep inlined functions small, and
+    make a large one that runs once per row a :func:`kernel` of its own."""
     return _compile(function, {**OPTIONS, "cache": False, "inline": "always"})
 
 
