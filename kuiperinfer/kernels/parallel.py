@@ -18,6 +18,9 @@ Who waits on what (docs/design.md draws it):
   ``Timing.settle_us`` for the caller to let go of the GIL, takes parts until none is
   left, and counts them off the task *inside its next wait*, after letting go of the GIL,
   so that the caller, spinning on that count, can take the GIL at once.
+* An operator whose parts are one compiled kernel (:class:`CompiledParts`) is handed over
+  from compiled code, once the caller has let go of the GIL, and every thread takes and
+  runs its parts there: no thread waits for the GIL between the hand-off and the last part.
 
 Compiled kernels release the GIL, as do NumPy and BLAS inside their loops, so the parts run
 at once. A hand-off by spinning takes microseconds where waking a thread that sleeps on a
@@ -130,13 +133,16 @@ class Task:
     """One :func:`run_parts` call: its parts, the next one to take, and how many are not yet
     counted off as run (an int64 array the threads count off atomically, :mod:`.compiled.spin`)."""
 
+    kind = 1
+    """What handing it to a helper adds to the helper's count of tasks (``spin.PYTHON_TASK``)."""
+
     def __init__(self, parts: Sequence[Any], run: Callable[[Any], object]):
         self.parts, self.run = parts, run
         self._next = itertools.count()   # next() on it is atomic under the GIL
         self.left = np.array([len(parts)], np.int64)
         self.error: BaseException | None = None
 
-    def work(self) -> int:
+    def work(self, thread: int = 0) -> int:
         """Take and run parts until none is left (after a failure, take them without running);
         how many this thread took."""
         taken = 0
@@ -150,6 +156,35 @@ class Task:
         return taken
 
 
+class CompiledTask:
+    """One :meth:`CompiledParts.run` call's parts: taken and run in compiled code
+    (:func:`.compiled.spin.take_parts`) by the caller and the helpers it hands them to, and
+    counted off :attr:`left` as a :class:`Task`'s are."""
+
+    kind = 1 << 32
+    """What handing it to a helper adds to the helper's count of tasks (``spin.COMPILED_TASK``)."""
+
+    def __init__(self, count: int, take: Callable[..., None], kernel: Any, head: tuple[Any, ...],
+                 tail: tuple[Any, ...], per_thread: bool):
+        self.state = np.array([0, count], np.int64)   # the next part to take, how many there are
+        self.left = np.array([count], np.int64)
+        self.take, self.kernel, self.head, self.tail, self.per_thread = take, kernel, head, tail, per_thread
+
+    def run(self, posted: np.ndarray, helpers: int, ticks: int) -> bool:
+        """The caller's share: hand the parts to the first ``helpers`` helpers of ``posted``, take
+        parts until none is left, then wait up to ``ticks`` for the helpers' to be counted off;
+        whether they were."""
+        return self.take(self.state, posted, helpers, self.left, max(1, ticks), self.kernel.address,
+                         self.kernel.type, self.head, self.tail) == 0
+
+    def work(self, thread: int = 0) -> int:
+        """A helper's share, as the pool's thread number ``thread``: take parts until none is
+        left; how many it took."""
+        head = (*self.head[:-1], thread) if self.per_thread else self.head
+        return self.take(self.state, self.left, 0, self.left, 0, self.kernel.address, self.kernel.type, head,
+                         self.tail)
+
+
 _STOP = Task((), lambda part: None)
 """Handed to a helper, ends its thread."""
 
@@ -160,43 +195,49 @@ class _Helper:
     the tasks that wait for it, it takes the newest (the callers of the others run their
     parts themselves, none waits for a part not taken)."""
 
-    def __init__(self, pool: ThreadPool) -> None:
-        self._tasks: queue.SimpleQueue[Task] = queue.SimpleQueue()
-        self._posted = np.zeros(1, np.int64)   # how many tasks it was handed, read while spinning
-        self._posting = threading.Lock()        # callers in several threads count them one at a time
+    def __init__(self, pool: ThreadPool, index: int) -> None:
+        self._tasks: queue.SimpleQueue[Task | CompiledTask] = queue.SimpleQueue()
+        self._posted, self._index = pool.posted, index   # its count of tasks handed over: posted[index]
+        self._seen = int(pool.posted[index])
         self.awake = True                       # spinning or working, not blocked
         self._pool = weakref.ref(pool)
         threading.Thread(target=self._serve, name="kuiper-intra-op", daemon=True).start()
 
     def start(self, task: Task) -> None:
+        """Hand it a Python task."""
+        from kuiperinfer.kernels.compiled import spin
+
         self._tasks.put(task)
-        with self._posting:
-            self._posted[0] += 1
+        spin.post(self._posted, self._index, task.kind)
+
+    def queue(self, task: CompiledTask) -> None:
+        """Queue a compiled task for it, which the task's caller hands over from compiled code."""
+        self._tasks.put(task)
 
     def _serve(self) -> None:
         from kuiperinfer.kernels.compiled import spin
 
-        left, taken, handed = np.zeros(1, np.int64), 0, 0
+        left, taken, handed = np.zeros(1, np.int64), 0, self._seen
         while True:
             pool = self._pool()
             if pool is None:
-                spin.wait_for_task(self._posted, handed, left, taken, 0, 0)
+                spin.wait_for_task(self._posted, self._index, handed, left, taken, 0, 0)
                 return
             ticks = _ticks(pool.timing.helper_spin_us) if pool.spins() else 0
             settle = _ticks(pool.timing.settle_us)
             del pool
             # counts the last task's parts off, then waits for the next one
-            self.awake = spin.wait_for_task(self._posted, handed, left, taken, ticks, settle)
+            self.awake = spin.wait_for_task(self._posted, self._index, handed, left, taken, ticks, settle)
             task = self._tasks.get()
             self.awake = True
-            handed += 1
+            handed += task.kind
             while not self._tasks.empty():     # behind: the callers of the older tasks ran their parts
                 task = self._tasks.get()
-                handed += 1
+                handed += task.kind
             if task is _STOP:
-                spin.wait_for_task(self._posted, handed, left, taken, 0, 0)
+                spin.wait_for_task(self._posted, self._index, handed, left, taken, 0, 0)
                 return
-            taken, left = task.work(), task.left
+            taken, left = task.work(self._index + 1), task.left
             del task   # its parts' closures may hold a graph
 
 
@@ -226,6 +267,8 @@ class ThreadPool:
         self.load = load or {"auto": self.auto_load, "always": QuietMachine, "never": BusyMachine}[spin]()
         self._helpers: list[_Helper] = []
         self._helpers_lock = threading.Lock()
+        self.posted = np.zeros(max(1, threads - 1), np.int64)
+        """How many tasks each helper was handed (weighted by kind), read while it spins."""
         blas_threads.hold(1)
         weakref.finalize(self, _end, self._helpers)
         _POOLS.add(self)
@@ -275,12 +318,26 @@ class ThreadPool:
         if task.error is not None:
             raise task.error
 
+    def share_compiled(self, task: CompiledTask, threads: int) -> None:
+        """A compiled task's parts, taken and run in compiled code by the caller and up to
+        ``threads`` - 1 helpers (:meth:`CompiledParts.run`)."""
+        from kuiperinfer.kernels.compiled import spin
+
+        helpers = self._take_helpers(threads - 1)
+        for helper in helpers:
+            helper.queue(task)
+        ticks = _ticks(self.timing.caller_spin_us)
+        if task.run(self.posted, len(helpers), ticks):
+            return
+        while not spin.finish_and_wait(task.left, 0, ticks):
+            time.sleep(0)
+
     def _take_helpers(self, count: int) -> list[_Helper]:
         count = min(count, self.threads - 1, cores() - 1)
         if len(self._helpers) < count:
             _ticks(0)              # the spinning waits loaded and timed here, not as a new helper starts
             with self._helpers_lock:
-                self._helpers.extend(_Helper(self) for _ in range(count - len(self._helpers)))
+                self._helpers.extend(_Helper(self, index) for index in range(len(self._helpers), count))
         return self._helpers[:count]
 
     def close(self) -> None:
@@ -337,6 +394,70 @@ def run_parts(parts: Sequence[Part], work: int, run: Callable[[Part], object]) -
         _POOL.get().share(parts, run, threads)
 
 
+class CompiledParts:
+    """An operator's parts as one compiled kernel, called ``kernel(*head, first, last, *tail)``
+    for its parts ``first:last`` (indices into a table its arguments hold). Shared among the
+    run's threads (:meth:`run`), each thread takes parts and runs them in compiled code
+    (:func:`.compiled.spin.take_parts`), so none waits for the GIL from the hand-off to the
+    last part. Where ``per_thread``, the last item of ``head`` is the number of the pool's
+    thread that runs the parts (0 the caller's, 1 on its helpers'), for memory of its own.
+    The kernel's address and the compiled loop over its parts are made on the first call for
+    each kind of arguments: make one per kernel (:func:`compiled_parts`)."""
+
+    def __init__(self, dispatcher: Any, per_thread: bool = False):
+        self.dispatcher, self.per_thread = dispatcher, per_thread
+        self._made: dict[tuple[Any, ...], tuple[Callable[..., None], Any]] = {}
+        self._making = threading.Lock()
+
+    def run(self, count: int, work: int, head: tuple[Any, ...], tail: tuple[Any, ...],
+            kinds: tuple[Any, ...] | None = None) -> None:
+        """Parts ``0:count`` of an operator of ``work`` multiply-adds, shared among
+        :func:`threads_for` ``work`` threads of the current run's pool. ``kinds`` is
+        :func:`kinds_of` the arguments where the caller knows it already; without it, a
+        call on one thread goes through Numba's dispatch, which costs less than finding it."""
+        threads = min(threads_for(work), count)
+        if threads < 2 and kinds is None:
+            self.dispatcher(*head, 0, count, *tail)
+            return
+        kinds = kinds or kinds_of(head + tail)
+        made = self._made.get(kinds)
+        if made is None:
+            with self._making:
+                made = self._made.get(kinds) or self._make(kinds, head, tail)
+        task = CompiledTask(count, *made, head, tail, self.per_thread)
+        if threads < 2:
+            task.run(task.left, 0, 1)    # hands nothing over
+        else:
+            _POOL.get().share_compiled(task, threads)
+
+    def _make(self, kinds: tuple[Any, ...], head: tuple[Any, ...],
+              tail: tuple[Any, ...]) -> tuple[Callable[..., None], Any]:
+        from kuiperinfer.kernels.compiled import spin
+        from kuiperinfer.kernels.jit import KernelAddress, compiled_for
+
+        kernel = KernelAddress(self.dispatcher, *head, 0, 0, *tail)
+        counter = np.zeros(2, np.int64)
+        take = compiled_for(spin.take_parts, counter, counter, 0, counter, 0, kernel.address, kernel.type, head, tail)
+        made = self._made[kinds] = (take, kernel)
+        return made
+
+
+@cache
+def compiled_parts(dispatcher: Any, per_thread: bool = False) -> CompiledParts:
+    """The :class:`CompiledParts` of a compiled kernel, one per kernel in the process."""
+    return CompiledParts(dispatcher, per_thread)
+
+
+def kinds_of(value: Any) -> Any:
+    """What of ``value`` (a tuple of a kernel's arguments, say) its compiled type depends on,
+    quickly: a key, not the type."""
+    if isinstance(value, np.ndarray):
+        return value.dtype.char, value.ndim, value.flags.c_contiguous, value.flags.writeable
+    if isinstance(value, tuple):
+        return type(value), tuple(kinds_of(item) for item in value)
+    return type(value)
+
+
 def even_step(length: int, step: int, threads: int, images: int = 1) -> int:
     """A block length of at most ``step`` that cuts ``length`` rows of each of ``images``
     images into blocks ``threads`` threads can share evenly (their number a multiple of
@@ -364,7 +485,7 @@ def tick_rate() -> float:
     from kuiperinfer.kernels.compiled import spin
 
     never = np.ones(1, np.int64)
-    spin.wait_for_task(never, 1, never, 0, 0, 0)     # both waits compiled or loaded first
+    spin.wait_for_task(never, 0, 1, never, 0, 0, 0)  # both waits compiled or loaded first
     spin.finish_and_wait(never, 0, 0)
     spin.counter()
     started, ticks = time.perf_counter_ns(), spin.counter()

@@ -131,6 +131,67 @@ def test_with_the_helper_busy_the_caller_runs_all_parts_itself(two_threads):
     assert elapsed < 1 and sorted(others) == [0, 1]
 
 
+@pytest.fixture(scope="module")
+def mark_parts():
+    """A compiled part kernel: ``log[part] += 1000 * (thread + 1) + 1`` for its parts, each
+    taking ``ticks`` of the CPU's counter (long enough for a helper to take some)."""
+    from numba import njit
+
+    from kuiperinfer.kernels.compiled import spin
+
+    @njit(nogil=True)
+    def mark(log, offset, thread, first, last, ticks):
+        for part in range(first, last):
+            start = spin.cycle_counter()
+            while spin.cycle_counter() - start < ticks:
+                pass
+            log[part] += 1000 * (thread + 1) + offset
+
+    return mark
+
+
+def mark_all(mark_parts, count, offset=1, microseconds=300):
+    log = np.zeros(count, np.int64)
+    parallel.CompiledParts(mark_parts, per_thread=True).run(count, 1, (log, offset, 0), (parallel._ticks(microseconds),))
+    return log
+
+
+def test_compiled_parts_each_run_once_by_the_caller_and_a_helper_with_their_thread_numbers(two_threads, mark_parts):
+    log = mark_all(mark_parts, 8)
+    assert sorted(set(log % 1000)) == [1]                       # every part once
+    assert sorted(set(log // 1000)) == [1, 2]                   # the caller (0) and helper 1, each with its number
+
+
+def test_compiled_parts_outside_a_run_stay_in_the_calling_thread(mark_parts):
+    assert set(mark_all(mark_parts, 5)) == {1001}
+
+
+def test_compiled_and_python_tasks_from_many_callers_each_get_all_their_parts_done(two_threads, mark_parts):
+    """A helper handed both kinds of task, by callers in several threads at once, loses none."""
+    errors = []
+
+    def caller(index):
+        try:
+            with two_threads.running():
+                for round_ in range(40):
+                    if round_ % 2:
+                        log = mark_all(mark_parts, 6, offset=index + 1, microseconds=20)
+                        assert sorted(set(log % 1000)) == [index + 1], log
+                    else:
+                        squares = [None] * 4
+                        parallel.run_parts(range(4), 1, lambda p, squares=squares: squares.__setitem__(p, p + index))
+                        assert squares == [p + index for p in range(4)]
+        except BaseException as error:
+            errors.append(error)
+
+    threads = [threading.Thread(target=caller, args=(i,)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert not errors and not any(thread.is_alive() for thread in threads)
+
+
 def test_the_machine_is_busy_while_other_threads_want_the_cores(tmp_path, monkeypatch):
     monkeypatch.setattr(parallel, "cores", lambda: 2)
     loadavg = tmp_path / "loadavg"
@@ -194,10 +255,10 @@ def test_the_waits_count_parts_off_and_stop_when_told():
     from kuiperinfer.kernels.compiled import spin
     left = np.array([5], np.int64)
     assert not spin.finish_and_wait(left, 2, 1000)       # 3 parts still under way
-    assert spin.wait_for_task(np.array([7], np.int64), 7, left, 3, 1000, 0) is False   # nothing new
+    assert spin.wait_for_task(np.array([7], np.int64), 0, 7, left, 3, 1000, 0) is False   # nothing new
     assert left[0] == 0 and spin.finish_and_wait(left, 0, 0)
     if spin_compiled():
-        assert spin.wait_for_task(np.array([8], np.int64), 7, left, 0, 10, 10) is True   # a new task
+        assert spin.wait_for_task(np.array([8], np.int64), 0, 7, left, 0, 10, 10) is True   # a new task
 
 
 def test_the_waits_last_as_long_as_they_are_told():
@@ -209,8 +270,8 @@ def test_the_waits_last_as_long_as_they_are_told():
         return
     left, never = np.zeros(1, np.int64), np.ones(1, np.int64)
     waits = {"caller's": lambda ticks: spin.finish_and_wait(never, 0, ticks),
-             "helper's": lambda ticks: spin.wait_for_task(never, 1, left, 0, ticks, 0),
-             "settling": lambda ticks: spin.wait_for_task(never, 0, left, 0, 0, ticks)}
+             "helper's": lambda ticks: spin.wait_for_task(never, 0, 1, left, 0, ticks, 0),
+             "settling": lambda ticks: spin.wait_for_task(never, 0, 0, left, 0, 0, ticks)}
     for name, wait in waits.items():
         started = time.perf_counter()
         wait(parallel._ticks(2000))

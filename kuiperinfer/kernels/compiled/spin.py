@@ -16,6 +16,11 @@ says how fast), not in turns of its loop: a loop's turns take as long as the CPU
 and a loop that only reads turned five times faster than one that also compares, so that a
 wait timed by the one was a fifth as long in the other.
 
+An operator whose parts are one compiled kernel goes further (:func:`take_parts`): the
+caller hands the parts over from compiled code, after letting go of the GIL, and every thread
+takes parts and runs them there, so that no thread waits for the GIL between a hand-off and
+the last part. A helper still returns to Python once per task, to find the task's arguments.
+
 Without Numba the waits do not spin: a helper blocks on its lock, a caller polls.
 """
 
@@ -28,11 +33,19 @@ import numpy as np
 
 from kuiperinfer.kernels.jit import AVAILABLE, kernel
 
+PYTHON_TASK = 1
+COMPILED_TASK = 1 << 32
+"""What handing a helper a task adds to its count of tasks: a task of Python parts, or one
+of compiled parts (:func:`take_parts`), counted apart, since only before a Python task does a
+helper give its caller a moment to let go of the GIL."""
+
 if AVAILABLE:
     from llvmlite import ir
     from numba import types
     from numba.core import cgutils
     from numba.extending import intrinsic
+
+    from kuiperinfer.kernels.jit import function_at
 
     def _element_pointer(context, builder, array_type, array, index):  # noqa: ANN001, ANN202
         """The address of ``array[index]`` in the generated code."""
@@ -71,17 +84,25 @@ if AVAILABLE:
         return cycle_counter()
 
     @kernel
-    def wait_for_task(posted: np.ndarray, seen: int, left: np.ndarray, ran: int, ticks: int, settle: int) -> bool:
+    def post(posted: np.ndarray, helper: int, kind: int) -> None:
+        """Hand ``helper`` a task of ``kind`` (:data:`PYTHON_TASK` or :data:`COMPILED_TASK`)."""
+        add_and_fetch(posted, helper, kind)
+
+    @kernel
+    def wait_for_task(posted: np.ndarray, helper: int, seen: int, left: np.ndarray, ran: int, ticks: int,
+                      settle: int) -> bool:
         """A helper's wait: count its ``ran`` finished parts off the last task's ``left``, then
-        spin until ``posted[0]`` differs from ``seen`` (True) or for ``ticks`` ticks (False).
-        A new task is followed by ``settle`` more ticks, for the caller to get into its part."""
+        spin until ``posted[helper]`` passes ``seen`` (True) or for ``ticks`` ticks (False).
+        A new Python task is followed by ``settle`` more ticks, for the caller to get into its part."""
         add_and_fetch(left, 0, -ran)
         start = cycle_counter()
         while True:
-            if load_acquire(posted, 0) != seen:
-                seen_at = cycle_counter()
-                while cycle_counter() - seen_at < settle:
-                    pass
+            now = load_acquire(posted, helper)
+            if now > seen:
+                if (now - seen) % COMPILED_TASK:
+                    seen_at = cycle_counter()
+                    while cycle_counter() - seen_at < settle:
+                        pass
                 return True
             if cycle_counter() - start >= ticks:
                 return False
@@ -98,6 +119,30 @@ if AVAILABLE:
                 return True
         return False
 
+    @kernel
+    def take_parts(state: np.ndarray, posted: np.ndarray, helpers: int, left: np.ndarray, ticks: int, address: int,
+                   kind: object, head: tuple, tail: tuple) -> int:
+        """Hand the parts of ``state`` (the next part to take, how many there are) to the first
+        ``helpers`` helpers, then take parts one at a time and run each, ``first``, through the
+        kernel at ``address`` (of type ``kind``) as ``kernel(*head, first, first + 1, *tail)``,
+        until none is left. A helper (``ticks`` 0) returns how many it ran, to count off in its
+        next wait, after it let go of the GIL; the caller counts its own off ``left`` and waits
+        there for the helpers' (:func:`finish_and_wait`), so that it returns to Python, and
+        takes the GIL, once they have let go of it: 0 then, or -1 if they were not done."""
+        for helper in range(helpers):
+            add_and_fetch(posted, helper, COMPILED_TASK)
+        run = function_at(address, kind)
+        ran = 0
+        while True:
+            part = add_and_fetch(state, 0, 1) - 1
+            if part >= state[1]:
+                break
+            run(*head, part, part + 1, *tail)
+            ran += 1
+        if ticks == 0:
+            return ran
+        return 0 if finish_and_wait(left, ran, ticks) else -1
+
 else:
     _counting = threading.Lock()
 
@@ -110,7 +155,13 @@ else:
         """Without Numba: nanoseconds of the monotonic clock, for the waits that do not spin."""
         return time.perf_counter_ns()
 
-    def wait_for_task(posted: np.ndarray, seen: int, left: np.ndarray, ran: int, ticks: int, settle: int) -> bool:
+    def post(posted: np.ndarray, helper: int, kind: int) -> None:
+        """Hand ``helper`` a task of ``kind``, without Numba."""
+        with _counting:
+            posted[helper] += kind
+
+    def wait_for_task(posted: np.ndarray, helper: int, seen: int, left: np.ndarray, ran: int, ticks: int,
+                      settle: int) -> bool:
         """A helper's wait without Numba: count its parts off and return False (block)."""
         _count_off(left, ran)
         return False
