@@ -45,7 +45,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -55,7 +55,7 @@ from kuiperinfer.kernels.elementwise import Epilogue, InplaceActivation
 from kuiperinfer.kernels.matrix import int8
 from kuiperinfer.kernels.matrix.bf16 import round_bf16
 from kuiperinfer.kernels.matrix.features import MatrixFeatures, detect
-from kuiperinfer.kernels.parallel import run_parts, threads_for
+from kuiperinfer.kernels.parallel import compiled_parts, run_parts, threads_for
 
 INT8_ACCUMULATION_LIMIT = (2**31 - 1) // (int8.ACTIVATION_STEPS * int8.WEIGHT_LIMIT)
 """The deepest int8 product whose sums fit int32 whatever the values (66,311)."""
@@ -410,11 +410,12 @@ class Product:
         if parts is None:
             parts = self._parts[key] = product_parts(m, self.out_features, k, self.kernel, columns)
         work = m * (columns[1] - columns[0]) * k // self.kernel.speedup
-        if shared and threads_for(work) > 1:
-            run_parts(range(len(parts)), work,
-                      lambda part: self._blocks(a, parts, part, part + 1, columns, residual, out, numbers))
+        head, tail = self._block_arguments(a, parts, columns, residual, out, numbers)
+        blocks = self._compiled_products.BLOCKS[self.kernel.dot]
+        if shared:
+            compiled_parts(blocks).run(len(parts), work, head, tail)
         else:
-            self._blocks(a, parts, 0, len(parts), columns, residual, out, numbers)
+            blocks(*head, 0, len(parts), *tail)
 
     def epilogue_numbers(self, residual_scale: float = 1.0, residual_zero_point: int = 0) -> np.ndarray:
         """The compiled epilogue's numbers (:func:`~kuiperinfer.kernels.compiled.products.epilogue_numbers`)
@@ -433,12 +434,12 @@ class Product:
         the epilogue's numbers (without a residual). Only for a product on compiled tiles."""
         return (self.kernel.dot, *self._tiles, self._bias, self.epilogue_numbers())
 
-    def _blocks(self, a: np.ndarray, parts: np.ndarray, first: int, last: int, columns: tuple[int, int],
-                residual: np.ndarray, out: np.ndarray, numbers: np.ndarray) -> None:
-        """Blocks ``first:last`` of ``parts`` through the compiled tiles, in one call."""
+    def _block_arguments(self, a: np.ndarray, parts: np.ndarray, columns: tuple[int, int], residual: np.ndarray,
+                         out: np.ndarray, numbers: np.ndarray) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+        """The compiled tiles' arguments before and after the blocks ``first, last`` of ``parts``
+        they make (:class:`~kuiperinfer.kernels.parallel.CompiledParts`)."""
         packed, strip_bytes, correction, scale = self._tiles
-        self._compiled_products.BLOCKS[self.kernel.dot](a, packed, strip_bytes, parts, first, last, columns,
-                                                        correction, scale, self._bias, residual, out, numbers)
+        return (a, packed, strip_bytes, parts), (columns, correction, scale, self._bias, residual, out, numbers)
 
 
 class Int8Product(Product):
@@ -615,10 +616,9 @@ class Fp32Product(_FloatProduct):
         return (self.kernel.dot, self.packed, 0, np.empty(0, np.int32), np.empty(0, np.float32), self._bias,
                 self.epilogue_numbers())
 
-    def _blocks(self, a: np.ndarray, parts: np.ndarray, first: int, last: int, columns: tuple[int, int],
-                residual: np.ndarray, out: np.ndarray, numbers: np.ndarray) -> None:
-        self._compiled_products.BLOCKS[self.kernel.dot](a, self.packed, parts, first, last, columns, self._bias,
-                                                        residual, out, numbers)
+    def _block_arguments(self, a: np.ndarray, parts: np.ndarray, columns: tuple[int, int], residual: np.ndarray,
+                         out: np.ndarray, numbers: np.ndarray) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+        return (a, self.packed, parts), (columns, self._bias, residual, out, numbers)
 
 
 VECTOR_BYTES = 64
