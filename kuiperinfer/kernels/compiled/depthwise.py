@@ -46,7 +46,7 @@ from kuiperinfer.kernels.compiled.vectors import (
     store,
 )
 from kuiperinfer.kernels.jit import AVAILABLE, KernelAddress, compiled_for, empty, inline, kernel, kernel_array, scratch
-from kuiperinfer.kernels.parallel import even_step, run_parts, threads_for
+from kuiperinfer.kernels.parallel import compiled_parts, even_step, kinds_of, run_parts, threads_for
 
 if AVAILABLE:   # the matrix engine's tiles exist only compiled; without Numba no product has them
     from kuiperinfer.kernels.compiled.products import BLOCKS, DOT_BLOCKS, TILES
@@ -311,6 +311,13 @@ def float_pointwise(matrix: np.ndarray, epilogue: CompiledEpilogue) -> Pointwise
     return pointwise
 
 
+def stripe_of(w: int, width: int, kh: int, sh: int, h: int, rows: int) -> tuple[int, int]:
+    """The output rows of a stripe of a part of ``rows`` output rows and ``width`` channels of
+    an image ``w`` pixels wide, and the rows of its buffer of expanded input rows."""
+    stripe = max(1, (STRIPE_BYTES // (w * width * 4) - kh) // sh + 1)
+    return stripe, min(h, (min(stripe, rows) - 1) * sh + kh)
+
+
 def stripe_rows(y: int, stripe: int, stop: int, sh: int, top: int, kh: int, h: int) -> tuple[int, int, int]:
     """The output rows of the stripe from row ``y``, and the image rows ``start:finish`` they read."""
     end = min(stop, y + stripe)
@@ -367,9 +374,40 @@ def stripes_walk(floats: bool) -> Callable[..., None]:
     return kernel(part)
 
 
+@cache
+def stripes_parts(floats: bool) -> Callable[..., None]:
+    """The kernel of :func:`pointwise_depthwise`'s parts ``first:last`` on the matrix engine's
+    tiles, as the pool's threads take them (:class:`~kuiperinfer.kernels.parallel.CompiledParts`):
+    each row of ``table`` (image, first and stop output rows, first and stop channels, stripe,
+    buffer rows, where its channels' taps start in ``block_taps``) walked down by
+    :func:`stripes_walk` through thread ``thread``'s ``slot`` values of ``buffers``."""
+    walk = stripes_walk(floats)
+
+    def parts(product_at, product_type, depthwise_at, depthwise_type, x, packed, strip_bytes, correction,  # noqa: ANN001
+              scale, product_bias, numbers, lanes, block_taps, bias, out, table, kh, kw, sh, sw, top, left,
+              code, a, b, buffers, slot, thread, first, last) -> None:
+        w = x.shape[2]
+        for part in range(first, last):
+            image, y0, y1, c0, c1, stripe, rows, at = table[part]
+            width = c1 - c0
+            taps = block_taps[at:at + kh * kw * width].reshape((kh, kw, width))
+            buffer = buffers[thread * slot:thread * slot + rows * w * width].reshape((rows, w, width))
+            walk(product_at, product_type, depthwise_at, depthwise_type, x[image], packed, strip_bytes, correction,
+                 scale, product_bias, numbers, lanes, taps, bias[c0:c1], out[image], y0, y1, c0, kh, sh, sw, top,
+                 left, code, a, b, stripe, buffer)
+
+    parts.__qualname__ = f"{'float' if floats else 'dot'}_stripes_parts"
+    return kernel(parts)
+
+
 _MAKING = threading.Lock()
 """Held while a :class:`TiledStripes` makes its call, so that threads reaching their first
 call at once compile each kernel once."""
+
+
+StripesPlan = tuple[np.ndarray, int, np.ndarray, KernelAddress, KernelAddress, object]
+"""How :class:`TiledStripes` runs on input of one shape: its parts' table, each thread's buffer
+size, the blocks' taps, the product and depthwise kernels, and the arguments' kinds."""
 
 
 class TiledStripes:
@@ -384,6 +422,7 @@ class TiledStripes:
         self.depthwise = depthwise
         self.lanes = TILES[self.dot][2]
         self._calls: dict[np.dtype, tuple[Callable[..., None], KernelAddress, KernelAddress]] = {}
+        self._plans: dict[tuple[object, ...], StripesPlan] = {}
 
     def _call(self, x: np.ndarray, taps: np.ndarray, bias: np.ndarray, out: np.ndarray, buffer: np.ndarray,
               code: tuple[int, np.float32, np.float32]) -> tuple[Callable[..., None], KernelAddress, KernelAddress]:
@@ -410,15 +449,53 @@ class TiledStripes:
         found = self._calls[x.dtype] = (walk, product, depthwise)
         return found
 
-    def __call__(self, x: np.ndarray, channels: slice, out: np.ndarray, first: int, stop: int, stride: tuple[int, int],
-                 padding: Padding, stripe: int, buffer: np.ndarray) -> None:
-        """Output rows ``first:stop`` of ``channels`` of one image into ``out`` (OH, OW, C) from
-        its input pixels ``x`` (H, W, Cin), ``stripe`` rows at a time through ``buffer``."""
-        taps, bias = self.depthwise.block(channels)
-        walk, product, depthwise = self._call(x, taps, bias, out, buffer, self.depthwise.code)
-        walk(product.address, product.type, depthwise.address, depthwise.type, x, self.packed, self.strip_bytes,
-             self.correction, self.scale, self.bias, self.numbers, self.lanes, taps, bias, out, first, stop,
-             channels.start, taps.shape[0], *stride, padding[0][0], padding[1][0], *self.depthwise.code, stripe, buffer)
+    def run(self, x: np.ndarray, out: np.ndarray, work: int, stride: tuple[int, int], padding: Padding) -> None:
+        """:func:`pointwise_depthwise` into ``out`` (N, OH, OW, C) from the input pixels ``x``
+        (N, H, W, Cin), each of its parts walked down its stripes in compiled code
+        (:func:`stripes_parts`) by whichever of the run's threads takes it."""
+        threads = threads_for(work)
+        key = (x.shape, x.dtype, out.shape, threads)
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = self._plans[key] = self._plan(x, out, work, threads, stride, padding)
+        table, slot, block_taps, product, depthwise, kinds = plan
+        head = self._head(x, out, stride, padding, threads, table, slot, block_taps, product, depthwise)
+        compiled_parts(stripes_parts(self.dot >= len(DOT_BLOCKS)), per_thread=True).run(len(table), work, head, (),
+                                                                                        kinds)
+
+    def _head(self, x: np.ndarray, out: np.ndarray, stride: tuple[int, int], padding: Padding, threads: int,
+              table: np.ndarray, slot: int, block_taps: np.ndarray, product: KernelAddress,
+              depthwise: KernelAddress) -> tuple:
+        """The arguments of :func:`stripes_parts` before the parts."""
+        kh, kw = self.depthwise.taps.shape[:2]
+        return (product.address, product.type, depthwise.address, depthwise.type, x, self.packed, self.strip_bytes,
+                self.correction, self.scale, self.bias, self.numbers, self.lanes, block_taps, self.depthwise.bias,
+                out, table, kh, kw, *stride, padding[0][0], padding[1][0], *self.depthwise.code,
+                scratch((min(threads, len(table)) * slot,)), slot, 0)
+
+    def _plan(self, x: np.ndarray, out: np.ndarray, work: int, threads: int, stride: tuple[int, int],
+              padding: Padding) -> StripesPlan:
+        """The parts of a call on ``x`` of this shape and type into ``out`` on ``threads`` threads,
+        as a table (:func:`stripes_parts`), the memory of each thread's buffer, each block of
+        channels' taps, and the product and depthwise kernels: made once for each."""
+        n, h, w, c_in = x.shape
+        kh, kw = self.depthwise.taps.shape[:2]
+        parts = parts_of(n, out.shape[1], out.shape[3], work, threads, max(0, kh - stride[0]), stride[0],
+                         FUSED_PARTS_PER_THREAD)
+        blocks = sorted({(block.start, block.stop) for *_, block in parts})
+        pieces = [self.depthwise.block(slice(*block))[0].reshape(-1) for block in blocks]
+        starts = dict(zip(blocks, np.cumsum([0] + [piece.size for piece in pieces]).tolist()))
+        table = np.empty((len(parts), 8), np.int64)
+        for row, (image, first, stop, block) in zip(table, parts):
+            stripe, rows = stripe_of(w, block.stop - block.start, kh, stride[0], h, stop - first)
+            row[:] = image, first, stop, block.start, block.stop, stripe, rows, starts[block.start, block.stop]
+        slot = int((table[:, 6] * w * (table[:, 4] - table[:, 3])).max())
+        taps, bias = self.depthwise.block(parts[0][3])
+        buffer = np.empty((table[0, 6], w, taps.shape[2]), np.float32)
+        _, product, depthwise = self._call(x[0], taps, bias, out[0], buffer, self.depthwise.code)
+        block_taps = np.concatenate(pieces)
+        kinds = kinds_of(self._head(x, out, stride, padding, threads, table, slot, block_taps, product, depthwise))
+        return table, slot, block_taps, product, depthwise, kinds
 
 
 def pointwise_depthwise(x: np.ndarray, pointwise: PointwiseRows | TiledStripes, channels: int,
@@ -439,17 +516,17 @@ def pointwise_depthwise(x: np.ndarray, pointwise: PointwiseRows | TiledStripes, 
     ow = output_size(w, kw, sw, *padding[1])
     out = empty((n, oh, ow, channels))
     work = n * h * w * c_in * channels + n * oh * ow * channels * kh * kw
+    if isinstance(pointwise, TiledStripes):
+        pointwise.run(x, out, work, stride, padding)
+        return out
     parts = parts_of(n, oh, channels, work, threads_for(work), max(0, kh - sh), sh, FUSED_PARTS_PER_THREAD)
 
     def run(part: Part) -> None:
         image, first, stop, block = part
         source = x[image]
         width = block.stop - block.start
-        stripe = max(1, (STRIPE_BYTES // (w * width * 4) - kh) // sh + 1)
-        buffer = scratch((min(h, (min(stripe, stop - first) - 1) * sh + kh), w, width))
-        if isinstance(pointwise, TiledStripes):
-            pointwise(source, block, out[image], first, stop, stride, padding, stripe, buffer)
-            return
+        stripe, rows = stripe_of(w, width, kh, sh, h, stop - first)
+        buffer = scratch((rows, w, width))
         held_start = held_stop = 0          # the image rows the buffer holds, from its top
         for y in range(first, stop, stripe):
             end, start, finish = stripe_rows(y, stripe, stop, sh, top, kh, h)
