@@ -45,7 +45,7 @@ from kuiperinfer.kernels.compiled.vectors import (
     splat,
     store,
 )
-from kuiperinfer.kernels.jit import AVAILABLE, KernelAddress, compiled_for, empty, inline, kernel, kernel_array, scratch
+from kuiperinfer.kernels.jit import AVAILABLE, KernelAddress, empty, inline, kernel, kernel_array, scratch
 from kuiperinfer.kernels.parallel import compiled_parts, even_step, kinds_of, run_parts, threads_for
 
 if AVAILABLE:   # the matrix engine's tiles exist only compiled; without Numba no product has them
@@ -374,30 +374,25 @@ def stripes_walk(floats: bool) -> Callable[..., None]:
     return kernel(part)
 
 
-@cache
-def stripes_parts(floats: bool) -> Callable[..., None]:
-    """The kernel of :func:`pointwise_depthwise`'s parts ``first:last`` on the matrix engine's
-    tiles, as the pool's threads take them (:class:`~kuiperinfer.kernels.parallel.CompiledParts`):
-    each row of ``table`` (image, first and stop output rows, first and stop channels, stripe,
-    buffer rows, where its channels' taps start in ``block_taps``) walked down by
-    :func:`stripes_walk` through thread ``thread``'s ``slot`` values of ``buffers``."""
-    walk = stripes_walk(floats)
-
-    def parts(product_at, product_type, depthwise_at, depthwise_type, x, packed, strip_bytes, correction,  # noqa: ANN001
-              scale, product_bias, numbers, lanes, block_taps, bias, out, table, kh, kw, sh, sw, top, left,
-              code, a, b, buffers, slot, thread, first, last) -> None:
-        w = x.shape[2]
-        for part in range(first, last):
-            image, y0, y1, c0, c1, stripe, rows, at = table[part]
-            width = c1 - c0
-            taps = block_taps[at:at + kh * kw * width].reshape((kh, kw, width))
-            buffer = buffers[thread * slot:thread * slot + rows * w * width].reshape((rows, w, width))
-            walk(product_at, product_type, depthwise_at, depthwise_type, x[image], packed, strip_bytes, correction,
-                 scale, product_bias, numbers, lanes, taps, bias[c0:c1], out[image], y0, y1, c0, kh, sh, sw, top,
-                 left, code, a, b, stripe, buffer)
-
-    parts.__qualname__ = f"{'float' if floats else 'dot'}_stripes_parts"
-    return kernel(parts)
+@kernel
+def stripes_parts(walk_at, walk_type, product_at, product_type, depthwise_at, depthwise_type, x, packed,  # noqa: ANN001
+                  strip_bytes, correction, scale, product_bias, numbers, lanes, block_taps, bias, out, table, kh, kw,
+                  sh, sw, top, left, code, a, b, buffers, slot, thread, first, last) -> None:
+    """:func:`pointwise_depthwise`'s parts ``first:last`` on the matrix engine's tiles, as the
+    pool's threads take them (:class:`~kuiperinfer.kernels.parallel.CompiledParts`): each row
+    of ``table`` (image, first and stop output rows, first and stop channels, stripe, buffer
+    rows, where its channels' taps start in ``block_taps``) walked down by the
+    :func:`stripes_walk` at ``walk_at`` through thread ``thread``'s ``slot`` values of ``buffers``."""
+    walk = function_at(walk_at, walk_type)
+    w = x.shape[2]
+    for part in range(first, last):
+        image, y0, y1, c0, c1, stripe, rows, at = table[part]
+        width = c1 - c0
+        taps = block_taps[at:at + kh * kw * width].reshape((kh, kw, width))
+        buffer = buffers[thread * slot:thread * slot + rows * w * width].reshape((rows, w, width))
+        walk(product_at, product_type, depthwise_at, depthwise_type, x[image], packed, strip_bytes, correction,
+             scale, product_bias, numbers, lanes, taps, bias[c0:c1], out[image], y0, y1, c0, kh, sh, sw, top,
+             left, code, a, b, stripe, buffer)
 
 
 _MAKING = threading.Lock()
@@ -405,9 +400,12 @@ _MAKING = threading.Lock()
 call at once compile each kernel once."""
 
 
-StripesPlan = tuple[np.ndarray, int, np.ndarray, KernelAddress, KernelAddress, object]
+StripesKernels = tuple[KernelAddress, KernelAddress, KernelAddress]
+"""The kernels :class:`TiledStripes` runs: the walk (:func:`stripes_walk`), its product and
+its depthwise kernel."""
+StripesPlan = tuple[np.ndarray, int, np.ndarray, StripesKernels, object]
 """How :class:`TiledStripes` runs on input of one shape: its parts' table, each thread's buffer
-size, the blocks' taps, the product and depthwise kernels, and the arguments' kinds."""
+size, the blocks' taps, the kernels, and the arguments' kinds."""
 
 
 class TiledStripes:
@@ -421,11 +419,11 @@ class TiledStripes:
         self.dot, self.packed, self.strip_bytes, self.correction, self.scale, self.bias, self.numbers = tiles
         self.depthwise = depthwise
         self.lanes = TILES[self.dot][2]
-        self._calls: dict[np.dtype, tuple[Callable[..., None], KernelAddress, KernelAddress]] = {}
+        self._calls: dict[np.dtype, StripesKernels] = {}
         self._plans: dict[tuple[object, ...], StripesPlan] = {}
 
     def _call(self, x: np.ndarray, taps: np.ndarray, bias: np.ndarray, out: np.ndarray, buffer: np.ndarray,
-              code: tuple[int, np.float32, np.float32]) -> tuple[Callable[..., None], KernelAddress, KernelAddress]:
+              code: tuple[int, np.float32, np.float32]) -> StripesKernels:
         """The walk and its two kernels for input of ``x``'s type, made on the first call."""
         found = self._calls.get(x.dtype)
         if found is None:
@@ -434,7 +432,7 @@ class TiledStripes:
         return found
 
     def _make(self, x: np.ndarray, taps: np.ndarray, bias: np.ndarray, out: np.ndarray, buffer: np.ndarray,
-              code: tuple[int, np.float32, np.float32]) -> tuple[Callable[..., None], KernelAddress, KernelAddress]:
+              code: tuple[int, np.float32, np.float32]) -> StripesKernels:
         rows, parts, stored = np.empty((0, 0), x.dtype), np.empty((1, 4), np.int64), buffer[0]
         floats = self.dot >= len(DOT_BLOCKS)
         product = KernelAddress(BLOCKS[self.dot], rows, self.packed, parts, 0, 0, (0, 0), self.bias, stored, stored,
@@ -443,9 +441,9 @@ class TiledStripes:
                           self.scale, self.bias, stored, stored, self.numbers)
         depthwise = KernelAddress(self.depthwise.kernel, buffer, 0, 0, taps, bias, out, 0, 0, 0, 0, 0, 0, 0, *code,
                                   empty((0, 0, LANES)))
-        walk = compiled_for(stripes_walk(floats), product.address, product.type, depthwise.address, depthwise.type,
-                            x, self.packed, self.strip_bytes, self.correction, self.scale, self.bias, self.numbers, 0,
-                            taps, bias, out, 0, 0, 0, 0, 0, 0, 0, 0, *code, 0, buffer)
+        walk = KernelAddress(stripes_walk(floats), product.address, product.type, depthwise.address, depthwise.type,
+                             x, self.packed, self.strip_bytes, self.correction, self.scale, self.bias, self.numbers, 0,
+                             taps, bias, out, 0, 0, 0, 0, 0, 0, 0, 0, *code, 0, buffer)
         found = self._calls[x.dtype] = (walk, product, depthwise)
         return found
 
@@ -453,22 +451,22 @@ class TiledStripes:
         """:func:`pointwise_depthwise` into ``out`` (N, OH, OW, C) from the input pixels ``x``
         (N, H, W, Cin), each of its parts walked down its stripes in compiled code
         (:func:`stripes_parts`) by whichever of the run's threads takes it."""
-        threads = threads_for(work)
+        threads = threads_for(work, compiled=True)
         key = (x.shape, x.dtype, out.shape, threads)
         plan = self._plans.get(key)
         if plan is None:
             plan = self._plans[key] = self._plan(x, out, work, threads, stride, padding)
-        table, slot, block_taps, product, depthwise, kinds = plan
-        head = self._head(x, out, stride, padding, threads, table, slot, block_taps, product, depthwise)
-        compiled_parts(stripes_parts(self.dot >= len(DOT_BLOCKS)), per_thread=True).run(len(table), work, head, (),
-                                                                                        kinds)
+        table, slot, block_taps, kernels, kinds = plan
+        head = self._head(x, out, stride, padding, threads, table, slot, block_taps, kernels)
+        compiled_parts(stripes_parts, per_thread=True).run(len(table), work, head, (), kinds)
 
     def _head(self, x: np.ndarray, out: np.ndarray, stride: tuple[int, int], padding: Padding, threads: int,
-              table: np.ndarray, slot: int, block_taps: np.ndarray, product: KernelAddress,
-              depthwise: KernelAddress) -> tuple:
+              table: np.ndarray, slot: int, block_taps: np.ndarray, kernels: StripesKernels) -> tuple:
         """The arguments of :func:`stripes_parts` before the parts."""
         kh, kw = self.depthwise.taps.shape[:2]
-        return (product.address, product.type, depthwise.address, depthwise.type, x, self.packed, self.strip_bytes,
+        walk, product, depthwise = kernels
+        return (walk.address, walk.type, product.address, product.type, depthwise.address, depthwise.type, x,
+                self.packed, self.strip_bytes,
                 self.correction, self.scale, self.bias, self.numbers, self.lanes, block_taps, self.depthwise.bias,
                 out, table, kh, kw, *stride, padding[0][0], padding[1][0], *self.depthwise.code,
                 scratch((min(threads, len(table)) * slot,)), slot, 0)
@@ -492,10 +490,10 @@ class TiledStripes:
         slot = int((table[:, 6] * w * (table[:, 4] - table[:, 3])).max())
         taps, bias = self.depthwise.block(parts[0][3])
         buffer = np.empty((table[0, 6], w, taps.shape[2]), np.float32)
-        _, product, depthwise = self._call(x[0], taps, bias, out[0], buffer, self.depthwise.code)
+        kernels = self._call(x[0], taps, bias, out[0], buffer, self.depthwise.code)
         block_taps = np.concatenate(pieces)
-        kinds = kinds_of(self._head(x, out, stride, padding, threads, table, slot, block_taps, product, depthwise))
-        return table, slot, block_taps, product, depthwise, kinds
+        kinds = kinds_of(self._head(x, out, stride, padding, threads, table, slot, block_taps, kernels))
+        return table, slot, block_taps, kernels, kinds
 
 
 def pointwise_depthwise(x: np.ndarray, pointwise: PointwiseRows | TiledStripes, channels: int,
