@@ -12,8 +12,7 @@ from kuiperinfer.kernels.parallel import QuietMachine, ThreadPool, Timing
 def intra_op(threads: int, min_work: int = 0, **timing) -> Iterator[ThreadPool]:
     """Kernels called inside share their parts among ``threads`` threads of a fresh pool on a
     quiet machine, from ``min_work`` multiply-adds up (0: every operator)."""
-    pool = ThreadPool(threads, load=QuietMachine(),
-                      timing=Timing(min_work=min_work, min_work_compiled=min_work, **timing))
+    pool = ThreadPool(threads, load=QuietMachine(), timing=Timing(min_work=min_work, **timing))
     try:
         with pool.running():
             yield pool

@@ -63,9 +63,6 @@ class Timing:
     """Fewest multiply-adds an operator shares on a quiet machine. Below it a share costs more
     than it gives back: the hand-offs, and the next operator, run by one thread, reading an
     input half of which the other core wrote."""
-    min_work_compiled: int = 4 << 20
-    """The same for an operator whose parts run from compiled code (:class:`CompiledParts`),
-    whose hand-off costs a few microseconds instead of tens."""
     min_work_busy: int = 24 << 20
     """The fewest while other processes want the cores: a helper they keep off its core makes
     the caller wait for the parts it took."""
@@ -292,10 +289,9 @@ class ThreadPool:
         finally:
             _POOL.reset(token)
 
-    def threads_for(self, work: int, compiled: bool = False) -> int:
-        """How many threads an operator of ``work`` multiply-adds shares its parts among (parts
-        run from compiled code where ``compiled``)."""
-        if self.threads < 2 or work < (self.timing.min_work_compiled if compiled else self.timing.min_work):
+    def threads_for(self, work: int) -> int:
+        """How many threads an operator of ``work`` multiply-adds shares its parts among."""
+        if self.threads < 2 or work < self.timing.min_work:
             return 1
         if work >= self.timing.min_work_busy or not self.load.busy:
             return self.threads
@@ -380,11 +376,11 @@ def one_thread() -> Iterator[None]:
         _POOL.reset(token)
 
 
-def threads_for(work: int, compiled: bool = False) -> int:
+def threads_for(work: int) -> int:
     """How many threads an operator of ``work`` multiply-adds shares its parts among in the
-    current run (1 outside a pool's run), its parts run from compiled code where ``compiled``."""
+    current run (1 outside a pool's run)."""
     pool = _POOL.get()
-    return 1 if pool is None else pool.threads_for(work, compiled)
+    return 1 if pool is None else pool.threads_for(work)
 
 
 def run_parts(parts: Sequence[Part], work: int, run: Callable[[Part], object]) -> None:
@@ -419,7 +415,7 @@ class CompiledParts:
         :func:`threads_for` ``work`` threads of the current run's pool. ``kinds`` is
         :func:`kinds_of` the arguments where the caller knows it already; without it, a
         call on one thread goes through Numba's dispatch, which costs less than finding it."""
-        threads = min(threads_for(work, compiled=True), count)
+        threads = min(threads_for(work), count)
         if threads < 2 and kinds is None:
             self.dispatcher(*head, 0, count, *tail)
             return

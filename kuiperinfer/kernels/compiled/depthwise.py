@@ -451,7 +451,7 @@ class TiledStripes:
         """:func:`pointwise_depthwise` into ``out`` (N, OH, OW, C) from the input pixels ``x``
         (N, H, W, Cin), each of its parts walked down its stripes in compiled code
         (:func:`stripes_parts`) by whichever of the run's threads takes it."""
-        threads = threads_for(work, compiled=True)
+        threads = threads_for(work)
         key = (x.shape, x.dtype, out.shape, threads)
         plan = self._plans.get(key)
         if plan is None:
