@@ -406,7 +406,7 @@ class CompiledParts:
 
     def __init__(self, dispatcher: Any, per_thread: bool = False):
         self.dispatcher, self.per_thread = dispatcher, per_thread
-        self._made: dict[tuple[Any, ...], tuple[Callable[..., None], Any]] = {}
+        self._made: dict[tuple[Any, ...], tuple[Callable[..., None], Any, Callable[..., None]]] = {}
         self._making = threading.Lock()
 
     def run(self, count: int, work: int, head: tuple[Any, ...], tail: tuple[Any, ...],
@@ -424,21 +424,22 @@ class CompiledParts:
         if made is None:
             with self._making:
                 made = self._made.get(kinds) or self._make(kinds, head, tail)
-        task = CompiledTask(count, *made, head, tail, self.per_thread)
+        take, kernel, whole = made
         if threads < 2:
-            task.run(task.left, 0, 1)    # hands nothing over
+            whole(*head, 0, count, *tail)
         else:
-            _POOL.get().share_compiled(task, threads)
+            _POOL.get().share_compiled(CompiledTask(count, take, kernel, head, tail, self.per_thread), threads)
 
     def _make(self, kinds: tuple[Any, ...], head: tuple[Any, ...],
-              tail: tuple[Any, ...]) -> tuple[Callable[..., None], Any]:
+              tail: tuple[Any, ...]) -> tuple[Callable[..., None], Any, Callable[..., None]]:
         from kuiperinfer.kernels.compiled import spin
         from kuiperinfer.kernels.jit import KernelAddress, compiled_for
 
         kernel = KernelAddress(self.dispatcher, *head, 0, 0, *tail)
         counter = np.zeros(2, np.int64)
         take = compiled_for(spin.take_parts, counter, counter, 0, counter, 0, kernel.address, kernel.type, head, tail)
-        made = self._made[kinds] = (take, kernel)
+        whole = compiled_for(self.dispatcher, *head, 0, 0, *tail)   # every part in one call, on one thread
+        made = self._made[kinds] = (take, kernel, whole)
         return made
 
 
