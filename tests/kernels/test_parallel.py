@@ -162,6 +162,19 @@ def test_compiled_parts_each_run_once_by_the_caller_and_a_helper_with_their_thre
     assert sorted(set(log // 1000)) == [1, 2]                   # the caller (0) and helper 1, each with its number
 
 
+def test_compiled_parts_reach_helpers_that_block_between_tasks(mark_parts):
+    """On a busy machine helpers block on their queues instead of spinning: a compiled task
+    still wakes one (the hand-off from compiled code only bumps a counter it is not watching)."""
+    pool = parallel.ThreadPool(2, spin="never", timing=parallel.Timing(min_work=0, min_work_busy=0))
+    try:
+        with pool.running():
+            logs = [mark_all(mark_parts, 8, microseconds=2000) for _ in range(3)]
+    finally:
+        pool.close()
+    assert all(sorted(set(log % 1000)) == [1] for log in logs)
+    assert 2 in {int(value) // 1000 for log in logs for value in log}      # the helper took parts
+
+
 def test_compiled_parts_outside_a_run_stay_in_the_calling_thread(mark_parts):
     assert set(mark_all(mark_parts, 5)) == {1001}
 
