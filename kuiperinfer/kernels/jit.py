@@ -22,6 +22,7 @@ start on a cache line, and :func:`scratch` lends a thread a buffer it keeps betw
 from __future__ import annotations
 
 import hashlib
+import math
 import sys
 import threading
 import time
@@ -152,7 +153,7 @@ def empty(shape: tuple[int, ...]) -> np.ndarray:
     """A new C-contiguous float32 array whose data starts on a cache line. NumPy's large
     arrays start 16 bytes past one, so that every vector a kernel loads along their rows
     straddles two lines, which costs a vector kernel a fifth of its speed."""
-    size = int(np.prod(shape))
+    size = math.prod(shape)
     lanes = CACHE_LINE // 4
     memory = np.empty(size + lanes, np.float32)
     start = (-memory.ctypes.data % CACHE_LINE) // 4
@@ -168,7 +169,7 @@ def scratch(shape: tuple[int, ...]) -> np.ndarray:
     and costs a page fault per 4 KiB written (a microsecond each on a virtual machine), as
     much as the kernel's work on a large image. The array is the thread's until it calls
     again: one at a time per thread."""
-    size = int(np.prod(shape))
+    size = math.prod(shape)
     memory = getattr(_SCRATCH, "memory", None)
     if memory is None or memory.size < size:
         memory = _SCRATCH.memory = empty((size,))
