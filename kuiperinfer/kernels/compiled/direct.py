@@ -39,7 +39,7 @@ from kuiperinfer.kernels.compiled.vectors import (
     store,
 )
 from kuiperinfer.kernels.jit import empty, inline, kernel, kernel_array
-from kuiperinfer.kernels.parallel import run_parts
+from kuiperinfer.kernels.parallel import compiled_parts, kinds_of, run_parts, threads_for
 
 MAX_CHANNELS = 4
 """Input channels up to which a convolution computes directly (RGB, or RGB and depth)."""
@@ -144,25 +144,35 @@ class DirectWeight:
             offsets = self._offsets[key] = ((c * kh + i) * padded_width + j).reshape(-1)
         return offsets
 
+    def bands(self, x: np.ndarray, out_hw: tuple[int, int], stride: tuple[int, int],
+              dilation: tuple[int, int]) -> tuple[int, int, np.ndarray, tuple[int, int, int]]:
+        """How the convolution of ``x`` (N, C, H, W) is cut: the output rows of each band, the
+        bands of each image, the taps' ``offsets`` and the shape of a band's scratch rows."""
+        c = x.shape[1]
+        (_, ow), k = out_hw, self.weight.shape[1]
+        (kh, kw), sw, dw = self.kernel_size, stride[1], dilation[1]
+        padded_width = (ow - 1) * sw + (kw - 1) * dw + 1
+        step = max(1, PART_WORK // (ow * k * self.weight.shape[0]))
+        return step, -(-out_hw[0] // step), self.offsets(c, padded_width, dw), (c, kh, padded_width)
+
+    def work(self, x: np.ndarray, out_hw: tuple[int, int]) -> int:
+        """Multiply-adds of the convolution of ``x``."""
+        return x.shape[0] * out_hw[0] * out_hw[1] * self.weight.shape[1] * self.weight.shape[0]
+
     def share_rows(self, x: np.ndarray, out_hw: tuple[int, int], stride: tuple[int, int],
                    dilation: tuple[int, int], rows_of: Callable[[int, int, int, np.ndarray, np.ndarray], None]) -> None:
         """``rows_of(image, first, stop, rows, offsets)`` for bands of each image's output rows
         of the convolution of ``x`` (N, C, H, W), shared among the run's threads, each with a
         scratch ``rows`` of its own and the taps' ``offsets``."""
-        n, c, _, _ = x.shape
-        (oh, ow), k = out_hw, self.weight.shape[1]
-        (kh, kw), sw, dw = self.kernel_size, stride[1], dilation[1]
-        padded_width = (ow - 1) * sw + (kw - 1) * dw + 1
-        offsets = self.offsets(c, padded_width, dw)
-        depth = self.weight.shape[0]
-        step = max(1, PART_WORK // (ow * k * depth))
+        step, bands, offsets, scratch = self.bands(x, out_hw, stride, dilation)
+        oh = out_hw[0]
 
         def run(part: tuple[int, int]) -> None:
             image, first = part
-            rows_of(image, first, min(oh, first + step), np.empty((c, kh, padded_width), np.float32), offsets)
+            rows_of(image, first, min(oh, first + step), np.empty(scratch, np.float32), offsets)
 
-        run_parts([(image, first) for image in range(n) for first in range(0, oh, step)], n * oh * ow * k * depth,
-                  run)
+        run_parts([(image, first) for image in range(x.shape[0]) for first in range(0, oh, step)],
+                  self.work(x, out_hw), run)
 
 
 class CompiledDirect(DirectWeight):
@@ -173,6 +183,7 @@ class CompiledDirect(DirectWeight):
     def __init__(self, weight: np.ndarray, epilogue: CompiledEpilogue):
         super().__init__(weight)
         self.bias, self.code = epilogue.bias, epilogue.code
+        self._kinds: object = None
 
     def __call__(self, x: np.ndarray, out_hw: tuple[int, int], stride: tuple[int, int],
                  dilation: tuple[int, int], padding: tuple[tuple[int, int], tuple[int, int]]) -> np.ndarray:
@@ -180,10 +191,26 @@ class CompiledDirect(DirectWeight):
         array, bands of its rows shared among threads."""
         x = kernel_array(x)
         out = empty((x.shape[0], *out_hw, self.weight.shape[1]))
-
-        def rows_of(image: int, first: int, stop: int, rows: np.ndarray, offsets: np.ndarray) -> None:
-            direct_rows(x[image], offsets, self.weight, self.bias, out[image], first, stop, *stride, dilation[0],
-                        padding[0][0], padding[1][0], rows, *self.code)
-
-        self.share_rows(x, out_hw, stride, dilation, rows_of)
+        step, bands, offsets, scratch = self.bands(x, out_hw, stride, dilation)
+        work = self.work(x, out_hw)
+        rows = np.empty((min(threads_for(work), x.shape[0] * bands), *scratch), np.float32)
+        head = (x, offsets, self.weight, self.bias, out, step, bands, *stride, dilation[0], padding[0][0],
+                padding[1][0], rows, *self.code, 0)
+        self._kinds = self._kinds or kinds_of(head)     # the same on every call: arrays this class makes
+        compiled_parts(direct_parts, per_thread=True).run(x.shape[0] * bands, work, head, (), self._kinds)
         return out
+
+
+@kernel
+def direct_parts(x: np.ndarray, offsets: np.ndarray, weight: np.ndarray, bias: np.ndarray, out: np.ndarray,
+                 step: int, bands: int, sh: int, sw: int, dh: int, top: int, left: int, rows: np.ndarray, code: int,
+                 a: np.float32, b: np.float32, thread: int, first: int, last: int) -> None:
+    """Parts ``first:last`` of a :class:`CompiledDirect` call, as the pool's threads take them
+    (:class:`~kuiperinfer.kernels.parallel.CompiledParts`): part ``p`` is the band ``p % bands``
+    of ``step`` output rows of image ``p // bands`` (:func:`direct_rows`), through thread
+    ``thread``'s scratch ``rows[thread]``."""
+    oh = out.shape[1]
+    for part in range(first, last):
+        image, y0 = part // bands, part % bands * step
+        direct_rows(x[image], offsets, weight, bias, out[image], y0, min(oh, y0 + step), sh, sw, dh, top, left,
+                    rows[thread], code, a, b)
