@@ -7,7 +7,8 @@ from benchmarks.compile_costs import measure_model, report
 from benchmarks.engines import pnnx_file
 from benchmarks.models import MODELS
 
-CALLED_BY_KERNELS = {"kuiperinfer.kernels.compiled.activation.finish_row"}
+CALLED_BY_KERNELS = {"kuiperinfer.kernels.compiled.activation.finish_row",
+                     "kuiperinfer.kernels.compiled.direct.direct_rows"}   # by direct_parts
 """Kernels only other kernels call: compiled with them, and inside their machine code in the
 cache, so a warm process never loads them on their own."""
 
