@@ -44,7 +44,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 from functools import cache
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, NamedTuple, TypeVar
 
 import numpy as np
 
@@ -157,32 +157,33 @@ class Task:
 
 
 class CompiledTask:
-    """One :meth:`CompiledParts.run` call's parts: taken and run in compiled code
-    (:func:`.compiled.spin.take_parts`) by the caller and the helpers it hands them to, and
-    counted off :attr:`left` as a :class:`Task`'s are."""
+    """One :meth:`CompiledParts.run` call's parts: taken and run in compiled code by the caller
+    (:func:`.compiled.spin.take_parts`) and the helpers it hands them to
+    (:func:`.compiled.spin.serve_parts`), and counted off as a :class:`Task`'s are."""
 
     kind = 1 << 32
     """What handing it to a helper adds to the helper's count of tasks (``spin.COMPILED_TASK``)."""
 
-    def __init__(self, count: int, take: Callable[..., None], kernel: Any, head: tuple[Any, ...],
-                 tail: tuple[Any, ...], per_thread: bool):
-        self.state = np.array([0, count], np.int64)   # the next part to take, how many there are
-        self.left = np.array([count], np.int64)
-        self.take, self.kernel, self.head, self.tail, self.per_thread = take, kernel, head, tail, per_thread
+    def __init__(self, count: int, made: _Made, head: tuple[Any, ...], tail: tuple[Any, ...], per_thread: bool):
+        self.state = self.left = np.array([count, 0, count], np.int64)
+        """How many parts are not yet counted off (:attr:`left` is its first item), the next
+        part to take and how many there are."""
+        self.made, self.head, self.tail, self.per_thread = made, head, tail, per_thread
 
     def run(self, posted: np.ndarray, helpers: int, ticks: int) -> bool:
         """The caller's share: hand the parts to the first ``helpers`` helpers of ``posted``, take
         parts until none is left, then wait up to ``ticks`` for the helpers' to be counted off;
         whether they were."""
-        return self.take(self.state, posted, helpers, self.left, max(1, ticks), self.kernel.address,
-                         self.kernel.type, self.head, self.tail) == 0
+        made = self.made
+        return made.take(self.state, posted, helpers, max(1, ticks), made.address, made.type, self.head, self.tail)
 
-    def work(self, thread: int = 0) -> int:
-        """A helper's share, as the pool's thread number ``thread``: take parts until none is
-        left; how many it took."""
-        head = (*self.head[:-1], thread) if self.per_thread else self.head
-        return self.take(self.state, self.left, 0, self.left, 0, self.kernel.address, self.kernel.type, head,
-                         self.tail)
+    def serve(self, posted: np.ndarray, index: int, seen: int, ticks: int, settle: int) -> bool:
+        """The share of helper ``index`` (the pool's thread ``index + 1``): take parts until none
+        is left, count them off, then wait for the helper's next task as
+        :func:`.compiled.spin.wait_for_task` does (whether it came)."""
+        made = self.made
+        head = (*self.head[:-1], index + 1) if self.per_thread else self.head
+        return made.serve(self.state, made.address, made.type, head, self.tail, posted, index, seen, ticks, settle)
 
 
 _STOP = Task((), lambda part: None)
@@ -217,7 +218,7 @@ class _Helper:
     def _serve(self) -> None:
         from kuiperinfer.kernels.compiled import spin
 
-        left, taken, handed = np.zeros(1, np.int64), 0, self._seen
+        left, taken, handed, waited = np.zeros(1, np.int64), 0, self._seen, False
         while True:
             pool = self._pool()
             if pool is None:
@@ -226,8 +227,8 @@ class _Helper:
             ticks = _ticks(pool.timing.helper_spin_us) if pool.spins() else 0
             settle = _ticks(pool.timing.settle_us)
             del pool
-            # counts the last task's parts off, then waits for the next one
-            self.awake = spin.wait_for_task(self._posted, self._index, handed, left, taken, ticks, settle)
+            if not waited:   # counts a Python task's parts off, then waits for the next task
+                self.awake = spin.wait_for_task(self._posted, self._index, handed, left, taken, ticks, settle)
             task = self._tasks.get()
             self.awake = True
             handed += task.kind
@@ -235,9 +236,13 @@ class _Helper:
                 task = self._tasks.get()
                 handed += task.kind
             if task is _STOP:
-                spin.wait_for_task(self._posted, self._index, handed, left, taken, 0, 0)
+                spin.wait_for_task(self._posted, self._index, handed, left, 0, 0, 0)
                 return
-            taken, left = task.work(self._index + 1), task.left
+            if isinstance(task, CompiledTask):   # counts its parts off and waits in the same call
+                self.awake = waited = task.serve(self._posted, self._index, handed, ticks, settle)
+                taken = 0
+            else:
+                taken, left, waited = task.work(self._index + 1), task.left, False
             del task   # its parts' closures may hold a graph
 
 
@@ -329,10 +334,12 @@ class ThreadPool:
         ticks = _ticks(self.timing.caller_spin_us)
         if task.run(self.posted, len(helpers), ticks):
             return
-        while not spin.finish_and_wait(task.left, 0, ticks):
+        while not spin.finish_and_wait(task.state, 0, ticks):
             time.sleep(0)
 
     def _take_helpers(self, count: int) -> list[_Helper]:
+        if len(self._helpers) >= count:
+            return self._helpers[:count]
         count = min(count, self.threads - 1, cores() - 1)
         if len(self._helpers) < count:
             _ticks(0)              # the spinning waits loaded and timed here, not as a new helper starts
@@ -406,7 +413,7 @@ class CompiledParts:
 
     def __init__(self, dispatcher: Any, per_thread: bool = False):
         self.dispatcher, self.per_thread = dispatcher, per_thread
-        self._made: dict[tuple[Any, ...], tuple[Callable[..., None], Any, Callable[..., None]]] = {}
+        self._made: dict[tuple[Any, ...], _Made] = {}
         self._making = threading.Lock()
 
     def run(self, count: int, work: int, head: tuple[Any, ...], tail: tuple[Any, ...],
@@ -424,23 +431,34 @@ class CompiledParts:
         if made is None:
             with self._making:
                 made = self._made.get(kinds) or self._make(kinds, head, tail)
-        take, kernel, whole = made
         if threads < 2:
-            whole(*head, 0, count, *tail)
+            made.whole(*head, 0, count, *tail)
         else:
-            _POOL.get().share_compiled(CompiledTask(count, take, kernel, head, tail, self.per_thread), threads)
+            _POOL.get().share_compiled(CompiledTask(count, made, head, tail, self.per_thread), threads)
 
-    def _make(self, kinds: tuple[Any, ...], head: tuple[Any, ...],
-              tail: tuple[Any, ...]) -> tuple[Callable[..., None], Any, Callable[..., None]]:
+    def _make(self, kinds: tuple[Any, ...], head: tuple[Any, ...], tail: tuple[Any, ...]) -> _Made:
         from kuiperinfer.kernels.compiled import spin
         from kuiperinfer.kernels.jit import KernelAddress, compiled_for
 
         kernel = KernelAddress(self.dispatcher, *head, 0, 0, *tail)
-        counter = np.zeros(2, np.int64)
-        take = compiled_for(spin.take_parts, counter, counter, 0, counter, 0, kernel.address, kernel.type, head, tail)
-        whole = compiled_for(self.dispatcher, *head, 0, 0, *tail)   # every part in one call, on one thread
-        made = self._made[kinds] = (take, kernel, whole)
+        state = np.zeros(3, np.int64)
+        made = self._made[kinds] = _Made(
+            compiled_for(spin.take_parts, state, state, 0, 0, kernel.address, kernel.type, head, tail),
+            compiled_for(spin.serve_parts, state, kernel.address, kernel.type, head, tail, state, 0, 0, 0, 0),
+            compiled_for(self.dispatcher, *head, 0, 0, *tail), kernel.address, kernel.type)
         return made
+
+
+class _Made(NamedTuple):
+    """What :class:`CompiledParts` makes once per kind of arguments: the compiled loops of the
+    caller's and the helpers' shares, every part in one call (on one thread), and the kernel's
+    address and type."""
+
+    take: Callable[..., bool]
+    serve: Callable[..., bool]
+    whole: Callable[..., None]
+    address: int
+    type: Any
 
 
 @cache
@@ -453,9 +471,9 @@ def kinds_of(value: Any) -> Any:
     """What of ``value`` (a tuple of a kernel's arguments, say) its compiled type depends on,
     quickly: a key, not the type."""
     if isinstance(value, np.ndarray):
-        return value.dtype.char, value.ndim, value.flags.c_contiguous, value.flags.writeable
+        return value.dtype.char, value.ndim, value.flags.num   # the flags: layout, writeable, aligned
     if isinstance(value, tuple):
-        return type(value), tuple(kinds_of(item) for item in value)
+        return type(value), *[kinds_of(item) for item in value]
     return type(value)
 
 

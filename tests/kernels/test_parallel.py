@@ -175,6 +175,23 @@ def test_compiled_parts_reach_helpers_that_block_between_tasks(mark_parts):
     assert 2 in {int(value) // 1000 for log in logs for value in log}      # the helper took parts
 
 
+def test_a_helper_counts_its_compiled_parts_off_and_waits_for_the_next_task_in_one_call(mark_parts):
+    """A helper's share of a compiled task runs the parts left, counts them off and then waits
+    for its next task as ``wait_for_task`` does, with no Python between its last part and the
+    count that its caller, spinning in compiled code, waits for."""
+    log = np.zeros(4, np.int64)
+    head, tail = (log, 1, 0), (0,)
+    made = parallel.CompiledParts(mark_parts, per_thread=True)._make(parallel.kinds_of(head + tail), head, tail)
+    task = parallel.CompiledTask(4, made, head, tail, per_thread=True)
+    task.state[1] = 1                                   # the caller took part 0 and runs it still
+    posted = np.array([7], np.int64)
+    assert task.serve(posted, 0, 7, parallel._ticks(100), 0) is False     # no next task came
+    assert list(log) == [0, 2001, 2001, 2001] and task.left[0] == 1       # its 3 parts counted off
+    posted[0] += parallel.CompiledTask.kind
+    assert task.serve(posted, 0, 7, parallel._ticks(10**6), 0) is True    # the next one has come
+    assert list(log) == [0, 2001, 2001, 2001] and task.left[0] == 1
+
+
 def test_compiled_parts_outside_a_run_stay_in_the_calling_thread(mark_parts):
     assert set(mark_all(mark_parts, 5)) == {1001}
 

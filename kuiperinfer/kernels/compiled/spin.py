@@ -16,10 +16,11 @@ says how fast), not in turns of its loop: a loop's turns take as long as the CPU
 and a loop that only reads turned five times faster than one that also compares, so that a
 wait timed by the one was a fifth as long in the other.
 
-An operator whose parts are one compiled kernel goes further (:func:`take_parts`): the
-caller hands the parts over from compiled code, after letting go of the GIL, and every thread
-takes parts and runs them there, so that no thread waits for the GIL between a hand-off and
-the last part. A helper still returns to Python once per task, to find the task's arguments.
+An operator whose parts are one compiled kernel goes further (:func:`take_parts`,
+:func:`serve_parts`): the caller hands the parts over from compiled code, after letting go of
+the GIL, and every thread takes parts and runs them there, so that no thread waits for the GIL
+between a hand-off and the last part; a helper then counts its parts off and waits for its
+next task in the same call. It returns to Python once per task, to find the task's arguments.
 
 Without Numba the waits do not spin: a helper blocks on its lock, a caller polls.
 """
@@ -31,7 +32,7 @@ import time
 
 import numpy as np
 
-from kuiperinfer.kernels.jit import AVAILABLE, kernel
+from kuiperinfer.kernels.jit import AVAILABLE, inline, kernel
 
 PYTHON_TASK = 1
 COMPILED_TASK = 1 << 32
@@ -119,29 +120,41 @@ if AVAILABLE:
                 return True
         return False
 
-    @kernel
-    def take_parts(state: np.ndarray, posted: np.ndarray, helpers: int, left: np.ndarray, ticks: int, address: int,
-                   kind: object, head: tuple, tail: tuple) -> int:
-        """Hand the parts of ``state`` (the next part to take, how many there are) to the first
-        ``helpers`` helpers, then take parts one at a time and run each, ``first``, through the
-        kernel at ``address`` (of type ``kind``) as ``kernel(*head, first, first + 1, *tail)``,
-        until none is left. A helper (``ticks`` 0) returns how many it ran, to count off in its
-        next wait, after it let go of the GIL; the caller counts its own off ``left`` and waits
-        there for the helpers' (:func:`finish_and_wait`), so that it returns to Python, and
-        takes the GIL, once they have let go of it: 0 then, or -1 if they were not done."""
-        for helper in range(helpers):
-            add_and_fetch(posted, helper, COMPILED_TASK)
+    @inline
+    def _run_parts(state: np.ndarray, address: int, kind: object, head: tuple, tail: tuple) -> int:
+        """Take the parts of ``state`` one at a time and run each, ``first``, through the kernel at
+        ``address`` (of type ``kind``) as ``kernel(*head, first, first + 1, *tail)``, until none is
+        left; how many this thread ran."""
         run = function_at(address, kind)
         ran = 0
         while True:
-            part = add_and_fetch(state, 0, 1) - 1
-            if part >= state[1]:
-                break
+            part = add_and_fetch(state, 1, 1) - 1
+            if part >= state[2]:
+                return ran
             run(*head, part, part + 1, *tail)
             ran += 1
-        if ticks == 0:
-            return ran
-        return 0 if finish_and_wait(left, ran, ticks) else -1
+
+    @kernel
+    def take_parts(state: np.ndarray, posted: np.ndarray, helpers: int, ticks: int, address: int, kind: object,
+                   head: tuple, tail: tuple) -> bool:
+        """A caller's share of a compiled task whose ``state`` holds how many parts are not yet
+        counted off, the next part to take and how many there are: hand it to the first
+        ``helpers`` helpers, take and run parts (:func:`_run_parts`), count them off and wait up
+        to ``ticks`` for the helpers' (:func:`finish_and_wait`), so that the caller returns to
+        Python, and takes the GIL, once they have let go of it; whether they were done."""
+        for helper in range(helpers):
+            add_and_fetch(posted, helper, COMPILED_TASK)
+        return finish_and_wait(state, _run_parts(state, address, kind, head, tail), ticks)
+
+    @kernel
+    def serve_parts(state: np.ndarray, address: int, kind: object, head: tuple, tail: tuple, posted: np.ndarray,
+                    helper: int, seen: int, ticks: int, settle: int) -> bool:
+        """A helper's share of a compiled task (``state`` as :func:`take_parts` has it): take and
+        run parts, then count them off and wait for its next task (:func:`wait_for_task`) in the
+        same call, without going back to Python between its last part and the count; whether
+        the next task came."""
+        ran = _run_parts(state, address, kind, head, tail)
+        return wait_for_task(posted, helper, seen, state, ran, ticks, settle)
 
 else:
     _counting = threading.Lock()
