@@ -59,10 +59,10 @@ on a busy machine (and shares only operators of ``Timing.min_work_busy`` and mor
 class Timing:
     """A pool's tuning, measured on 2-core virtual machines (docs/performance.md)."""
 
-    min_work: int = 4 << 20
+    min_work: int = 1 << 19
     """Fewest multiply-adds an operator shares on a quiet machine. Below it a share costs more
-    than it gives back: the hand-offs, and the next operator, run by one thread, reading an
-    input half of which the other core wrote."""
+    than it gives back: the hand-offs (5-8 us for compiled parts), and the next operator
+    reading an input half of which the other core wrote."""
     min_work_busy: int = 24 << 20
     """The fewest while other processes want the cores: a helper they keep off its core makes
     the caller wait for the parts it took."""

@@ -60,9 +60,9 @@ in the core's cache between the product that writes it and the kernel that reads
 PADDED_BYTES = 32 << 10
 """Size up to which the input a call reads is copied with its padding into a scratch per
 block of channels (:func:`rows_padded`): small images, whose borders are most of them."""
-PART_WORK = 1 << 21
-"""Multiply-adds a part of an operator shared among threads should hold at least: a
-hand-off costs tens of microseconds."""
+PART_WORK = 1 << 18
+"""Multiply-adds a part of an operator shared among threads should hold at least: tens of
+microseconds of a depthwise kernel, several times a compiled part's hand-off."""
 PARTS_PER_THREAD = 4
 """Parts per thread at most, so that a thread the machine deschedules leaves its share to
 the others."""
