@@ -239,8 +239,8 @@ class _Helper:
                 spin.wait_for_task(self._posted, self._index, handed, left, 0, 0, 0)
                 return
             if isinstance(task, CompiledTask):   # counts its parts off and waits in the same call
-                self.awake = waited = task.serve(self._posted, self._index, handed, ticks, settle)
-                taken = 0
+                self.awake = task.serve(self._posted, self._index, handed, ticks, settle)
+                taken, waited = 0, True
             else:
                 taken, left, waited = task.work(self._index + 1), task.left, False
             del task   # its parts' closures may hold a graph
