@@ -56,6 +56,7 @@ from kuiperinfer.kernels.matrix import int8
 from kuiperinfer.kernels.matrix.bf16 import round_bf16
 from kuiperinfer.kernels.matrix.features import MatrixFeatures, detect
 from kuiperinfer.kernels.parallel import compiled_parts, run_parts, threads_for
+from kuiperinfer.kernels.resident import resident
 
 INT8_ACCUMULATION_LIMIT = (2**31 - 1) // (int8.ACTIVATION_STEPS * int8.WEIGHT_LIMIT)
 """The deepest int8 product whose sums fit int32 whatever the values (66,311)."""
@@ -212,7 +213,8 @@ def pack(weight: np.ndarray, kernel: ProductKernel) -> tuple[np.ndarray, int]:
     """The (K, N) int8, bfloat16 or float32 ``weight`` as ``kernel``'s tiles read it, and the
     bytes of a strip: strips of ``lanes`` columns, one after another; in each, groups of 4
     bytes of K (zeros past K and N), and in each group each column's 4 bytes (for AVX2, the
-    columns' first 2 bytes, then their last 2); float32 thus as (strips, K, lanes)."""
+    columns' first 2 bytes, then their last 2); float32 thus as (strips, K, lanes). In the
+    weights' arena (:func:`~kuiperinfer.kernels.resident.resident`), on a cache line."""
     _, _, lanes = _tile(kernel)
     per_group = GROUP_BYTES // weight.itemsize
     k, n = weight.shape
@@ -223,7 +225,7 @@ def pack(weight: np.ndarray, kernel: ProductKernel) -> tuple[np.ndarray, int]:
         order = padded.reshape(groups, 2, 2, strips, lanes).transpose(3, 0, 1, 4, 2)
     else:
         order = padded.reshape(groups, per_group, strips, lanes).transpose(2, 0, 3, 1)
-    return np.ascontiguousarray(order).reshape(-1).view(np.uint8), groups * GROUP_BYTES * lanes
+    return resident(order).reshape(-1).view(np.uint8), groups * GROUP_BYTES * lanes
 
 
 def _whole_strips(values: np.ndarray, kernel: ProductKernel) -> np.ndarray:
@@ -575,7 +577,7 @@ class Fp32Product(_FloatProduct):
         if self.kernel.dot is None:
             self.weight = self.packed = np.array(weight)
         else:
-            self.packed = _aligned(pack(weight, self.kernel)[0].view(np.float32))
+            self.packed = pack(weight, self.kernel)[0].view(np.float32)
             self._bias = _whole_strips(self._bias, self.kernel)
             self._lanes = _tile(self.kernel)[2]
 
@@ -620,17 +622,3 @@ class Fp32Product(_FloatProduct):
     def _block_arguments(self, a: np.ndarray, parts: np.ndarray, columns: tuple[int, int], residual: np.ndarray,
                          out: np.ndarray, numbers: np.ndarray) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
         return (a, self.packed, parts), (columns, self._bias, residual, out, numbers)
-
-
-VECTOR_BYTES = 64
-"""The alignment of packed float32 weights: a 512-bit vector, so that no load of a strip
-crosses a cache line."""
-
-
-def _aligned(values: np.ndarray) -> np.ndarray:
-    """A copy of the 1-D ``values`` starting at a multiple of :data:`VECTOR_BYTES`."""
-    room = np.empty(values.nbytes + VECTOR_BYTES, np.uint8)
-    start = -room.ctypes.data % VECTOR_BYTES
-    aligned = room[start:start + values.nbytes].view(values.dtype)
-    aligned[:] = values
-    return aligned
