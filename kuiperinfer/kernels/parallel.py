@@ -55,6 +55,11 @@ blocks while it is busy, ``always`` spins (as onnxruntime's threads do), ``never
 on a busy machine (and shares only operators of ``Timing.min_work_busy`` and more)."""
 
 
+PART_WORK = 1 << 18
+"""Multiply-adds (or their equivalent) a part of a shared operator holds at least: several
+times a compiled part's hand-off (5-8 us) at a product's 30-40 GMAC/s on one core."""
+
+
 @dataclass(frozen=True)
 class Timing:
     """A pool's tuning, measured on 2-core virtual machines (docs/performance.md)."""

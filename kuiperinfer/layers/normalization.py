@@ -23,7 +23,7 @@ import numpy as np
 
 from kuiperinfer.errors import InferError, InferStatus, WeightError
 from kuiperinfer.errors import ParseParameterAttrStatus as Status
-from kuiperinfer.kernels.compiled.normalization import layer_norm_rows
+from kuiperinfer.kernels.compiled.normalization import layer_norm
 from kuiperinfer.layers.base import Layer, NonParamLayer, ParamLayer, batched, declared_rank
 from kuiperinfer.layers.reduction import Norm
 from kuiperinfer.runtime.operator import RuntimeOperator
@@ -298,11 +298,11 @@ class LayerNorm(LastDimsNorm):
         rows = np.ascontiguousarray(x).reshape(-1, size)
         out = np.empty(x.shape, np.float32)
         if not plan.residual:
-            layer_norm_rows(rows, rows, rows, out.reshape(-1, size), self._weight, self._bias, np.float32(self.eps), 0)
+            layer_norm(rows, rows, rows, out.reshape(-1, size), self._weight, self._bias, np.float32(self.eps), 0)
             return [out]
         other = np.ascontiguousarray(inputs[1]).reshape(-1, size)
         total = np.empty(x.shape, np.float32)
-        layer_norm_rows(rows, other, total.reshape(-1, size), out.reshape(-1, size), self._weight, self._bias,
+        layer_norm(rows, other, total.reshape(-1, size), out.reshape(-1, size), self._weight, self._bias,
                         np.float32(self.eps), 1)
         return [out, total] if plan.sum_output else [out]
 

@@ -8,7 +8,7 @@ from pools import intra_op
 
 from kuiperinfer.kernels.compiled import attention as compiled_attention
 from kuiperinfer.kernels.compiled import epilogue
-from kuiperinfer.kernels.compiled.normalization import layer_norm_rows
+from kuiperinfer.kernels.compiled.normalization import layer_norm
 from kuiperinfer.kernels.compiled.softmax import softmax_rows
 from kuiperinfer.kernels.elementwise import Epilogue, InplaceActivation
 from kuiperinfer.layers.attention import attention, fast_attention
@@ -75,14 +75,16 @@ def test_softmax_rows_match_the_reference(shape):
     np.testing.assert_allclose(x, out)
 
 
+@pytest.mark.parametrize("threads", [1, 2, 3])
 @pytest.mark.parametrize("shape", [(1, 1), (5, 7), (197, 192), (3, 384)])
 @pytest.mark.parametrize("add", [False, True])
-def test_layer_norm_rows_match_the_reference(shape, add):
+def test_layer_norm_rows_match_the_reference(shape, add, threads):
     x = (RNG.standard_normal(shape) * 3 + 50).astype(np.float32)   # a large mean beside the spread
     residual = RNG.standard_normal(shape).astype(np.float32)
     weight, bias = RNG.random(shape[1]).astype(np.float32) + 0.5, RNG.standard_normal(shape[1]).astype(np.float32)
     total, out = np.empty_like(x), np.empty_like(x)
-    layer_norm_rows(x, residual, total, out, weight, bias, np.float32(1e-6), int(add))
+    with intra_op(threads, min_work=1):
+        layer_norm(x, residual, total, out, weight, bias, np.float32(1e-6), int(add))
     y = x + residual if add else x
     expected = standardize(y.astype(np.float64), -1, 1e-6) * weight + bias
     np.testing.assert_allclose(out, expected, atol=1e-4, rtol=1e-4)

@@ -46,7 +46,7 @@ from kuiperinfer.kernels.compiled.vectors import (
     store,
 )
 from kuiperinfer.kernels.jit import AVAILABLE, KernelAddress, empty, inline, kernel, kernel_array, scratch
-from kuiperinfer.kernels.parallel import compiled_parts, even_step, kinds_of, run_parts, threads_for
+from kuiperinfer.kernels.parallel import PART_WORK, compiled_parts, even_step, kinds_of, run_parts, threads_for
 
 if AVAILABLE:   # the matrix engine's tiles exist only compiled; without Numba no product has them
     from kuiperinfer.kernels.compiled.products import BLOCKS, DOT_BLOCKS, TILES
@@ -60,9 +60,6 @@ in the core's cache between the product that writes it and the kernel that reads
 PADDED_BYTES = 32 << 10
 """Size up to which the input a call reads is copied with its padding into a scratch per
 block of channels (:func:`rows_padded`): small images, whose borders are most of them."""
-PART_WORK = 1 << 18
-"""Multiply-adds a part of an operator shared among threads should hold at least: tens of
-microseconds of a depthwise kernel, several times a compiled part's hand-off."""
 PARTS_PER_THREAD = 4
 """Parts per thread at most, so that a thread the machine deschedules leaves its share to
 the others."""

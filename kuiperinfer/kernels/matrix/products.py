@@ -55,14 +55,11 @@ from kuiperinfer.kernels.elementwise import Epilogue, InplaceActivation
 from kuiperinfer.kernels.matrix import int8
 from kuiperinfer.kernels.matrix.bf16 import round_bf16
 from kuiperinfer.kernels.matrix.features import MatrixFeatures, detect
-from kuiperinfer.kernels.parallel import compiled_parts, run_parts, threads_for
+from kuiperinfer.kernels.parallel import PART_WORK, compiled_parts, run_parts, threads_for
 from kuiperinfer.kernels.resident import resident
 
 INT8_ACCUMULATION_LIMIT = (2**31 - 1) // (int8.ACTIVATION_STEPS * int8.WEIGHT_LIMIT)
 """The deepest int8 product whose sums fit int32 whatever the values (66,311)."""
-PART_WORK = 1 << 18
-"""Multiply-adds a block of a product holds at least, where the product has enough: several
-times a compiled part's hand-off, at the products' 30-40 GMAC/s on one core."""
 MAX_PARTS = 16
 """Blocks a product is cut into at most: enough for two or four threads to share evenly."""
 EVEN_PARTS = 4
