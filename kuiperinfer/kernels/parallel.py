@@ -48,6 +48,8 @@ from typing import Any, ClassVar, NamedTuple, TypeVar
 
 import numpy as np
 
+from kuiperinfer.kernels.compiled import spin
+
 Part = TypeVar("Part")
 SPIN = ("auto", "always", "never")
 """How a pool's helpers wait between tasks: ``auto`` spins while the machine is quiet and
@@ -138,8 +140,8 @@ class Task:
     """One :func:`run_parts` call: its parts, the next one to take, and how many are not yet
     counted off as run (an int64 array the threads count off atomically, :mod:`.compiled.spin`)."""
 
-    kind = 1
-    """What handing it to a helper adds to the helper's count of tasks (``spin.PYTHON_TASK``)."""
+    kind = spin.PYTHON_TASK
+    """What handing it to a helper adds to the helper's count of tasks."""
 
     def __init__(self, parts: Sequence[Any], run: Callable[[Any], object]):
         self.parts, self.run = parts, run
@@ -166,8 +168,8 @@ class CompiledTask:
     (:func:`.compiled.spin.take_parts`) and the helpers it hands them to
     (:func:`.compiled.spin.serve_parts`), and counted off as a :class:`Task`'s are."""
 
-    kind = 1 << 32
-    """What handing it to a helper adds to the helper's count of tasks (``spin.COMPILED_TASK``)."""
+    kind = spin.COMPILED_TASK
+    """What handing it to a helper adds to the helper's count of tasks."""
 
     def __init__(self, count: int, made: _Made, head: tuple[Any, ...], tail: tuple[Any, ...], per_thread: bool):
         self.state = self.left = np.array([count, 0, count], np.int64)
@@ -211,8 +213,6 @@ class _Helper:
 
     def start(self, task: Task) -> None:
         """Hand it a Python task."""
-        from kuiperinfer.kernels.compiled import spin
-
         self._tasks.put(task)
         spin.post(self._posted, self._index, task.kind)
 
@@ -221,8 +221,6 @@ class _Helper:
         self._tasks.put(task)
 
     def _serve(self) -> None:
-        from kuiperinfer.kernels.compiled import spin
-
         left, taken, handed, waited = np.zeros(1, np.int64), 0, self._seen, False
         while True:
             pool = self._pool()
@@ -316,8 +314,6 @@ class ThreadPool:
             for part in parts:
                 run(part)
             return
-        from kuiperinfer.kernels.compiled import spin
-
         task = Task(parts, run)
         for helper in self._take_helpers(threads - 1):
             helper.start(task)
@@ -331,8 +327,6 @@ class ThreadPool:
     def share_compiled(self, task: CompiledTask, threads: int) -> None:
         """A compiled task's parts, taken and run in compiled code by the caller and up to
         ``threads`` - 1 helpers (:meth:`CompiledParts.run`)."""
-        from kuiperinfer.kernels.compiled import spin
-
         helpers = self._take_helpers(threads - 1)
         for helper in helpers:
             helper.queue(task)
@@ -442,7 +436,6 @@ class CompiledParts:
             _POOL.get().share_compiled(CompiledTask(count, made, head, tail, self.per_thread), threads)
 
     def _make(self, kinds: tuple[Any, ...], head: tuple[Any, ...], tail: tuple[Any, ...]) -> _Made:
-        from kuiperinfer.kernels.compiled import spin
         from kuiperinfer.kernels.jit import KernelAddress, compiled_for
 
         kernel = KernelAddress(self.dispatcher, *head, 0, 0, *tail)
@@ -506,8 +499,6 @@ def _ticks(microseconds: float) -> int:
 def tick_rate() -> float:
     """Ticks per microsecond of the time-stamp counter the spinning waits count
     (:mod:`.compiled.spin`), measured once per process against the monotonic clock."""
-    from kuiperinfer.kernels.compiled import spin
-
     never = np.ones(1, np.int64)
     spin.wait_for_task(never, 0, 1, never, 0, 0, 0)  # both waits compiled or loaded first
     spin.finish_and_wait(never, 0, 0)
