@@ -24,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from kuiperinfer.kernels.resident import in_arena
+
 PRECISIONS = ("fp32", "bf16", "int8")
 MODELS = ("resnet18", "yolov5s", "unet", "efficientnet_lite0", "mobilenetv3")
 
@@ -63,15 +65,23 @@ def times(name: str, batch: int, threads: int, rounds: int, cache: Path) -> dict
 
 
 def held_bytes(graph: Any) -> int:
-    """Bytes of the arrays the graph's layers hold, each once, but views of the model file."""
+    """Bytes of the arrays the graph's layers hold, each once, but views of the model file:
+    the arrays they own, and their packed weights' spans of the weights' arena."""
     seen, total = set(), 0
     for array in _arrays([op.layer for op in graph.operators if op.layer is not None], set()):
         owner = array
         while isinstance(owner.base, np.ndarray):
             owner = owner.base
-        if id(owner) not in seen and owner.base is None:
-            seen.add(id(owner))
-            total += owner.nbytes
+        if in_arena(owner):
+            key: object = (array.ctypes.data, array.nbytes)
+            size = array.nbytes
+        elif owner.base is None:
+            key, size = id(owner), owner.nbytes
+        else:
+            continue
+        if key not in seen:
+            seen.add(key)
+            total += size
     return total
 
 

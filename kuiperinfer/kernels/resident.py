@@ -18,7 +18,9 @@ arena's memory is ordinary pages and only the alignment remains.
 from __future__ import annotations
 
 import mmap
+import os
 import threading
+import weakref
 
 import numpy as np
 
@@ -62,11 +64,31 @@ class WeightArena:
         return placed
 
 
+_MAPPINGS: dict[int, weakref.ref[np.ndarray]] = {}
+"""The arena's mappings (as the arrays over them), by id, while they exist."""
+
+
+def in_arena(array: np.ndarray) -> bool:
+    """Whether ``array`` is (a view of) memory of the arena, which holds it, unlike a view of
+    the model file, which the operating system's page cache holds."""
+    while isinstance(array.base, np.ndarray):
+        array = array.base
+    mapping = _MAPPINGS.get(id(array))
+    return mapping is not None and mapping() is array
+
+
 def _mapping(nbytes: int) -> np.ndarray:
-    """``nbytes`` of zeroed memory starting on a huge page, advised to be backed by huge pages."""
+    """``nbytes`` of zeroed memory starting on a huge page, advised to be backed by huge pages
+    (NumPy's memory where the system maps no anonymous memory this way: Windows)."""
     size = -(-nbytes // HUGE_PAGE) * HUGE_PAGE
+    if not hasattr(mmap, "MAP_ANONYMOUS"):
+        whole = np.zeros(size + HUGE_PAGE, np.uint8)
+        start = -whole.ctypes.data % HUGE_PAGE
+        return whole[start:start + size]
     mapped = mmap.mmap(-1, size + HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     whole = np.frombuffer(mapped, np.uint8)
+    _MAPPINGS[id(whole)] = weakref.ref(whole)
+    weakref.finalize(whole, _MAPPINGS.pop, id(whole), None)
     start = -whole.ctypes.data % HUGE_PAGE
     if hasattr(mmap, "MADV_HUGEPAGE"):
         try:
@@ -78,6 +100,9 @@ def _mapping(nbytes: int) -> np.ndarray:
 
 ARENA = WeightArena()
 """The process's arena for packed weights."""
+
+if hasattr(os, "register_at_fork"):      # a child forked while another thread packed
+    os.register_at_fork(after_in_child=lambda: setattr(ARENA, "_lock", threading.Lock()))
 
 
 def resident(values: np.ndarray) -> np.ndarray:

@@ -67,3 +67,15 @@ def test_products_pack_their_weights_into_the_arena():
         while isinstance(base, np.ndarray) and base.base is not None:
             base = base.base
         assert isinstance(base.obj, mmap.mmap) and product.packed.ctypes.data % resident.ALIGNMENT == 0
+
+
+def test_in_arena_tells_the_arenas_memory_from_the_model_files_and_numpys(tmp_path):
+    placed = resident.WeightArena().copy(np.arange(10, dtype=np.float32))
+    (tmp_path / "file.bin").write_bytes(bytes(64))
+    with open(tmp_path / "file.bin", "rb") as file:
+        mapped = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
+        of_file = np.frombuffer(mapped, np.float32)
+        assert resident.in_arena(placed) and resident.in_arena(placed[2:].view(np.int32))
+        assert not resident.in_arena(of_file) and not resident.in_arena(np.ones(3))
+        del of_file
+        mapped.close()
