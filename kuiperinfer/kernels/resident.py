@@ -81,16 +81,13 @@ def _mapping(nbytes: int) -> np.ndarray:
     """``nbytes`` of zeroed memory starting on a huge page, advised to be backed by huge pages
     (NumPy's memory where the system maps no anonymous memory this way: Windows)."""
     size = -(-nbytes // HUGE_PAGE) * HUGE_PAGE
-    if not hasattr(mmap, "MAP_ANONYMOUS"):
-        whole = np.zeros(size + HUGE_PAGE, np.uint8)
-        start = -whole.ctypes.data % HUGE_PAGE
-        return whole[start:start + size]
-    mapped = mmap.mmap(-1, size + HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    whole = np.frombuffer(mapped, np.uint8)
+    mapped = mmap.mmap(-1, size + HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS) \
+        if hasattr(mmap, "MAP_ANONYMOUS") else None
+    whole = np.zeros(size + HUGE_PAGE, np.uint8) if mapped is None else np.frombuffer(mapped, np.uint8)
     _MAPPINGS[id(whole)] = weakref.ref(whole)
     weakref.finalize(whole, _MAPPINGS.pop, id(whole), None)
     start = -whole.ctypes.data % HUGE_PAGE
-    if hasattr(mmap, "MADV_HUGEPAGE"):
+    if mapped is not None and hasattr(mmap, "MADV_HUGEPAGE"):
         try:
             mapped.madvise(mmap.MADV_HUGEPAGE, start, size)
         except OSError:     # a kernel without transparent huge pages: ordinary pages

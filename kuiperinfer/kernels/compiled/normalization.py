@@ -80,6 +80,6 @@ def layer_norm(x: np.ndarray, residual: np.ndarray, total: np.ndarray, out: np.n
     """:func:`layer_norm_rows` over every row, in blocks the run's threads share (each writes
     the rows it reads: the residual sum and the output of a block stay in its core's cache)."""
     rows, work = x.shape[0], x.size * NORM_WORK
-    step = -(-rows // int(np.clip(work // PART_WORK, 1, min(rows, MAX_PARTS))))
+    step = -(-rows // max(1, min(work // PART_WORK, rows, MAX_PARTS)))
     compiled_parts(layer_norm_rows).run(-(-rows // step), work, (x, residual, total, out, weight, bias, eps, add, step),
                                         ())
