@@ -22,7 +22,7 @@ from kuiperinfer.errors import InferError, InferStatus
 from kuiperinfer.errors import ParseParameterAttrStatus as Status
 from kuiperinfer.kernels.compiled import attention as compiled_attention
 from kuiperinfer.kernels.matrix.precision import FP32, Precision
-from kuiperinfer.kernels.matrix.products import ProductEpilogue
+from kuiperinfer.kernels.matrix.products import FMA256, FMA512, ProductEpilogue, fp32_kernel
 from kuiperinfer.layers.base import Layer, NonParamLayer, declared_rank
 from kuiperinfer.layers.linear import linear
 from kuiperinfer.layers.softmax import softmax
@@ -54,6 +54,12 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | No
         if blocked.any():
             weights = np.where(blocked, np.float32(0), weights)
     return np.matmul(weights, v), weights
+
+
+def attention_compiles(options: BuildOptions) -> bool:
+    """Whether attention runs compiled here: compiled kernels asked for, on a CPU whose float32
+    products take FMA tiles (the compiled attention's, the 256-bit ones, need AVX2 and FMA)."""
+    return options.compiled and fp32_kernel() in (FMA512, FMA256)
 
 
 def fast_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None, scale: float,
@@ -117,7 +123,7 @@ class ScaledDotProductAttention(NonParamLayer):
         if scale is not None and scale <= 0:
             raise op.error(f"scale must be positive, got {scale}", Status.kParameterMissingScale)
         layer = cls(op.name, op.param_bool("is_causal", default=False), scale,
-                    op.param_bool("enable_gqa", default=False), options.compiled)
+                    op.param_bool("enable_gqa", default=False), attention_compiles(options))
         layer.batch_independent = declared_rank(op) >= 3   # (N, ..., L, E): the batch is not a sequence
         return layer
 
@@ -240,7 +246,7 @@ class MultiheadAttention(Layer):
         average = not (need_weights and len(op.output_operands[1].shapes) == len(query_shape) + 1)
         layer = cls(op.name, heads, batch_first, projections, out_projection, bias_kv,
                     op.param_bool("add_zero_attn", default=False), mask_at, key_padding, need_weights, average)
-        layer.compiled, layer.precision = options.compiled, precision
+        layer.compiled, layer.precision = attention_compiles(options), precision
         # batch-first (N, L, E) sequences with no mask or a key padding mask (N, S): each sample
         # alone; an attention mask of (N * heads, L, S) would mix the batch with the heads
         layer.batch_independent = batch_first and len(query_shape) == 3 and (mask_at is None or key_padding)
@@ -384,7 +390,7 @@ class FusedAttention(Layer):
         if not isinstance(op.plan, AttentionPlan):
             raise op.error("kuiper.Attention is made by the optimiser and needs its plan",
                            Status.kParameterInvalidValue)
-        return cls(op.name, op.plan, options.compiled)
+        return cls(op.name, op.plan, attention_compiles(options))
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         plan = self.plan

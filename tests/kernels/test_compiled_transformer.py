@@ -5,6 +5,7 @@ the residual before it, and GELU as a fused activation."""
 import numpy as np
 import pytest
 from pools import intra_op
+from product_kernels import needs_fma
 
 from kuiperinfer.kernels.compiled import attention as compiled_attention
 from kuiperinfer.kernels.compiled import epilogue
@@ -28,6 +29,7 @@ def packed(batch: int, heads: int, length: int, depth: int) -> tuple[np.ndarray,
 @pytest.mark.parametrize("batch,heads,length,depth", [(1, 1, 1, 4), (1, 3, 197, 64), (3, 2, 7, 5), (3, 12, 33, 32)])
 @pytest.mark.parametrize("mask_shape", [None, (1, 1, 1, -1), (-2, 1, 1, -1), (1, 1, -3, -1), (-2, -4, -3, -1)])
 @pytest.mark.parametrize("threads", [1, 2])
+@needs_fma
 def test_attention_matches_the_reference(batch, heads, length, depth, mask_shape, threads, monkeypatch):
     q, k, v = packed(batch, heads, length, depth)
     mask = None
@@ -43,6 +45,7 @@ def test_attention_matches_the_reference(batch, heads, length, depth, mask_shape
 
 
 @pytest.mark.parametrize("safe", [True, False])
+@needs_fma
 def test_attention_with_every_key_masked_gives_zeros_when_safe_and_nan_otherwise(safe):
     q, k, v = packed(2, 2, 5, 3)
     mask = np.zeros((2, 1, 5, 5), np.float32)
@@ -51,6 +54,14 @@ def test_attention_with_every_key_masked_gives_zeros_when_safe_and_nan_otherwise
     expected, _ = attention(q, k, v, mask, 0.5, safe=safe)
     np.testing.assert_allclose(ours, expected, atol=1e-5)   # NaN where the reference has NaN
     assert np.isnan(ours[1, :, 2]).all() != safe
+
+
+@needs_fma
+def test_attention_of_contiguous_operands_matches_the_reference():
+    q, k, v = (np.ascontiguousarray(x) for x in packed(2, 3, 19, 16))
+    mask = np.triu(np.full((19, 19), -np.inf, np.float32), 1)
+    np.testing.assert_allclose(fast_attention(q, k, v, mask, 0.25, safe=True), attention(q, k, v, mask, 0.25, True)[0],
+                               atol=1e-5, rtol=1e-4)
 
 
 def test_attention_of_other_shapes_goes_to_the_reference():

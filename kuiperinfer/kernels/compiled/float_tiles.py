@@ -268,14 +268,17 @@ if AVAILABLE:
         :data:`LAST` block the epilogue: ``clamp(y + bias)`` and with :data:`RESIDUAL`
         ``clamp(y + residual)``, the bounds in ``clamps`` (low, high, residual low, high).
         ``shape`` (a constant) indexes :data:`SHAPES`; ``rows`` is one of its
-        :func:`row_counts` and ``strips`` at most its strips."""
+        :func:`row_counts` and ``strips`` at most its strips. ``a`` and ``out`` may be views of
+        rows apart (Numba's layout "A"): the caller promises each row's values contiguous."""
         if not isinstance(shape, types.IntegerLiteral):
             raise RequireLiteralValue("a tile's shape must be a constant")
-        for name, array, ndim in (("A", a, 2), ("the output", out, 2), ("the residual", residual, 2),
-                                  ("B", packed, 1), ("the bias", bias, 1), ("the clamps", clamps, 1)):
-            if not (isinstance(array, types.Array) and array.ndim == ndim and array.layout == "C"
+        for name, array, ndim, layouts in (("A", a, 2, "CA"), ("the output", out, 2, "CA"),
+                                           ("the residual", residual, 2, "C"), ("B", packed, 1, "C"),
+                                           ("the bias", bias, 1, "C"), ("the clamps", clamps, 1, "C")):
+            if not (isinstance(array, types.Array) and array.ndim == ndim and array.layout in layouts
                     and array.dtype == types.float32):
-                raise TypingError(f"a float32 tile's {name} is a C-contiguous {ndim}-D float32 array")
+                raise TypingError(f"a float32 tile's {name} is a {ndim}-D float32 array, C-contiguous"
+                                  f"{' or rows of contiguous values' if layouts == 'CA' else ''}")
         tile_rows, tile_strips, lanes = SHAPES[shape.literal_value]
 
         def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
