@@ -2,31 +2,51 @@
 row function the attention kernel applies to its scores.
 
 ``exp`` goes through :func:`exp_nonpositive`, a Cody-Waite reduction and Cephes' degree-5
-polynomial for exp on [-ln2/2, ln2/2], scaled by 2^n made from an integer: LLVM vectorises
-it, where it cannot vectorise ``math.exp`` here. Softmax only ever exponentiates
-``x - max <= 0``; below 2^-62 a term is 0 to float32's precision beside the maximum's 1.
+polynomial for exp on [-ln2/2, ln2/2], scaled by 2^n whose float32 bits are made from the
+integer n (:func:`float_from_bits`): LLVM vectorises it, where it cannot vectorise
+``math.exp`` here. Softmax only ever exponentiates ``x - max <= 0``; below 2^-125 a term is
+0 (to float32's precision beside the maximum's 1 long before).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from kuiperinfer.kernels.jit import inline, kernel
+from kuiperinfer.kernels.jit import AVAILABLE, inline, kernel
 
 LOG2E = np.float32(1.4426950408889634)
 LN2_HIGH, LN2_LOW = np.float32(0.693359375), np.float32(-2.12194440e-4)
 """ln 2 in two parts, the first exact in few bits, so that ``x - n ln2`` loses nothing."""
 EXP_P = (np.float32(1.9875691500e-4), np.float32(1.3981999507e-3), np.float32(8.3334519073e-3),
          np.float32(4.1665795894e-2), np.float32(1.6666665459e-1), np.float32(5.0000001201e-1))
-LOWEST_POWER = np.float32(-62)
-TWO_TO_MINUS_62 = np.float32(2.0 ** -62)
+LOWEST_POWER = np.float32(-125)
+"""The smallest power of two :func:`exp_nonpositive` scales by: the result stays a normal
+float32 (no denormals, which some CPUs compute slowly)."""
+EXPONENT_BIAS, MANTISSA_BITS = np.int32(127), np.int32(23)
 ONE, ZERO, HALF = np.float32(1), np.float32(0), np.float32(0.5)
 NEG_INF = np.float32(-np.inf)
+
+if AVAILABLE:
+    from llvmlite import ir
+    from numba import types
+    from numba.extending import intrinsic
+
+    @intrinsic
+    def float_from_bits(typingctx, bits):  # noqa: ANN001, ANN201
+        """The float32 whose bits are the int32 ``bits`` (one LLVM bitcast, vectorised with its loop)."""
+        if bits != types.int32:
+            return None
+        return types.float32(types.int32), lambda context, builder, signature, args: builder.bitcast(
+            args[0], ir.FloatType())
+else:
+    def float_from_bits(bits: np.int32) -> np.float32:
+        """The float32 whose bits are the int32 ``bits``."""
+        return np.array(bits, np.int32).view(np.float32)[()]
 
 
 @inline
 def exp_nonpositive(x: np.float32) -> np.float32:
-    """exp(x) for x <= 0 (relative error about 1e-7; 0 below exp(-43); NaN stays NaN)."""
+    """exp(x) for x <= 0 (relative error about 1e-7; 0 below exp(-86.6); NaN stays NaN)."""
     t = max(x * LOG2E, LOWEST_POWER)
     n = np.floor(t + HALF)
     r = x - n * LN2_HIGH
@@ -34,7 +54,7 @@ def exp_nonpositive(x: np.float32) -> np.float32:
     p0, p1, p2, p3, p4, p5 = EXP_P
     p = ((((p0 * r + p1) * r + p2) * r + p3) * r + p4) * r + p5
     e = p * r * r + r + ONE
-    power = np.float32(np.int64(1) << np.int64(n - LOWEST_POWER)) * TWO_TO_MINUS_62
+    power = float_from_bits(np.int32((np.int32(n) + EXPONENT_BIAS) << MANTISSA_BITS))
     return ZERO if t <= LOWEST_POWER else e * power
 
 
