@@ -60,6 +60,41 @@ def epilogue_numbers(activation: ActivationCode, residual_activation: Activation
 
 
 @inline
+def finish_clamped(values: np.ndarray, bias: np.ndarray, added: np.ndarray, adds: bool, target: np.ndarray,
+                   bounds: tuple[np.float32, np.float32, np.float32, np.float32],
+                   out_form: tuple[np.float32, np.float32]) -> None:
+    """:func:`finish`'s steps on one run of sums in one pass, where both activations are
+    clamps (``bounds``: low, high, then the residual's) and the residual is float32:
+    ``clamp(y + bias)``, with ``adds`` ``clamp(y + added)``, stored as float32 or
+    requantized; the numbers of the separate passes, each step rounded alike."""
+    low, high, residual_low, residual_high = bounds
+    out_scale, out_zero = out_form
+    n = values.shape[0]
+    if adds and target.itemsize == 1:
+        for k in range(n):
+            v = values[k] + bias[k]
+            v = low if v < low else (high if v > high else v)
+            v = v + added[k]
+            v = residual_low if v < residual_low else (residual_high if v > residual_high else v)
+            target[k] = np.uint8(min(max(np.rint(v / out_scale) + out_zero, LOWEST), HIGHEST))
+    elif adds:
+        for k in range(n):
+            v = values[k] + bias[k]
+            v = low if v < low else (high if v > high else v)
+            v = v + added[k]
+            target[k] = residual_low if v < residual_low else (residual_high if v > residual_high else v)
+    elif target.itemsize == 1:
+        for k in range(n):
+            v = values[k] + bias[k]
+            v = low if v < low else (high if v > high else v)
+            target[k] = np.uint8(min(max(np.rint(v / out_scale) + out_zero, LOWEST), HIGHEST))
+    else:
+        for k in range(n):
+            v = values[k] + bias[k]
+            target[k] = low if v < low else (high if v > high else v)
+
+
+@inline
 def finish(sums: np.ndarray, rows: int, width: int, skip: int, row0: int, column0: int, columns: int, first: int,
            bias: np.ndarray, residual: np.ndarray, out: np.ndarray, numbers: np.ndarray, whole: bool,
            biases: np.ndarray, scratch: np.ndarray) -> None:
@@ -78,6 +113,22 @@ def finish(sums: np.ndarray, rows: int, width: int, skip: int, row0: int, column
     out_scale, out_zero = numbers[OUT_SCALE], numbers[OUT_ZERO]
     target0 = column0 - first
     count = rows * columns if whole else columns
+    clamps, clamp_low, clamp_high = clamp_of(code, low, high)
+    residual_clamps, residual_clamp_low, residual_clamp_high = clamp_of(residual_code, residual_low, residual_high)
+    as_is = residual.size == 0 or (residual.itemsize == 4 and residual_scale == 1 and residual_zero == 0)
+    if clamps and residual_clamps and as_is:   # every step in one pass (a uint8 residual's dequantized
+        # value is rounded before it is added, which one pass would fuse into one FMA)
+        for i in range(1 if whole else rows):
+            at = row0 + i
+            added = residual.reshape(-1)[at * columns:at * columns + count] if whole else \
+                residual[at, target0:target0 + columns]
+            target = out.reshape(-1)[at * columns:at * columns + count] if whole else \
+                out[at, target0:target0 + columns]
+            finish_clamped(sums[i * width + skip:i * width + skip + count],
+                           biases[:count] if whole else bias[column0:column0 + columns], added, residual.size > 0,
+                           target, (clamp_low, clamp_high, residual_clamp_low, residual_clamp_high),
+                           (out_scale, out_zero))
+        return
     for i in range(1 if whole else rows):
         at = row0 + i
         values = sums[i * width + skip:i * width + skip + count]
