@@ -12,9 +12,26 @@ from oracle import check_op
 from pools import intra_op
 
 from kuiperinfer.kernels import layout
+from kuiperinfer.kernels.compiled import layout as compiled_layout
 from kuiperinfer.kernels.layout import is_channels_last, nchw, nhwc, pad_nhwc
 
 RNG = np.random.default_rng(0)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.uint8, np.uint16])
+@pytest.mark.parametrize("shape", [(1, 3, 224, 224), (3, 5, 7, 2), (2, 1, 1, 9), (1, 64, 9, 9)])
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_compiled_channels_last_copy_equals_numpys(dtype, shape, threads):
+    x = RNG.integers(0, 255, shape).astype(dtype)
+    with intra_op(threads, min_work=1):
+        got = compiled_layout.channels_last(x)
+        again = compiled_layout.channels_last(nchw(got))
+    expected = np.ascontiguousarray(nhwc(x))
+    assert got.flags.c_contiguous and got.dtype == dtype
+    np.testing.assert_array_equal(got, expected)
+    assert np.shares_memory(again, got)   # channels-last already: the view, no copy
+    view = x[:, :, ::2, 1:]               # any strides
+    np.testing.assert_array_equal(compiled_layout.channels_last(view), np.ascontiguousarray(nhwc(view)))
 
 
 @pytest.mark.parametrize("mode", ["zeros", "reflect", "replicate", "circular"])

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from kuiperinfer.kernels.compiled.layout import channels_last
 from kuiperinfer.kernels.compiled.tiles import GROUP_BYTES
 from kuiperinfer.kernels.im2col import output_size, window_view
 from kuiperinfer.kernels.layout import nchw, nhwc, pad_nhwc
@@ -78,7 +79,7 @@ class ProductConvolution:
         a, padding = first.activations(x), self.padding
         if self.padding_mode not in ("zeros", "constant") or not self.compiled:
             a, padding = nchw(pad_nhwc(a, padding, self.padding_mode, self._fill)), ((0, 0), (0, 0))
-        a = np.ascontiguousarray(nhwc(a))
+        a = channels_last(a) if self.compiled else np.ascontiguousarray(nhwc(a))
         n, h, w, c = a.shape
         (top, bottom), (left, right) = padding
         oh, ow = (output_size(size, k, s, d) for size, k, s, d in
