@@ -320,7 +320,8 @@ def float_blocks(shape: int, lanes: int, strips: int, counts: tuple[int, ...], a
     constants) into the product's ``columns`` (start, a multiple of ``lanes``, and stop), which
     ``out`` (C-contiguous) and the residual hold: per block of rows, per block of the depth,
     per panel of ``strips`` strips, the rows a tile at a time; the epilogue in the tiles where
-    it is a clamp, else on each tile's rows after its last block of the depth."""
+    it is a clamp, else on a tile's rows across its block of strips after the last block of the
+    depth (one call per row, not per panel)."""
     k = a.shape[1]
     start = columns[0]
     n = out.shape[1]
@@ -357,8 +358,10 @@ def float_blocks(shape: int, lanes: int, strips: int, counts: tuple[int, ...], a
                             width = min(n - column0, count * lanes)
                             float_tile(shape, a, row, rows, k0, depth, packed, strip, count, out, column0, width,
                                        bias, clamps, residual, stage)
-                            if not in_registers and stage & LAST:
-                                finish_in_place(out, row, rows, column0, width, zeros, residual, numbers)
+                        if not in_registers and stage & LAST:   # the tiles' rows across their panels at once
+                            column0 = strips0 * lanes - start
+                            finish_in_place(out, row, rows, column0, min(n, strips1 * lanes - start) - column0, zeros,
+                                            residual, numbers)
                         row += rows
 
 
