@@ -142,6 +142,10 @@ def test_windows_read_where_they_lie_are_the_columns_to_the_bit(precision, geome
         for threads in (1, 2, 3):
             with intra_op(threads):
                 np.testing.assert_array_equal(indirect(x, residual, **added), expected)
+    (key, offsets), = indirect._offsets.items()
+    assert offsets.dtype == np.int32
+    indirect._offsets[key] = offsets.astype(np.int64)   # the offsets of an input of 2 GiB or more
+    np.testing.assert_array_equal(indirect(x, residuals[0]), columns(x, residuals[0]))
 
 
 def test_channels_of_other_than_whole_groups_of_4_bytes_take_the_columns():

@@ -212,7 +212,7 @@ if AVAILABLE:
         fill = builder.bitcast(context.make_array(fill_type)(context, builder, fill_value).data, I8.as_pointer())
         taps = cgutils.unpack_tuple(builder, table.shape, 2)[1]
         row_stride = cgutils.unpack_tuple(builder, table.strides, 2)[0]
-        entries = [builder.bitcast(start, ir.IntType(64).as_pointer())
+        entries = [builder.bitcast(start, ir.IntType(offsets_type.dtype.bitwidth).as_pointer())
                    for start in _row_starts(builder, table.data, row_stride, row, valid, rows)]
         strip_pointers, accumulators = _strips_and_accumulators(dot, rows, strips, context, builder, signature, args)
         per_tap = builder.udiv(tap_bytes, ir.Constant(tap_bytes.type, GROUP_BYTES))
@@ -315,9 +315,10 @@ if AVAILABLE:
             if indirect:
                 offsets, source, fill, _ = a.types
                 if not (isinstance(offsets, types.Array) and offsets.ndim == 2 and offsets.layout == "C"
-                        and offsets.dtype == types.int64 and source.layout == "C" and fill.layout == "C"):
-                    raise TypingError("a tile's indirect rows are C-contiguous int64 offsets (M, taps) into a "
-                                      "C-contiguous source, and a C-contiguous fill")
+                        and offsets.dtype in (types.int32, types.int64) and source.layout == "C"
+                        and fill.layout == "C"):
+                    raise TypingError("a tile's indirect rows are C-contiguous int32 or int64 offsets (M, taps) "
+                                      "into a C-contiguous source, and a C-contiguous fill")
             elif not (isinstance(a, types.Array) and a.ndim == 2 and a.layout == "C"):
                 raise TypingError("a tile's A is a C-contiguous 2-D array")
             chosen, tile_rows, tile_strips = dots[dot.literal_value], rows.literal_value, strips.literal_value

@@ -134,7 +134,9 @@ class ProductConvolution:
             pixels = ys[:, None, :, None] * w + xs[None, :, None, :]                 # (OH, OW, kh, kw)
             pixels = np.arange(n)[:, None, None, None, None] * (h * w) + pixels
             item = c * np.dtype(self.products[0].in_dtype).itemsize
-            offsets = np.where(inside, pixels * item, -1).reshape(n * oh * ow, kh * kw).astype(np.int64)
+            wide = n * h * w * item > np.iinfo(np.int32).max   # int32 offsets (half the memory) up to 2 GiB
+            offsets = np.where(inside, pixels * item, -1).reshape(n * oh * ow, kh * kw).astype(
+                np.int64 if wide else np.int32)
             self._offsets[key] = offsets
         return offsets
 

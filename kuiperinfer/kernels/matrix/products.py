@@ -290,8 +290,8 @@ class IndirectRows(NamedTuple):
     """The rows of a product's A read where they lie (an indirect convolution's windows):
     row ``m`` is, tap after tap, ``tap_bytes`` bytes (a multiple of 4) of ``source`` from
     its byte ``offsets[m, tap]`` on, or of ``fill`` where that offset is negative (padding).
-    ``offsets`` is a C-contiguous int64 (M, taps) array, ``source`` and ``fill`` C-contiguous
-    arrays of the product's input type."""
+    ``offsets`` is a C-contiguous int32 (M, taps) array (int64 for a source of 2 GiB or more),
+    ``source`` and ``fill`` C-contiguous arrays of the product's input type."""
 
     offsets: np.ndarray
     source: np.ndarray
