@@ -12,10 +12,17 @@ import numpy as np
 
 from kuiperinfer.kernels.compiled.activation import ActivationCode, finish_row
 from kuiperinfer.kernels.elementwise import Epilogue, InplaceActivation
-from kuiperinfer.kernels.jit import kernel
+from kuiperinfer.kernels.jit import inline, kernel
 
 LOWEST, HIGHEST = np.float32(0), np.float32(255)
 """The range of uint8 activations, where quantized values are clipped."""
+
+
+@inline
+def requantized(v: np.float32, scale: np.float32, zero_point: np.float32) -> np.float32:
+    """The float32 ``v`` quantized, ``clip(rint(v / scale) + zero_point, 0, 255)``, as a
+    float32 (:func:`~kuiperinfer.kernels.matrix.int8.quantize`'s numbers)."""
+    return min(max(np.rint(v / scale) + zero_point, LOWEST), HIGHEST)
 
 
 @kernel

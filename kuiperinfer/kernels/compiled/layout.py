@@ -14,8 +14,10 @@ import numpy as np
 from kuiperinfer.kernels.jit import kernel
 from kuiperinfer.kernels.parallel import PART_WORK, compiled_parts
 
-COPY_WORK = 4
-"""Multiply-adds a copied value counts as in the sharing rule."""
+COMPILED_COPY_WORK = 4
+"""Multiply-adds a value this copy moves counts as in the sharing rule: a quarter of
+:data:`kuiperinfer.kernels.layout.COPY_WORK`, NumPy's copy, as it runs about four times
+as fast."""
 
 
 @kernel
@@ -39,7 +41,7 @@ def channels_last(x: np.ndarray) -> np.ndarray:
     if source.flags.c_contiguous:
         return source
     out = np.empty(source.shape, x.dtype)
-    rows, work = source.shape[0] * source.shape[1], x.size * COPY_WORK
+    rows, work = source.shape[0] * source.shape[1], x.size * COMPILED_COPY_WORK
     step = -(-rows // max(1, min(rows, work // PART_WORK)))
     compiled_parts(channels_last_rows).run(-(-rows // step), work, (x, out, step), ())
     return out

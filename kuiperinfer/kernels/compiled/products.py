@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from kuiperinfer.kernels.compiled.activation import CLIP, NONE, RELU, ActivationCode, finish_row
-from kuiperinfer.kernels.compiled.epilogue import HIGHEST, LOWEST
+from kuiperinfer.kernels.compiled.activation import CLIP, NONE, RELU, ActivationCode, clip, finish_row
+from kuiperinfer.kernels.compiled.epilogue import requantized
 from kuiperinfer.kernels.compiled.float_tiles import FIRST, LAST, RESIDUAL, row_counts
 from kuiperinfer.kernels.compiled.float_tiles import SHAPES as FLOAT_SHAPES
 from kuiperinfer.kernels.compiled.float_tiles import tile as float_tile
@@ -72,26 +72,17 @@ def finish_clamped(values: np.ndarray, bias: np.ndarray, added: np.ndarray, adds
     n = values.shape[0]
     if adds and target.itemsize == 1:
         for k in range(n):
-            v = values[k] + bias[k]
-            v = low if v < low else (high if v > high else v)
-            v = v + added[k]
-            v = residual_low if v < residual_low else (residual_high if v > residual_high else v)
-            target[k] = np.uint8(min(max(np.rint(v / out_scale) + out_zero, LOWEST), HIGHEST))
+            v = clip(clip(values[k] + bias[k], low, high) + added[k], residual_low, residual_high)
+            target[k] = np.uint8(requantized(v, out_scale, out_zero))
     elif adds:
         for k in range(n):
-            v = values[k] + bias[k]
-            v = low if v < low else (high if v > high else v)
-            v = v + added[k]
-            target[k] = residual_low if v < residual_low else (residual_high if v > residual_high else v)
+            target[k] = clip(clip(values[k] + bias[k], low, high) + added[k], residual_low, residual_high)
     elif target.itemsize == 1:
         for k in range(n):
-            v = values[k] + bias[k]
-            v = low if v < low else (high if v > high else v)
-            target[k] = np.uint8(min(max(np.rint(v / out_scale) + out_zero, LOWEST), HIGHEST))
+            target[k] = np.uint8(requantized(clip(values[k] + bias[k], low, high), out_scale, out_zero))
     else:
         for k in range(n):
-            v = values[k] + bias[k]
-            target[k] = low if v < low else (high if v > high else v)
+            target[k] = clip(values[k] + bias[k], low, high)
 
 
 @inline
@@ -142,8 +133,7 @@ def finish(sums: np.ndarray, rows: int, width: int, skip: int, row0: int, column
         target = out.reshape(-1)[at * columns:at * columns + count] if whole else out[at, target0:target0 + columns]
         if out.itemsize == 1:   # uint8
             for k in range(count):
-                q = np.rint(values[k] / out_scale) + out_zero
-                target[k] = np.uint8(min(max(q, LOWEST), HIGHEST))
+                target[k] = np.uint8(requantized(values[k], out_scale, out_zero))
         else:
             for k in range(count):
                 target[k] = values[k]
@@ -251,8 +241,7 @@ def quantize_values(x: np.ndarray, scale: np.float32, zero_point: np.float32, ou
     of one shape)."""
     values, target = x.reshape(-1), out.reshape(-1)
     for i in range(values.size):
-        q = np.rint(values[i] / scale) + zero_point
-        target[i] = np.uint8(min(max(q, LOWEST), HIGHEST))
+        target[i] = np.uint8(requantized(values[i], scale, zero_point))
 
 
 # -- float32 ---------------------------------------------------------------------------------

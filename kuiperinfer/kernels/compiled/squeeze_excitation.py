@@ -20,7 +20,7 @@ from typing import NamedTuple
 import numpy as np
 
 from kuiperinfer.kernels.compiled.activation import ActivationCode, finish_row
-from kuiperinfer.kernels.compiled.epilogue import HIGHEST, LOWEST, CompiledEpilogue
+from kuiperinfer.kernels.compiled.epilogue import CompiledEpilogue, requantized
 from kuiperinfer.kernels.elementwise import InplaceActivation
 from kuiperinfer.kernels.jit import inline, kernel, kernel_array
 
@@ -96,7 +96,7 @@ def int8_gate(values: np.ndarray, product: tuple, shifted: np.ndarray, sums: np.
     times the columns' scale, then ``activation(y + bias)``: the product's numbers to the bit."""
     input_scale, input_zero, weight, scale, bias, code, a, b = product
     for i in range(values.shape[0]):
-        q = min(max(np.rint(values[i] / input_scale) + input_zero, LOWEST), HIGHEST)
+        q = requantized(values[i], input_scale, input_zero)
         shifted[i] = np.int32(q) - np.int32(input_zero)
     add_scaled_rows(shifted, weight, sums)
     for j in range(sums.shape[0]):
