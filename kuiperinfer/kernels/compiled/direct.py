@@ -21,8 +21,6 @@ threads. Its int8 form is :mod:`.int8_direct`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
 
 from kuiperinfer.kernels.compiled.activation import finish_row, finish_vector, in_registers
@@ -35,11 +33,12 @@ from kuiperinfer.kernels.compiled.vectors import (
     multiply_add,
     multiply_add_splats,
     repeat,
+    rounded,
     splat,
     store,
 )
 from kuiperinfer.kernels.jit import empty, inline, kernel, kernel_array
-from kuiperinfer.kernels.parallel import compiled_parts, kinds_of, run_parts, threads_for
+from kuiperinfer.kernels.parallel import compiled_parts, kinds_of, threads_for
 
 MAX_CHANNELS = 4
 """Input channels up to which a convolution computes directly (RGB, or RGB and depth)."""
@@ -54,6 +53,8 @@ multiply-adds overlap (a multiply-add's latency is about four times its throughp
 10-15% faster than 4 on Zen 4)."""
 PART_WORK = 1 << 20
 """Multiply-adds a band of output rows shared among threads holds, about."""
+NO_SCALE = np.zeros(0, np.float32)
+"""The scale of :func:`row_sums` whose sums are not scaled."""
 
 
 @inline
@@ -76,29 +77,44 @@ def padded_rows(x: np.ndarray, rows: np.ndarray, y: int, sh: int, dh: int, top: 
 
 @inline
 def row_sums(rows: np.ndarray, offsets: np.ndarray, weight: np.ndarray, finished: bool, bias: np.ndarray,
-             out: np.ndarray, q: int, ow: int, sw: int, code: int, a: np.float32, b: np.float32) -> None:
+             out: np.ndarray, q: int, ow: int, sw: int, code: int, a: np.float32, b: np.float32,
+             scale: np.ndarray) -> None:
     """One output row: each of its ``ow`` pixels' ``K`` sums over the taps of ``rows`` (a
-    :func:`padded_rows`), stored from ``out``'s flat index ``q`` on, pixel by pixel; where
-    ``finished``, starting from ``bias`` and activated by ``code`` (one that
-    :func:`~.activation.in_registers` applies)."""
+    :func:`padded_rows`), stored from ``out``'s flat index ``q`` on, pixel by pixel; a
+    non-empty ``scale`` (K) multiplies each output channel's sums; where ``finished``, the
+    ``bias`` is added (to the scaled sums, or as the sums' start) and the activation of
+    ``code`` (one that :func:`~.activation.in_registers` applies) applied."""
     k = weight.shape[1]
     taps = offsets.shape[0]
     tiles_stop = ow // TILE * TILE
+    scaled = scale.shape[0] > 0
     for block in range(0, k, LANES):
         k0 = min(block, k - LANES)                              # the last block overlaps the one before
-        start = load(bias, k0, None) if finished else splat(0)
+        start = load(bias, k0, None) if finished and not scaled else splat(0)
+        factor = load(scale, k0, None) if scaled else splat(1)
+        added = load(bias, k0, None) if finished and scaled else splat(0)
         at = q + k0
         for ox in range(0, tiles_stop, TILE):
             sums = repeat(start, TILE)
             for t in range(taps):
                 sums = multiply_add_splats(rows, ox * sw + offsets[t], sw, load(weight, t * k + k0, None), sums)
             for m in range(TILE):
-                store(out, at + (ox + m) * k, finish_vector(sums[m], code, a, b), None)
+                store(out, at + (ox + m) * k, finish_vector(settled(sums[m], scaled, factor, finished, added),
+                                                            code, a, b), None)
         for ox in range(tiles_stop, ow):                        # the pixels past the last tile
             acc = start
             for t in range(taps):
                 acc = multiply_add(load_splat(rows, ox * sw + offsets[t]), load(weight, t * k + k0, None), acc)
-            store(out, at + ox * k, finish_vector(acc, code, a, b), None)
+            store(out, at + ox * k, finish_vector(settled(acc, scaled, factor, finished, added), code, a, b), None)
+
+
+@inline
+def settled(sums, scaled: bool, factor, finished: bool, added):  # noqa: ANN001, ANN201
+    """A vector of sums times the ``factor`` and, ``finished``, plus the bias ``added``, where
+    they are ``scaled`` (each step rounded, as the int8 products' epilogue rounds it)."""
+    if not scaled:
+        return sums
+    return rounded(sums * factor) + added if finished else sums * factor
 
 
 @kernel
@@ -116,7 +132,7 @@ def direct_rows(x: np.ndarray, offsets: np.ndarray, weight: np.ndarray, bias: np
     rows[:] = 0
     for y in range(y0, y1):
         padded_rows(x, rows, y, sh, dh, top, left)
-        row_sums(rows, offsets, weight, finished, bias, out, y * ow * k, ow, sw, code, a, b)
+        row_sums(rows, offsets, weight, finished, bias, out, y * ow * k, ow, sw, code, a, b, NO_SCALE)
         if not finished:
             for ox in range(ow):
                 finish_row(out[y, ox], bias, code, a, b)
@@ -158,21 +174,6 @@ class DirectWeight:
     def work(self, x: np.ndarray, out_hw: tuple[int, int]) -> int:
         """Multiply-adds of the convolution of ``x``."""
         return x.shape[0] * out_hw[0] * out_hw[1] * self.weight.shape[1] * self.weight.shape[0]
-
-    def share_rows(self, x: np.ndarray, out_hw: tuple[int, int], stride: tuple[int, int],
-                   dilation: tuple[int, int], rows_of: Callable[[int, int, int, np.ndarray, np.ndarray], None]) -> None:
-        """``rows_of(image, first, stop, rows, offsets)`` for bands of each image's output rows
-        of the convolution of ``x`` (N, C, H, W), shared among the run's threads, each with a
-        scratch ``rows`` of its own and the taps' ``offsets``."""
-        step, bands, offsets, scratch = self.bands(x, out_hw, stride, dilation)
-        oh = out_hw[0]
-
-        def run(part: tuple[int, int]) -> None:
-            image, first = part
-            rows_of(image, first, min(oh, first + step), np.empty(scratch, np.float32), offsets)
-
-        run_parts([(image, first) for image in range(x.shape[0]) for first in range(0, oh, step)],
-                  self.work(x, out_hw), run)
 
 
 class CompiledDirect(DirectWeight):

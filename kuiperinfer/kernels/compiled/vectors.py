@@ -16,7 +16,8 @@ float>`` value, which stays in a register across a loop like any local number.
 * :func:`splat` repeats a number in every lane (:func:`load_splat`, one of an array's),
   :func:`repeat` a vector in a tuple; ``+`` and ``*`` work lane by lane, and
   :func:`multiply_add` fuses them (one FMA instruction where the CPU has it);
-  :func:`multiply_add_splats` adds a row of numbers times one vector to a tuple of sums.
+  :func:`multiply_add_splats` adds a row of numbers times one vector to a tuple of sums;
+  :func:`rounded` keeps a product from fusing with the sum that follows it.
 * :func:`where_below` and :func:`where_above` replace the lanes beyond a bound, keeping NaN
   (the comparisons are false for it), as the activations' scalar loops do.
 
@@ -193,6 +194,16 @@ if AVAILABLE:
             return builder.call(function, args)
         return Vector(Vector, Vector, Vector), codegen
 
+    @intrinsic
+    def rounded(typingctx, vector):  # noqa: ANN001, ANN201
+        """``vector`` as it is, behind a fence LLVM fuses nothing across: the product that made
+        it is rounded on its own, not fused with a sum that follows into one FMA."""
+        def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
+            function = cgutils.get_or_insert_function(builder.module, ir.FunctionType(
+                _LLVM_VECTOR, [_LLVM_VECTOR]), f"llvm.arithmetic.fence.{_LANE_TYPES}")
+            return builder.call(function, args)
+        return Vector(Vector), codegen
+
     def _lanewise(instruction: str):  # noqa: ANN202
         """An intrinsic applying an LLVM instruction (``fadd``, ``fmul``) to two vectors."""
         @intrinsic
@@ -274,6 +285,10 @@ else:
     def multiply_add(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
         """``a * b + c`` lane by lane."""
         return a * b + c
+
+    def rounded(vector: np.ndarray) -> np.ndarray:
+        """``vector`` as it is (NumPy rounds every step on its own)."""
+        return vector
 
     def where_below(vector: np.ndarray, bound: np.ndarray, value: np.ndarray) -> np.ndarray:
         """``vector`` with ``value`` in the lanes below ``bound``."""

@@ -29,7 +29,15 @@ from kuiperinfer.kernels.compiled.tiles import GROUP_BYTES
 from kuiperinfer.kernels.im2col import output_size, window_view
 from kuiperinfer.kernels.layout import nchw, nhwc, pad_nhwc
 from kuiperinfer.kernels.matrix import int8
-from kuiperinfer.kernels.matrix.products import AVX2, VNNI, IndirectRows, Int8Product, Product, ProductKernel
+from kuiperinfer.kernels.matrix.products import (
+    AVX2,
+    VNNI,
+    IndirectRows,
+    Int8Product,
+    Product,
+    ProductKernel,
+    in_layout,
+)
 from kuiperinfer.kernels.parallel import even_step, run_parts, threads_for
 
 BLOCK_BYTES = 1 << 20
@@ -207,16 +215,28 @@ class DirectInt8Convolution(ProductConvolution):
     def __call__(self, x: np.ndarray, residual: np.ndarray | None = None, residual_scale: float = 1.0,
                  residual_zero_point: int = 0) -> np.ndarray:
         product = self.products[0]
-        a = product.activations(x)
-        n, _, h, w = a.shape
+        n, _, h, w = x.shape
         (top, bottom), (left, right) = self.padding
         oh, ow = (output_size(size, k, s, d) for size, k, s, d in
                   zip((h + top + bottom, w + left + right), self.kernel, self.stride, self.dilation))
         rows = Product.NO_RESIDUAL if residual is None else \
             np.ascontiguousarray(nhwc(residual)).reshape(n, oh * ow, self.out_channels)
-        out = self.direct(a, product.zero_point, (oh, ow), self.stride, self.dilation, self.padding,
+        out = self.direct(self._centred(x), (oh, ow), self.stride, self.dilation, self.padding,
                           product.epilogue_numbers(residual_scale, residual_zero_point), rows, product.out_dtype)
         return out.reshape(n, oh, ow, self.out_channels)
+
+    def _centred(self, x: np.ndarray) -> np.ndarray:
+        """The product's uint8 activations of ``x`` (float32, or uint8 quantized so already)
+        less their zero point, as float32: float32 ``x`` quantized in the same pass."""
+        product = self.products[0]
+        zero_point = np.float32(product.zero_point)
+        if x.dtype == np.uint8:
+            return np.subtract(x, zero_point, dtype=np.float32)
+        from kuiperinfer.kernels.compiled.int8_direct import centred_values
+
+        scale = np.float32(product.input_scale)
+        return in_layout(np.asarray(x, np.float32), np.float32,
+                         lambda values, out: centred_values(values, scale, zero_point, out))
 
 
 @dataclass(frozen=True)
