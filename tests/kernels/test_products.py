@@ -214,6 +214,9 @@ def test_int8_activations_are_the_reference_quantization_in_the_same_layout(kern
     assert q.dtype == np.uint8 and q.strides == (x.strides[0] // 4, 1, *(s // 4 for s in x.strides[2:]))
     np.testing.assert_array_equal(q, products.int8.quantize(np.ascontiguousarray(x), 0.037, 101))
     assert product.activations(q) is q
+    for view in (x.transpose(0, 2, 1, 3), x[:, :, ::2], x[:, 1:], x[..., ::3]):   # other layouts, gaps
+        np.testing.assert_array_equal(product.activations(view),
+                                      products.int8.quantize(np.ascontiguousarray(view), 0.037, 101))
 
 
 @needs_vnni

@@ -262,12 +262,14 @@ def in_layout(x: np.ndarray, dtype: type, fill: Callable[[np.ndarray, np.ndarray
     their strides: a channels-last view's NHWC array), into a new array of ``dtype`` in the
     memory layout of ``x``; large arrays in parts shared among the run's threads."""
     if x.flags.c_contiguous:
-        order = None
-        values = x.reshape(-1)
+        order = inverse = None
+    elif x.ndim == 4 and x.strides[1] == x.itemsize and x.strides[2] >= x.strides[3] >= x.strides[1] * x.shape[1]:
+        order, inverse = (0, 2, 3, 1), (0, 3, 1, 2)    # a channels-last view, known without sorting
     else:
         order = np.argsort(x.strides, kind="stable")[::-1]
-        values = np.ascontiguousarray(x.transpose(order)).reshape(-1)
-    out = np.empty(values.shape, dtype)
+        inverse = np.argsort(order)
+    values = (x if order is None else np.ascontiguousarray(x.transpose(order))).reshape(-1)
+    out = np.empty(values.size, dtype)
     work = ELEMENTWISE_WORK * values.size
     if threads_for(work) > 1:
         step = max(ELEMENTWISE_PART, -(-values.size // MAX_PARTS))
@@ -277,7 +279,7 @@ def in_layout(x: np.ndarray, dtype: type, fill: Callable[[np.ndarray, np.ndarray
         fill(values, out)
     if order is None:
         return out.reshape(x.shape)
-    return out.reshape([x.shape[i] for i in order]).transpose(np.argsort(order))
+    return out.reshape([x.shape[i] for i in order]).transpose(inverse)
 
 
 ELEMENTWISE_PART = 1 << 16
