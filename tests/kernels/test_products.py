@@ -160,6 +160,8 @@ def test_products_are_cut_the_way_that_reads_least(kernel):   # cutting runs no 
         cells = [(r, s) for r0, r1, s0, s1 in parts for r in range(r0, r1) for s in range(s0, s1)]
         assert sorted(cells) == [(r, s) for r in range(m) for s in range(-(-n // lanes))]   # each once
         assert len(parts) % 4 == 0 and len(parts) >= products.MAX_PARTS // 2
+        sizes = (parts[:, 1] - parts[:, 0]) * (parts[:, 3] - parts[:, 2])
+        assert (np.diff(sizes) <= 0).all()   # the largest first: threads taking the next end together
         row_blocks, column_blocks = len(set(parts[:, 0])), len(set(parts[:, 2]))
         if m <= 32 and -(-n // lanes) // strips >= 8:   # a sentence by a large weight: the weight read once
             assert row_blocks == 1

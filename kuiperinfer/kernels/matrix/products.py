@@ -238,7 +238,9 @@ def product_parts(m: int, n: int, k: int, kernel: ProductKernel, columns: tuple[
     :data:`EVEN_PARTS` from that up, or at least half as many; of those cuts, the one that
     reads the fewest values, since each block of rows reads all of B's columns and each block
     of columns all of A's rows. A convolution's many pixels by few channels is cut along its
-    rows; a sentence of tokens by a large weight along its columns, the weight read once."""
+    rows; a sentence of tokens by a large weight along its columns, the weight read once.
+    The largest blocks come first, so that threads taking the next block as they come free
+    end together (blocks of 6 strips after those of 4 left one thread the two largest)."""
     rows, strips, lanes = _tile(kernel)
     start, stop = columns or (0, n)
     first = start // lanes
@@ -253,8 +255,9 @@ def product_parts(m: int, n: int, k: int, kernel: ProductKernel, columns: tuple[
     row_cuts = [rows * (row_tiles * i // row_blocks) for i in range(row_blocks)] + [m]
     strip_cuts = [first + strips * (panels * i // strip_blocks) for i in range(strip_blocks)]
     strip_cuts.append(first + strip_count)
-    return np.array([(r0, r1, s0, s1) for r0, r1 in zip(row_cuts, row_cuts[1:])
-                     for s0, s1 in zip(strip_cuts, strip_cuts[1:])], np.int64)
+    parts = [(r0, r1, s0, s1) for r0, r1 in zip(row_cuts, row_cuts[1:]) for s0, s1 in zip(strip_cuts, strip_cuts[1:])]
+    parts.sort(key=lambda part: (part[1] - part[0]) * (part[3] - part[2]), reverse=True)   # the largest first
+    return np.array(parts, np.int64)
 
 
 def in_layout(x: np.ndarray, dtype: type, fill: Callable[[np.ndarray, np.ndarray], object]) -> np.ndarray:
