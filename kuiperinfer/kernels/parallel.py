@@ -467,12 +467,13 @@ def compiled_parts(dispatcher: Any, per_thread: bool = False) -> CompiledParts:
 
 def kinds_of(value: Any) -> Any:
     """What of ``value`` (a tuple of a kernel's arguments, say) its compiled type depends on,
-    quickly: a key, not the type."""
-    if isinstance(value, np.ndarray):
-        return value.dtype.char, value.ndim, value.flags.num   # the flags: layout, writeable, aligned
-    if isinstance(value, tuple):
-        return type(value), *[kinds_of(item) for item in value]
-    return type(value)
+    quickly (on every shared call): a key, not the type."""
+    kind = type(value)
+    if kind is np.ndarray:
+        return value.dtype, value.ndim, value.flags.num   # the flags: layout, writeable, aligned
+    if kind is tuple:
+        return tuple(map(kinds_of, value))
+    return kind
 
 
 def even_step(length: int, step: int, threads: int, images: int = 1) -> int:
