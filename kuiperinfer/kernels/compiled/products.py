@@ -60,29 +60,57 @@ def epilogue_numbers(activation: ActivationCode, residual_activation: Activation
 
 
 @inline
-def finish_clamped(values: np.ndarray, bias: np.ndarray, added: np.ndarray, adds: bool, target: np.ndarray,
-                   bounds: tuple[np.float32, np.float32, np.float32, np.float32],
+def finish_clamped(values: np.ndarray, bias: np.ndarray, target: np.ndarray, low: np.float32, high: np.float32,
                    out_form: tuple[np.float32, np.float32]) -> None:
-    """:func:`finish`'s steps on one run of sums in one pass, where both activations are
-    clamps (``bounds``: low, high, then the residual's) and the residual is float32:
-    ``clamp(y + bias)``, with ``adds`` ``clamp(y + added)``, stored as float32 or
-    requantized; the numbers of the separate passes, each step rounded alike."""
-    low, high, residual_low, residual_high = bounds
+    """:func:`finish`'s steps on one run of sums in one pass where the activation is a clamp
+    and no residual is added: ``clamp(y + bias)``, stored as float32 or requantized."""
     out_scale, out_zero = out_form
-    n = values.shape[0]
-    if adds and target.itemsize == 1:
-        for k in range(n):
-            v = clip(clip(values[k] + bias[k], low, high) + added[k], residual_low, residual_high)
-            target[k] = np.uint8(requantized(v, out_scale, out_zero))
-    elif adds:
-        for k in range(n):
-            target[k] = clip(clip(values[k] + bias[k], low, high) + added[k], residual_low, residual_high)
-    elif target.itemsize == 1:
-        for k in range(n):
+    if target.itemsize == 1:
+        for k in range(values.shape[0]):
             target[k] = np.uint8(requantized(clip(values[k] + bias[k], low, high), out_scale, out_zero))
     else:
-        for k in range(n):
+        for k in range(values.shape[0]):
             target[k] = clip(values[k] + bias[k], low, high)
+
+
+@inline
+def finish_clamped_added(values: np.ndarray, bias: np.ndarray, added: np.ndarray, target: np.ndarray,
+                         bounds: tuple[np.float32, np.float32, np.float32, np.float32],
+                         out_form: tuple[np.float32, np.float32]) -> None:
+    """:func:`finish`'s steps on one run of sums in one pass where both activations are clamps
+    (``bounds``: low, high, then the residual's) and the residual ``added`` is float32:
+    ``clamp(clamp(y + bias) + added)``, stored as float32 or requantized; the numbers of the
+    separate passes, each step rounded alike."""
+    low, high, residual_low, residual_high = bounds
+    out_scale, out_zero = out_form
+    if target.itemsize == 1:
+        for k in range(values.shape[0]):
+            v = clip(clip(values[k] + bias[k], low, high) + added[k], residual_low, residual_high)
+            target[k] = np.uint8(requantized(v, out_scale, out_zero))
+    else:
+        for k in range(values.shape[0]):
+            target[k] = clip(clip(values[k] + bias[k], low, high) + added[k], residual_low, residual_high)
+
+
+@inline
+def stored(values: np.ndarray, target: np.ndarray, out_form: tuple[np.float32, np.float32]) -> None:
+    """``values`` into ``target``: as they are, or requantized (``out_form``: scale, zero
+    point) into a uint8 one."""
+    out_scale, out_zero = out_form
+    if target.itemsize == 1:
+        for k in range(values.shape[0]):
+            target[k] = np.uint8(requantized(values[k], out_scale, out_zero))
+    else:
+        for k in range(values.shape[0]):
+            target[k] = values[k]
+
+
+@inline
+def row_of(array: np.ndarray, at: int, columns: int, count: int, start: int, whole: bool) -> np.ndarray:
+    """What :func:`finish` reads or writes of row ``at`` of the output or the residual: its
+    ``columns`` from ``start`` on, or, where the rows are ``whole``, ``count`` values from
+    the row's start on."""
+    return array.reshape(-1)[at * columns:at * columns + count] if whole else array[at, start:start + columns]
 
 
 @inline
@@ -96,47 +124,47 @@ def finish(sums: np.ndarray, rows: int, width: int, skip: int, row0: int, column
     a uint8 ``out`` is requantized (a float32 one takes the values as they are). Where the
     rows are ``whole`` (``out``'s are the sums' columns, one run of memory), each step is one
     pass over all of them (the bias repeated in ``biases``); else each step goes row by row.
-    ``scratch`` holds the dequantized residual."""
+    ``scratch`` holds the dequantized residual. Each case has its own loop over the rows: a
+    branch inside one kept LLVM from vectorising the passes (a quarter of the speed)."""
     code, low, high = int(numbers[ACTIVATION]), numbers[ACTIVATION + 1], numbers[ACTIVATION + 2]
     residual_code = int(numbers[RESIDUAL_ACTIVATION])
     residual_low, residual_high = numbers[RESIDUAL_ACTIVATION + 1], numbers[RESIDUAL_ACTIVATION + 2]
     residual_scale, residual_zero = numbers[RESIDUAL_SCALE], numbers[RESIDUAL_ZERO]
-    out_scale, out_zero = numbers[OUT_SCALE], numbers[OUT_ZERO]
-    target0 = column0 - first
+    out_form = (numbers[OUT_SCALE], numbers[OUT_ZERO])
+    start = column0 - first
     count = rows * columns if whole else columns
+    rounds = 1 if whole else rows
+    row_bias = biases[:count] if whole else bias[column0:column0 + columns]
     clamps, clamp_low, clamp_high = clamp_of(code, low, high)
     residual_clamps, residual_clamp_low, residual_clamp_high = clamp_of(residual_code, residual_low, residual_high)
-    as_is = residual.size == 0 or (residual.itemsize == 4 and residual_scale == 1 and residual_zero == 0)
-    if clamps and residual_clamps and as_is:   # every step in one pass (a uint8 residual's dequantized
-        # value is rounded before it is added, which one pass would fuse into one FMA)
-        for i in range(1 if whole else rows):
+    as_is = residual.itemsize == 4 and residual_scale == 1 and residual_zero == 0
+    if clamps and residual.size == 0:   # every step in one pass
+        for i in range(rounds):
+            finish_clamped(sums[i * width + skip:i * width + skip + count], row_bias,
+                           row_of(out, row0 + i, columns, count, start, whole), clamp_low, clamp_high, out_form)
+    elif clamps and residual_clamps and as_is:   # so too (a uint8 residual's dequantized value is rounded
+        # before it is added, which one pass would fuse into one FMA)
+        bounds = (clamp_low, clamp_high, residual_clamp_low, residual_clamp_high)
+        for i in range(rounds):
             at = row0 + i
-            added = residual.reshape(-1)[at * columns:at * columns + count] if whole else \
-                residual[at, target0:target0 + columns]
-            target = out.reshape(-1)[at * columns:at * columns + count] if whole else \
-                out[at, target0:target0 + columns]
-            finish_clamped(sums[i * width + skip:i * width + skip + count],
-                           biases[:count] if whole else bias[column0:column0 + columns], added, residual.size > 0,
-                           target, (clamp_low, clamp_high, residual_clamp_low, residual_clamp_high),
-                           (out_scale, out_zero))
-        return
-    for i in range(1 if whole else rows):
-        at = row0 + i
-        values = sums[i * width + skip:i * width + skip + count]
-        finish_row(values, biases[:count] if whole else bias[column0:column0 + columns], code, low, high)
-        if residual.size:
-            added = residual.reshape(-1)[at * columns:at * columns + count] if whole else \
-                residual[at, target0:target0 + columns]
+            finish_clamped_added(sums[i * width + skip:i * width + skip + count], row_bias,
+                                 row_of(residual, at, columns, count, start, whole),
+                                 row_of(out, at, columns, count, start, whole), bounds, out_form)
+    elif residual.size:
+        for i in range(rounds):
+            at = row0 + i
+            values = sums[i * width + skip:i * width + skip + count]
+            finish_row(values, row_bias, code, low, high)
+            added = row_of(residual, at, columns, count, start, whole)
             for k in range(count):
                 scratch[k] = (np.float32(added[k]) - residual_zero) * residual_scale
             finish_row(values, scratch[:count], residual_code, residual_low, residual_high)
-        target = out.reshape(-1)[at * columns:at * columns + count] if whole else out[at, target0:target0 + columns]
-        if out.itemsize == 1:   # uint8
-            for k in range(count):
-                target[k] = np.uint8(requantized(values[k], out_scale, out_zero))
-        else:
-            for k in range(count):
-                target[k] = values[k]
+            stored(values, row_of(out, at, columns, count, start, whole), out_form)
+    else:
+        for i in range(rounds):
+            values = sums[i * width + skip:i * width + skip + count]
+            finish_row(values, row_bias, code, low, high)
+            stored(values, row_of(out, row0 + i, columns, count, start, whole), out_form)
 
 
 @inline
