@@ -15,7 +15,7 @@ import numpy as np
 
 from kuiperinfer.kernels.jit import inline, kernel
 from kuiperinfer.kernels.layout import nchw, nhwc
-from kuiperinfer.kernels.parallel import run_parts
+from kuiperinfer.kernels.parallel import compiled_parts, even_step, threads_for
 
 TAP_WORK = 4
 """Multiply-adds that one output value's tap counts as when deciding whether to share a
@@ -34,18 +34,19 @@ def take_larger(target: np.ndarray, source: np.ndarray) -> None:
 
 
 @kernel
-def max_pool_rows(x: np.ndarray, out: np.ndarray, first: int, stop: int, kernel_hw: tuple[int, int],
-                  stride: tuple[int, int], padding: tuple[int, int], dilation: tuple[int, int], lowest) -> None:  # noqa: ANN001
-    """Output rows ``first:stop`` (counted over all images: image * OH + row) of ``out``
-    (N, OH, OW, C) = the maxima of the windows of ``x`` (N, H, W, C), both C-contiguous,
-    padding counting as ``lowest`` (x's type's lowest value). A window is a rectangle: each
-    output row first takes the maxima of its kernel rows' input rows, one long run of memory
-    each, into a row of scratch, then each output pixel those of its kernel columns there."""
+def max_pool_rows(x: np.ndarray, out: np.ndarray, step: int, kernel_hw: tuple[int, int], stride: tuple[int, int],
+                  padding: tuple[int, int], dilation: tuple[int, int], lowest, first: int, last: int) -> None:  # noqa: ANN001
+    """Bands ``first:last`` of ``step`` output rows (counted over all images: image * OH +
+    row) of ``out`` (N, OH, OW, C) = the maxima of the windows of ``x`` (N, H, W, C), both
+    C-contiguous, padding counting as ``lowest`` (x's type's lowest value). A window is a
+    rectangle: each output row first takes the maxima of its kernel rows' input rows, one long
+    run of memory each, into a row of scratch, then each output pixel those of its kernel
+    columns there."""
     _, h, w, c = x.shape
     oh, ow = out.shape[1], out.shape[2]
     (kh, kw), (sh, sw), (ph, pw), (dh, dw) = kernel_hw, stride, padding, dilation
     rows = np.empty(w * c, x.dtype)
-    for row in range(first, stop):
+    for row in range(first * step, min(last * step, out.shape[0] * oh)):
         image, oy = row // oh, row % oh
         rows[:] = lowest
         for i in range(kh):
@@ -65,14 +66,14 @@ def max_pool2d_channels_last(x: np.ndarray, out_hw: tuple[int, int], kernel_hw: 
                              stride: tuple[int, int], padding: tuple[int, int],
                              dilation: tuple[int, int]) -> np.ndarray:
     """Max pooling of NCHW ``x`` held channels-last (float32 or uint8) to ``out_hw``; an
-    NCHW array held channels-last, as :func:`~kuiperinfer.kernels.pooling.max_pool2d` gives."""
+    NCHW array held channels-last, as :func:`~kuiperinfer.kernels.pooling.max_pool2d` gives.
+    Bands of even size go to the run's threads as compiled parts."""
     source = nhwc(x)
     n, _, _, c = source.shape
     out = np.empty((n, *out_hw, c), x.dtype)
     lowest = x.dtype.type(-np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min)
-    rows = n * out_hw[0]
-    step = max(1, min(rows, BAND_VALUES // max(1, out_hw[1] * c)))
-    run_parts(range(0, rows, step), TAP_WORK * out.size * kernel_hw[0] * kernel_hw[1],
-              lambda first: max_pool_rows(source, out, first, min(rows, first + step), kernel_hw, stride, padding,
-                                          dilation, lowest))
+    rows, work = n * out_hw[0], TAP_WORK * out.size * kernel_hw[0] * kernel_hw[1]
+    step = even_step(rows, max(1, BAND_VALUES // max(1, out_hw[1] * c)), threads_for(work))
+    compiled_parts(max_pool_rows).run(-(-rows // step), work, (source, out, step, kernel_hw, stride, padding,
+                                                               dilation, lowest), ())
     return nchw(out)
