@@ -171,6 +171,54 @@ def test_int8_values_between_products_stay_uint8(tmp_path) -> None:
                                                                  optimize=False)(x))
 
 
+class Stem(nn.Module):
+    """ResNet's stem and first block: the stem's output, max pooled, is what the block's first
+    convolution reads and what its second adds as its residual."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem, self.pool = nn.Conv2d(3, 16, 3, padding=1), nn.MaxPool2d(3, 2, 1)
+        self.conv1, self.conv2 = nn.Conv2d(16, 16, 3, padding=1), nn.Conv2d(16, 16, 3, padding=1)
+        self.fc = nn.Linear(16 * 4 * 4, 10)
+
+    def forward(self, x):
+        y = self.pool(F.relu(self.stem(x)))
+        return self.fc(torch.flatten(F.relu(self.conv2(F.relu(self.conv1(y))) + y), 1))
+
+    def int8(self, x, ranges):
+        """The same as int8 defines it, the residual the pooled values as conv1 quantizes them."""
+        conv = partial(F.conv2d, padding=1)
+        y = self.pool(F.relu(int8_product(conv, x, *ranges["stem"], self.stem.weight, 0)
+                             + self.stem.bias.reshape(-1, 1, 1)))
+        scale, zero = activation_parameters(*ranges["conv1"])
+        residual = (torch.clamp(torch.round(y / scale) + zero, 0, 255) - zero) * np.float32(scale)
+        h = F.relu(int8_product(conv, y, *ranges["conv1"], self.conv1.weight, 0) + self.conv1.bias.reshape(-1, 1, 1))
+        z = F.relu(int8_product(conv, h, *ranges["conv2"], self.conv2.weight, 0) + self.conv2.bias.reshape(-1, 1, 1)
+                   + residual)
+        return int8_product(F.linear, torch.flatten(z, 1), *ranges["fc"], self.fc.weight, 0) + self.fc.bias
+
+
+def test_int8_values_stay_uint8_through_max_pooling_and_into_residuals(tmp_path) -> None:
+    """Max pooling picks values without changing them, so the stem hands its output on as uint8
+    in the form of the convolution that reads the pooled values, and the convolution that adds
+    them as its residual dequantizes them by that form: what PyTorch computes so, compiled and
+    reference alike."""
+    torch.manual_seed(0)
+    model = Stem().eval()
+    param = export(model, (torch.randn(1, 3, 8, 8),), tmp_path)
+    ranges = {"stem": (-2.0, 2.5), "conv1": (0.0, 1.5), "conv2": (0.0, 1.2), "fc": (0.0, 2.0)}
+    table = CalibrationTable(model_digest(param), ranges=ranges)
+    x = torch.randn(3, 3, 8, 8)
+    with torch.no_grad():
+        expected = [model.int8(x, ranges).numpy()]
+    for kernels in ("compiled", "reference"):
+        graph = kuiperinfer.load(param, precision="int8", calibration=table, kernels=kernels)
+        plans = {op.name: op.plan for op in graph.operators}
+        assert plans["stem"].quantized_for == "conv1" and plans["conv2"].residual_quantized_for == "conv1"
+        assert graph.run(x.numpy(), fetch=["pool"])["pool"].dtype == np.uint8
+        assert_matches(graph.run(x.numpy()), expected)
+
+
 # -- the calibration table --------------------------------------------------------------------------
 
 

@@ -138,9 +138,11 @@ multiply-adds, with its input no longer in cache."""
 
 def max_pool2d(x: np.ndarray, kernel: tuple[int, int], stride: tuple[int, int],
                padding: tuple[int, int], dilation: tuple[int, int], ceil_mode: bool) -> np.ndarray:
-    """Max pooling of NCHW ``x``; padding counts as -inf, NaN propagates as in PyTorch."""
+    """Max pooling of NCHW ``x`` (float, or uint8 activations); padding counts as the lowest
+    value (-inf), NaN propagates as in PyTorch."""
     out_hw = pool_output_hw(x, kernel, stride, padding, dilation, ceil_mode)
-    return _reduce_taps(x, kernel, stride, padding, dilation, out_hw, np.maximum, -np.inf)
+    lowest = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
+    return _reduce_taps(x, kernel, stride, padding, dilation, out_hw, np.maximum, lowest)
 
 
 def _window_counts(size: int, kernel: int, stride: int, padding: int, out: int

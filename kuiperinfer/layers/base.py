@@ -53,6 +53,11 @@ class Layer:
     """True when the layer only rearranges the elements of its one input (reshape, view,
     permute, ...): an elementwise function gives the same values before it as after."""
 
+    monotone: ClassVar[bool] = False
+    """True when each value of the layer's one output is one of its input's, picked by
+    comparing them (max pooling): a non-decreasing elementwise function, such as int8's
+    quantization, gives the same values before it as after."""
+
     plan_class: ClassVar[type | None] = None
     """The class of the plan that ``create`` reads from ``op.plan``; None for layers the
     optimiser never plans for."""
@@ -82,6 +87,12 @@ class Layer:
         """The product (by the name its precision is asked for) whose activations are ``op``'s
         first input, which int8 takes as uint8 in that product's form; None where the layer
         reads its first input otherwise."""
+        return None
+
+    @classmethod
+    def residual_input(cls, op: RuntimeOperator) -> int | None:
+        """The input of ``op`` that the layer's int8 product adds in its epilogue (its
+        residual), which it takes as uint8 in any product's input form; None if none."""
         return None
 
     def batch_flow(self, inputs: Sequence[Batch]) -> Batch | None:

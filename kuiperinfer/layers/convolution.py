@@ -483,6 +483,9 @@ class ConvolutionPlan:
     """In int8, the pnnx operator whose int8 product alone reads the output (with any
     others of the same input range): the output is handed on as uint8 in that product's
     input form, requantized in this convolution's epilogue."""
+    residual_quantized_for: str | None = None
+    """In int8, the pnnx operator in whose product's input form the residual arrives as
+    uint8 (its producer requantized it for that product): the epilogue dequantizes it so."""
 
 
 NO_PLAN = ConvolutionPlan()
@@ -498,10 +501,12 @@ class Convolution(ParamLayer):
     def __init__(self, layer_name: str, weight: np.ndarray, bias: np.ndarray | None,
                  geometry: ConvGeometry, rank: int, plan: ConvolutionPlan = NO_PLAN,
                  recorded: tuple[int, int, int] = (0, 0, 0), compiled: bool = False, precision: Precision = FP32,
-                 requantize: Requantize | None = None):
+                 requantize: Requantize | None = None, residual_form: Requantize | None = None):
         super().__init__(layer_name, weight, bias)
         self.requantize = requantize
         """In int8, the form its output is handed on in (uint8), where the plan says so."""
+        self.residual_form = residual_form
+        """In int8, the form of a uint8 residual, where the plan says one arrives so."""
         if plan.padding is not None:
             geometry = replace(geometry, padding=plan.padding)
         self.geometry, self.rank, self.plan, self.compiled = geometry, rank, plan, compiled
@@ -533,7 +538,8 @@ class Convolution(ParamLayer):
             raise op.error(f"a convolution adding a residual takes 2 inputs, not {len(op.input_operands_seq)}",
                            Status.kParameterInvalidValue)
         layer = cls(op.name, weight, _read_bias(op, c_out), geometry, rank, plan, _recorded_output(op),
-                    options.compiled, options.precision_of(op.name), requantize_for(options, plan.quantized_for))
+                    options.compiled, options.precision_of(op.name), requantize_for(options, plan.quantized_for),
+                    requantize_for(options, plan.residual_quantized_for))
         layer.batch_independent = batched(op, rank)
         return layer
 
@@ -544,6 +550,10 @@ class Convolution(ParamLayer):
     @classmethod
     def input_product(cls, op: RuntimeOperator) -> str | None:
         return op.name
+
+    @classmethod
+    def residual_input(cls, op: RuntimeOperator) -> int | None:
+        return 1 if (op.plan or NO_PLAN).residual else None
 
     def pack(self) -> None:
         weight_2d = self._weight.reshape(*self._weight.shape[:2], *self.geometry.kernel)
@@ -588,6 +598,9 @@ class Convolution(ParamLayer):
         n, _, h, w = x.shape
         (top, bottom), (left, right) = self.geometry.padding
         shape = (n, self.kernel.out_channels, *self.geometry.output_hw((h + top + bottom, w + left + right)))
+        if residual.dtype == np.uint8 and self.residual_form is not None:   # in int8, as its producer handed it on
+            form = self.residual_form
+            return self.kernel(x, np.broadcast_to(residual, shape), form.scale, form.zero_point)
         return self.kernel(x, np.broadcast_to(np.asarray(residual, np.float32), shape))
 
 

@@ -42,7 +42,10 @@ from kuiperinfer.runtime.registry import register_layer
 class MaxPooling(NonParamLayer):
     """Max pooling (kernel, stride, padding, dilation, ceil_mode), with int64 indices if asked;
     ``compiled``, a float32 input held channels-last (a convolution's output) is pooled by
-    the compiled kernel (:mod:`kuiperinfer.kernels.compiled.pooling`)."""
+    the compiled kernel (:mod:`kuiperinfer.kernels.compiled.pooling`), as is an int8
+    product's uint8 input (quantized before the pooling, to the same values)."""
+
+    monotone = True
 
     def __init__(self, layer_name: str, window: Window, rank: int, return_indices: bool = False,
                  as_tuple: bool = False, compiled: bool = False):
@@ -69,7 +72,7 @@ class MaxPooling(NonParamLayer):
                 values, indices = values[0], indices[0]
             return IndicesOutput.outputs(values, indices, True, self.as_tuple)
         x, unbatched = as_2d(inputs[0], self.rank, f"max_pool{self.rank}d")
-        if self.compiled and x.dtype == np.float32 and is_channels_last(x):
+        if self.compiled and x.dtype in (np.float32, np.uint8) and is_channels_last(x):
             out_hw = pool_output_hw(x, w.kernel, w.stride, w.padding, w.dilation, w.ceil_mode)
             out = max_pool2d_channels_last(x, out_hw, w.kernel, w.stride, w.padding, w.dilation)
         else:

@@ -29,8 +29,8 @@
 * :func:`select_channels_last`: convolutions (and learned 2x upsampling) hand on their
   output in channels-last memory (:mod:`kuiperinfer.kernels.layout`), as they compute it.
 * :func:`select_uint8_activations`: in int8, a convolution or linear layer whose output only
-  int8 products of one input range read hands it on as uint8 in their form, requantized in
-  its epilogue.
+  int8 products of one input range read (through max pooling too, or as a convolution's
+  residual) hands it on as uint8 in their form, requantized in its epilogue.
 
 A pass takes the graph and returns how many rewrites it made. It learns what an operator
 is from the :class:`LayerRegisterer`'s classes (:func:`is_a`), without building layers,
@@ -569,11 +569,13 @@ def select_channels_last(graph: RuntimeGraph) -> int:
 
 def select_uint8_activations(graph: RuntimeGraph) -> int:
     """In int8, let an int8 convolution or linear layer whose output only int8 products read,
-    all of one input range (directly, or through shape-only operators such as reshapes), hand
-    it on as uint8 in their input form, requantized in its epilogue: they take it without
-    quantizing it (the numbers are the same), and the value between them takes a quarter of
-    float32's memory. Any other reader (a residual addition, pooling, a graph output) keeps
-    the output float32."""
+    all of one input range (directly, or through shape-only operators such as reshapes and
+    through max pooling, which picks values without changing them), hand it on as uint8 in
+    their input form, requantized in its epilogue: they take it without quantizing it (the
+    numbers are the same), and the value between them takes a quarter of float32's memory.
+    An int8 convolution may also read it as its residual, which its epilogue dequantizes (the
+    residual is then the quantized value). Any other reader (an addition, average pooling, a
+    graph output) keeps the output float32."""
     table = graph.options.calibration
     selected = 0
     for op in graph.operators if table is not None else ():
@@ -581,26 +583,35 @@ def select_uint8_activations(graph: RuntimeGraph) -> int:
         if not (isinstance(table.precision_of(op.name), Int8) and len(op.output_operands) == 1
                 and "quantized_for" in {f.name for f in fields(plan_class or object)}):
             continue
-        readers = _product_readers(op.output_operands[0])
+        residuals: list[RuntimeOperator] = []
+        readers = _product_readers(op.output_operands[0], residuals)
         forms = {table.precision_of(name) for name in readers or ()}
-        if len(forms) == 1 and isinstance(forms.pop(), Int8):
+        if len(forms) == 1 and isinstance(forms.pop(), Int8) \
+                and all(isinstance(table.precision_of(reader.name), Int8) for reader in residuals):
             set_plan(op, replace(op.plan or plan_class(), quantized_for=readers[0]))
+            for reader in residuals:
+                set_plan(reader, replace(reader.plan, residual_quantized_for=readers[0]))
             selected += 1
     return selected
 
 
-def _product_readers(operand) -> list[str] | None:
+def _product_readers(operand, residuals: list[RuntimeOperator]) -> list[str] | None:
     """The products (by the names their precisions are asked for) whose activations are
-    ``operand``, read by them directly or through shape-only operators; None if anything
-    else reads it."""
+    ``operand``, read by them directly or through shape-only and monotone operators; the
+    operators that add it as their residual are put in ``residuals``. None if anything else
+    reads it."""
     found = []
     for reader in operand.consumers:
         layer_class = LayerRegisterer.layer_class(reader.type)
-        if layer_class is None or reader.input_operands_seq[0] is not operand \
-                or reader.input_operands_seq.count(operand) != 1:
+        if layer_class is None or reader.input_operands_seq.count(operand) != 1:
             return None
-        if layer_class.shape_only and len(reader.output_operands) == 1:
-            inner = _product_readers(reader.output_operands[0])
+        if reader.input_operands_seq[0] is not operand:
+            if reader.input_operands_seq.index(operand) != layer_class.residual_input(reader):
+                return None
+            residuals.append(reader)
+            continue
+        if (layer_class.shape_only or layer_class.monotone) and len(reader.output_operands) == 1:
+            inner = _product_readers(reader.output_operands[0], residuals)
         else:
             name = layer_class.input_product(reader)
             inner = None if name is None else [name]
