@@ -221,6 +221,20 @@ def test_int8_activations_are_the_reference_quantization_in_the_same_layout(kern
                                       products.int8.quantize(np.ascontiguousarray(view), 0.037, 101))
 
 
+@pytest.mark.parametrize("kernel", INT8_KERNELS + [pytest.param(REFERENCE, id="reference")])
+def test_quantizing_shared_among_threads_gives_the_same_values(kernel, monkeypatch):
+    """A large input is quantized in parts the threads share: the values of one thread's pass."""
+    monkeypatch.setattr(products, "ELEMENTWISE_SHARED", 1000)
+    monkeypatch.setattr(products, "ELEMENTWISE_PART", 700)
+    product = Int8Product(np.zeros((6, 3), np.int8), np.ones(3, np.float32), 0.037, 101, kernel=kernel)
+    x = (RNG.standard_normal((2, 6, 31, 17)) * 4).astype(np.float32).transpose(0, 3, 1, 2)
+    alone = product.activations(x)
+    with intra_op(2):
+        shared = product.activations(x)
+    np.testing.assert_array_equal(shared, alone)
+    np.testing.assert_array_equal(alone, products.int8.quantize(np.ascontiguousarray(x), 0.037, 101))
+
+
 @needs_vnni
 def test_int8_residual_of_another_shape_is_refused():
     w = np.zeros((8, 4), np.int8)
