@@ -1,9 +1,10 @@
 """The direct convolution of few input channels (:mod:`.direct`) for int8: the activations
 less their zero point and the int8 weight, both held as float32, whose products and sums of a
 few input channels' taps are integers float32 holds exactly, then the int8 products' epilogue
-(:func:`~.products.finish`), so that the numbers are those of the int8 product of the
-convolution's columns, to the bit. A module of its own: the products' kernels need Numba,
-and the float32 direct convolution is imported without it.
+(:func:`~.products.finish`; for a float32 output without a residual, its steps in registers as
+the sums are stored), so that the numbers are those of the int8 product of the convolution's
+columns, to the bit. A module of its own: the products' kernels need Numba, and the float32
+direct convolution is imported without it.
 """
 
 from __future__ import annotations
