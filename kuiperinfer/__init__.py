@@ -59,7 +59,7 @@ def load(param_path: str | os.PathLike, bin_path: str | os.PathLike | None = Non
     deciding one thing: ``optimize`` (fuse operators; False keeps every value pnnx named),
     ``kernels`` (``"compiled"`` or the NumPy ``"reference"``), ``precision`` (``"fp32"``,
     ``"bf16"``, ``"int8"`` with a ``calibration`` table), ``threads`` (default: one per CPU
-    this process may use), ``spin``, ``pool`` (a ThreadPool shared with other graphs),
+    this process may use), ``spin``, ``pin``, ``pool`` (a ThreadPool shared with other graphs),
     ``keep_freed_memory``, ``warmup``, ``seed`` (of the model's random operators) and
     ``max_tensor_bytes``. ``graph_class`` is a :class:`RuntimeGraph` subclass whose
     ``run_node`` traces or profiles (as :class:`kuiperinfer.profiler.ProfilingGraph` does).

@@ -21,7 +21,8 @@ DEMO = Path(__file__).parent / "data" / "demo_cnn" / "demo_cnn.pnnx.param"
 
 def test_defaults_are_resolved_once_from_the_cpus_this_process_may_use():
     options = LoadOptions()
-    assert (options.threads, options.spin, options.precision, options.optimize) == (cores(), "auto", "fp32", True)
+    assert (options.threads, options.spin, options.pin, options.precision, options.optimize) == \
+        (cores(), "auto", "auto", "fp32", True)
     assert LoadOptions(threads=3).threads == 3
     with pytest.raises(dataclasses.FrozenInstanceError):
         options.threads = 1
@@ -34,6 +35,7 @@ def test_defaults_are_resolved_once_from_the_cpus_this_process_may_use():
     ({"kernels": "fast"}, "kernels must be one of 'compiled', 'reference'"),
     ({"precision": "fp16"}, "precision must be one of 'fp32', 'bf16', 'int8'"),
     ({"spin": "sometimes"}, "spin must be one of"),
+    ({"pin": "yes"}, "pin must be one of"),
     ({"optimize": "yes"}, "optimize must be True or False"),
     ({"seed": 0.5}, "seed must be a whole number"),
     ({"max_tensor_bytes": 0}, "max_tensor_bytes must be"),
@@ -57,6 +59,8 @@ def test_a_pool_brings_its_threads_and_spin_and_contradicting_them_is_refused():
         LoadOptions(pool=pool, spin="always")
     with pytest.raises(OptionError, match="threads=3 with a pool whose threads is 2"):
         kuiperinfer.load(DEMO, pool=pool, threads=3)
+    with pytest.raises(OptionError, match="pin='never' with a pool whose pin is 'auto'"):
+        LoadOptions(pool=pool, pin="never")
 
 
 def test_of_replaces_fields_and_a_new_pool_replaces_the_threads_it_brings():

@@ -21,6 +21,13 @@ Who waits on what (docs/design.md draws it):
 * An operator whose parts are one compiled kernel (:class:`CompiledParts`) is handed over
   from compiled code, once the caller has let go of the GIL, and every thread takes and
   runs its parts there: no thread waits for the GIL between the hand-off and the last part.
+* A pool with a thread for every CPU the process may use **pins** them (:class:`Affinity`,
+  as onnxruntime pins its threads when it picks their number): each helper to a CPU of its
+  own, and a run's caller, for the run, to the CPUs left. Unpinned, a caller waking after
+  an idle spell was often placed on the CPU of the helper it then waited for, and the two
+  shared one CPU for the whole run: ResNet-18's first run after 150 ms idle took 44-48 ms
+  on two threads instead of 26-28 (one thread: 42). While other processes want the cores a
+  run's caller stays where the operating system puts it.
 
 Compiled kernels release the GIL, as do NumPy and BLAS inside their loops, so the parts run
 at once. A hand-off by spinning takes microseconds where waking a thread that sleeps on a
@@ -52,6 +59,9 @@ from kuiperinfer.kernels.compiled import spin
 
 Part = TypeVar("Part")
 SPIN = ("auto", "always", "never")
+PIN = ("auto", "always", "never")
+"""Whether a pool pins its threads to CPUs (:class:`Affinity`): ``auto`` when it has a
+thread for every CPU the process may use, ``always``, ``never``."""
 """How a pool's helpers wait between tasks: ``auto`` spins while the machine is quiet and
 blocks while it is busy, ``always`` spins (as onnxruntime's threads do), ``never`` blocks, as
 on a busy machine (and shares only operators of ``Timing.min_work_busy`` and more)."""
@@ -136,6 +146,56 @@ class BusyMachine(MachineLoad):
         return True
 
 
+class Affinity:
+    """The CPUs a pool's threads are pinned to (:data:`PIN`): helper ``i`` to
+    ``helpers[i]``, a run's caller to :attr:`callers`, the CPUs left; Linux only. A thread
+    made by a caller during its run inherits the caller's pin, as Linux makes threads."""
+
+    def __init__(self, threads: int, cpus: Sequence[int]):
+        cpus = sorted(cpus)
+        self.cpus = frozenset(cpus)
+        self.helpers = cpus[::-1][:threads - 1]
+        self.callers = frozenset(cpus[:len(cpus) - len(self.helpers)])
+        self._caller = threading.Lock()   # held by the run whose caller is pinned
+
+    @classmethod
+    def of(cls, threads: int, pin: str) -> Affinity | None:
+        """The affinity a pool of ``threads`` threads pins by ``pin``; None where it does not pin."""
+        if pin == "never" or threads < 2 or not hasattr(os, "sched_setaffinity"):
+            return None
+        cpus = _process_cpus()
+        return cls(threads, cpus) if pin == "always" or len(cpus) == threads else None
+
+    def pin_helper(self, index: int) -> None:
+        """Pin the calling thread, the pool's helper ``index``, to its CPU (one past the CPUs
+        to all of them: a thread inherits the mask of the thread that made it, maybe a
+        pinned caller's)."""
+        os.sched_setaffinity(0, {self.helpers[index]} if index < len(self.helpers) else self.cpus)
+
+    @contextlib.contextmanager
+    def caller(self) -> Iterator[None]:
+        """A run whose caller is pinned to :attr:`callers` until it ends, unless another run
+        of the pool has its caller pinned already (concurrent callers stay free to spread)."""
+        if not self._caller.acquire(blocking=False):
+            yield
+            return
+        try:
+            before = os.sched_getaffinity(0)
+            _PINNED.before = before
+            os.sched_setaffinity(0, self.callers & before or before)
+            try:
+                yield
+            finally:
+                os.sched_setaffinity(0, before)
+                _PINNED.before = None
+        finally:
+            self._caller.release()
+
+
+_PINNED = threading.local()
+"""``before``: the CPUs a pinned caller may use outside its run (what :func:`cores` counts)."""
+
+
 class Task:
     """One :func:`run_parts` call: its parts, the next one to take, and how many are not yet
     counted off as run (an int64 array the threads count off atomically, :mod:`.compiled.spin`)."""
@@ -204,6 +264,7 @@ class _Helper:
     parts themselves, none waits for a part not taken)."""
 
     def __init__(self, pool: ThreadPool, index: int) -> None:
+        self._affinity = pool.affinity
         self._tasks: queue.SimpleQueue[Task | CompiledTask] = queue.SimpleQueue()
         self._posted, self._index = pool.posted, index   # its count of tasks handed over: posted[index]
         self._seen = int(pool.posted[index])
@@ -221,6 +282,8 @@ class _Helper:
         self._tasks.put(task)
 
     def _serve(self) -> None:
+        if self._affinity is not None:
+            self._affinity.pin_helper(self._index)
         left, taken, handed, waited = np.zeros(1, np.int64), 0, self._seen, False
         while True:
             pool = self._pool()
@@ -257,8 +320,9 @@ class ThreadPool:
     A graph owns one (``kuiperinfer.load(..., threads=N)``), or several graphs are given
     the same one (``load(..., pool=pool)``), as onnxruntime's sessions have their own
     intra-op pools unless told to share a global one. ``spin`` (:data:`SPIN`) says how the
-    helpers wait between tasks; ``load`` is the machine load that ``spin="auto"`` adapts to
-    (default :class:`MachineLoad`); ``timing`` the tuning (:class:`Timing`).
+    helpers wait between tasks, ``pin`` (:data:`PIN`) whether the threads are pinned to
+    CPUs; ``load`` is the machine load that ``spin="auto"`` adapts to (default
+    :class:`MachineLoad`); ``timing`` the tuning (:class:`Timing`).
     """
 
     auto_load: ClassVar[type[MachineLoad]] = MachineLoad
@@ -266,19 +330,23 @@ class ThreadPool:
     :class:`QuietMachine` here, so that their operators are shared whatever runs beside them)."""
 
     def __init__(self, threads: int, spin: str = "auto", load: MachineLoad | None = None,
-                 timing: Timing | None = None):
+                 timing: Timing | None = None, pin: str = "auto"):
         if threads < 1:
             raise ValueError(f"a pool needs at least 1 thread, got {threads}")
         if spin not in SPIN:
             raise ValueError(f"spin must be one of {SPIN}, got {spin!r}")
-        self.threads, self.spin, self.timing = threads, spin, timing or Timing()
+        if pin not in PIN:
+            raise ValueError(f"pin must be one of {PIN}, got {pin!r}")
+        self.threads, self.spin, self.pin, self.timing = threads, spin, pin, timing or Timing()
+        self.affinity = Affinity.of(threads, pin)
+        """The CPUs its threads are pinned to; None where they are not."""
         self.load = load or {"auto": self.auto_load, "always": QuietMachine, "never": BusyMachine}[spin]()
         self._helpers: list[_Helper] = []
         self._helpers_lock = threading.Lock()
         self.posted = np.zeros(max(1, threads - 1), np.int64)
         """How many tasks each helper was handed (weighted by kind), read while it spins."""
         blas_threads.hold(1)
-        weakref.finalize(self, _end, self._helpers)
+        weakref.finalize(self, _end, self._helpers, self.affinity)
         _POOLS.add(self)
 
     def spins(self) -> bool:
@@ -291,9 +359,12 @@ class ThreadPool:
         and the machine's load is sampled once, for the whole run."""
         if self.spin == "auto" and self.threads > 1:
             self.load.update(1 + sum(helper.awake for helper in self._helpers), min(self.threads, cores()))
+        pinned = self.affinity.caller() if self.affinity is not None and not self.load.busy else \
+            contextlib.nullcontext()
         token = _POOL.set(self)
         try:
-            yield
+            with pinned:
+                yield
         finally:
             _POOL.reset(token)
 
@@ -339,7 +410,8 @@ class ThreadPool:
     def _take_helpers(self, count: int) -> list[_Helper]:
         if len(self._helpers) >= count:
             return self._helpers[:count]
-        count = min(count, self.threads - 1, cores() - 1)
+        cpus = len(self.affinity.cpus) if self.affinity is not None else cores()   # not a pinned caller's
+        count = min(count, self.threads - 1, cpus - 1)
         if len(self._helpers) < count:
             _ticks(0)              # the spinning waits loaded and timed here, not as a new helper starts
             with self._helpers_lock:
@@ -352,7 +424,7 @@ class ThreadPool:
             _stop(self._helpers)
 
     def __repr__(self) -> str:
-        return f"ThreadPool({self.threads}, spin={self.spin!r})"
+        return f"ThreadPool({self.threads}, spin={self.spin!r}, pin={self.pin!r})"
 
 
 def _stop(helpers: list[_Helper]) -> None:
@@ -361,10 +433,20 @@ def _stop(helpers: list[_Helper]) -> None:
     helpers.clear()
 
 
-def _end(helpers: list[_Helper]) -> None:
-    """A pool's end: its helpers stop and it lets go of the BLAS limit."""
+def _end(helpers: list[_Helper], affinity: Affinity | None) -> None:
+    """A pool's end: its helpers stop and it lets go of the BLAS limit, from every CPU: the
+    thread that drops the pool may be its pinned helper, and OpenBLAS takes no more threads
+    than the CPUs of the thread that sets their number."""
     _stop(helpers)
-    blas_threads.release(1)
+    pinned = affinity is not None and os.sched_getaffinity(0) != affinity.cpus
+    if pinned:
+        before = os.sched_getaffinity(0)
+        os.sched_setaffinity(0, affinity.cpus)
+    try:
+        blas_threads.release(1)
+    finally:
+        if pinned:
+            os.sched_setaffinity(0, before)
 
 
 _POOL: ContextVar[ThreadPool | None] = ContextVar("kuiper_pool", default=None)
@@ -488,7 +570,15 @@ def even_step(length: int, step: int, threads: int, images: int = 1) -> int:
 
 def cores() -> int:
     """The cores this process may run on."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return len(_process_cpus())
+
+
+def _process_cpus() -> set[int]:
+    """The CPUs the calling thread may run on, outside a run that pinned it."""
+    if not hasattr(os, "sched_getaffinity"):
+        return set(range(os.cpu_count() or 1))
+    before = getattr(_PINNED, "before", None)
+    return before if before is not None else os.sched_getaffinity(0)
 
 
 def _ticks(microseconds: float) -> int:

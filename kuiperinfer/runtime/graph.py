@@ -86,7 +86,7 @@ class RuntimeGraph:
         self.options = LoadOptions.of(options, **values)
         """The load options, checked and resolved (:class:`~kuiperinfer.runtime.options.LoadOptions`;
         keywords replace fields of ``options``)."""
-        self.pool = self.options.pool or ThreadPool(self.options.threads, self.options.spin)
+        self.pool = self.options.pool or ThreadPool(self.options.threads, self.options.spin, pin=self.options.pin)
         """The threads the runs use: the graph's own, or one it shares with other graphs."""
         self.precision = self.options.products()
         """What the products compute and how this machine computes it

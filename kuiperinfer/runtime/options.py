@@ -22,7 +22,7 @@ from kuiperinfer.errors import OptionError
 from kuiperinfer.kernels import jit
 from kuiperinfer.kernels.matrix.precision import FP32, PRECISIONS, Precision
 from kuiperinfer.kernels.matrix.precision import precision as choose_precision
-from kuiperinfer.kernels.parallel import SPIN, ThreadPool, cores
+from kuiperinfer.kernels.parallel import PIN, SPIN, ThreadPool, cores
 from kuiperinfer.runtime.calibration import CalibrationTable
 
 KERNELS = ("compiled", "reference")
@@ -34,8 +34,8 @@ RENAMED = {"workers": "threads"}
 @dataclass(frozen=True)
 class LoadOptions:
     """Every decision of a load, each in one field (:func:`kuiperinfer.load` takes them as
-    keywords). Made with some fields, the others take their defaults; ``threads`` and ``spin``
-    left at None are resolved here (from the pool when one is given)."""
+    keywords). Made with some fields, the others take their defaults; ``threads``, ``spin``
+    and ``pin`` left at None are resolved here (from the pool when one is given)."""
 
     optimize: bool = True
     """Rewrite the graph (fuse operators, pick Winograd and channels-last memory;
@@ -57,6 +57,11 @@ class LoadOptions:
     """How the pool's threads wait between an operator's parts: ``"auto"`` (the default)
     spins while the machine is quiet and blocks while other processes want the cores,
     ``"always"`` spins, ``"never"`` blocks; the pool's when ``pool`` is given."""
+    pin: str | None = None
+    """Whether the pool's threads are pinned to CPUs: ``"auto"`` (the default) when the pool
+    has a thread for every CPU the process may use (each helper to its own CPU, a run's
+    caller to the others while the machine is quiet), ``"always"``, ``"never"``; the pool's
+    when ``pool`` is given."""
     pool: ThreadPool | None = None
     """A :class:`~kuiperinfer.kernels.parallel.ThreadPool` shared with other graphs, instead
     of one of the graph's own."""
@@ -83,6 +88,8 @@ class LoadOptions:
         _choice("precision", self.precision, PRECISIONS)
         if self.spin is not None:
             _choice("spin", self.spin, SPIN)
+        if self.pin is not None:
+            _choice("pin", self.pin, PIN)
         for name in ("threads", "max_tensor_bytes"):
             value = getattr(self, name)
             if value is not None and (not _is_int(value) or value < 1):
@@ -92,7 +99,7 @@ class LoadOptions:
         if self.pool is not None:
             if not isinstance(self.pool, ThreadPool):
                 raise OptionError(f"pool must be a ThreadPool, got {type(self.pool).__name__}")
-            for name in ("threads", "spin"):
+            for name in ("threads", "spin", "pin"):
                 if getattr(self, name) not in (None, getattr(self.pool, name)):
                     raise OptionError(f"{name}={getattr(self, name)!r} with a pool whose {name} is "
                                       f"{getattr(self.pool, name)!r}: give the pool or the {name}, not both")
@@ -103,6 +110,7 @@ class LoadOptions:
         resolved = {
             "threads": self.pool.threads if self.pool else self.threads or cores(),
             "spin": self.pool.spin if self.pool else self.spin or "auto",
+            "pin": self.pool.pin if self.pool else self.pin or "auto",
             "kernels": self.kernels if jit.AVAILABLE else "reference",
             "calibration": self.calibration if self.calibration is None or
             isinstance(self.calibration, CalibrationTable) else CalibrationTable.read(self.calibration)}
@@ -125,8 +133,8 @@ class LoadOptions:
                               f"{', '.join(f.name for f in fields(cls))}")
         if options is None:
             return cls(**values)
-        if "pool" in values:   # a new pool brings its own threads and spin
-            values = {"threads": None, "spin": None, **values}
+        if "pool" in values:   # a new pool brings its own threads, spin and pin
+            values = {"threads": None, "spin": None, "pin": None, **values}
         return replace(options, **values)
 
     def products(self) -> Precision:

@@ -255,6 +255,59 @@ def test_spin_says_how_helpers_wait(spin, spins, shared_small):
         parallel.ThreadPool(2, spin="sometimes")
 
 
+def test_affinity_gives_each_helper_a_cpu_and_the_callers_the_rest():
+    affinity = parallel.Affinity(3, [2, 0, 3, 1])
+    assert affinity.helpers == [3, 2] and affinity.callers == {0, 1}
+    assert parallel.Affinity(2, [0, 1]).helpers == [1]
+    assert parallel.Affinity.of(2, "never") is None and parallel.Affinity.of(1, "always") is None
+    if hasattr(os, "sched_setaffinity"):
+        assert (parallel.Affinity.of(parallel.cores(), "auto") is None) is (parallel.cores() < 2)
+        assert parallel.Affinity.of(parallel.cores() + 1, "auto") is None   # more threads than CPUs: not pinned
+    with pytest.raises(ValueError, match="pin must be one of"):
+        parallel.ThreadPool(2, pin="sometimes")
+
+
+def test_a_pool_with_a_thread_per_cpu_pins_its_helpers_and_a_quiet_runs_caller_for_the_run():
+    if parallel.cores() < 2 or not hasattr(os, "sched_setaffinity"):
+        pytest.skip("pinning needs two CPUs and Linux")
+    before, cpus = os.sched_getaffinity(0), parallel.cores()
+    pool = parallel.ThreadPool(cpus, load=parallel.QuietMachine())
+    seen: dict[str, set] = {}
+    first_running, other_done = threading.Event(), threading.Event()
+
+    def other_caller() -> None:       # a second caller of the pool while the first's run goes on
+        assert first_running.wait(10)
+        with pool.running():
+            seen["other"] = os.sched_getaffinity(0)
+            other_done.set()
+
+    def part(index: int) -> None:
+        time.sleep(0.02)               # long enough for the helpers to take parts too
+        seen.setdefault(threading.current_thread().name, os.sched_getaffinity(0))
+
+    other = threading.Thread(target=other_caller)
+    other.start()
+    try:
+        with pool.running():
+            seen["caller"] = os.sched_getaffinity(0)
+            assert parallel.cores() == cpus          # the process's CPUs, not the pinned caller's
+            parallel.run_parts(list(range(4 * cpus)), 1 << 30, part)
+            first_running.set()
+            assert other_done.wait(10)
+        assert os.sched_getaffinity(0) == before     # the caller is free again after the run
+        assert seen["caller"] == pool.affinity.callers and seen["other"] == before
+        assert seen["kuiper-intra-op"] == {pool.affinity.helpers[0]}
+        busy = parallel.ThreadPool(cpus, load=parallel.BusyMachine())
+        with busy.running():                         # other processes want the cores: the caller stays free
+            assert os.sched_getaffinity(0) == before
+        busy.close()
+    finally:
+        pool.close()
+        os.sched_setaffinity(0, before)
+        first_running.set()
+        other.join()
+
+
 def test_each_pool_has_helpers_of_its_own_and_stops_them():
     if parallel.cores() < 2:
         pytest.skip("one core: no helpers")
