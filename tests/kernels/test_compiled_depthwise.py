@@ -161,12 +161,15 @@ def test_pointwise_depthwise_on_the_tiles_matches_the_stripe_loop(kind, kernel, 
     def stripe_rows(rows, out, block):
         twin.multiply(twin.activations(rows), out, columns=(block.start, block.stop), shared=False)
 
+    stripes = depthwise.TiledStripes(tiled.tiles(), dw)
     with intra_op(threads, min_work=0):
-        ours = depthwise.pointwise_depthwise(tiled.activations(x), depthwise.TiledStripes(tiled.tiles(), dw), channels,
-                                             dw, stride, pads)
+        ours = depthwise.pointwise_depthwise(tiled.activations(x), stripes, channels, dw, stride, pads)
         expected = depthwise.pointwise_depthwise(x, stripe_rows, channels, dw, stride, pads)
     exact = kind == "int8"                              # integer sums: the same bits, but the epilogue's order
     np.testing.assert_allclose(ours, expected, atol=1e-5 if exact else 1e-4, rtol=1e-5 if exact else 1e-4)
+    (table, _, block_taps, *_), = stripes._plans.values()
+    whole = {tuple(row[3:5]) for row in table} == {(0, channels)}
+    assert block_taps.size == dw.taps.size and np.shares_memory(block_taps, dw.taps) is whole   # the taps once
 
 
 @pytest.mark.parametrize("kernel", FP32_KERNELS)

@@ -478,17 +478,18 @@ class TiledStripes:
         parts = parts_of(n, out.shape[1], out.shape[3], work, threads, max(0, kh - stride[0]), stride[0],
                          FUSED_PARTS_PER_THREAD)
         blocks = sorted({(block.start, block.stop) for *_, block in parts})
-        pieces = [self.depthwise.block(slice(*block))[0].reshape(-1) for block in blocks]
+        every = self.depthwise.taps
+        pieces = [np.ascontiguousarray(every[:, :, slice(*block)]).reshape(-1) for block in blocks]
         starts = dict(zip(blocks, np.cumsum([0] + [piece.size for piece in pieces]).tolist()))
         table = np.empty((len(parts), 8), np.int64)
         for row, (image, first, stop, block) in zip(table, parts):
             stripe, rows = stripe_of(w, block.stop - block.start, kh, stride[0], h, stop - first)
             row[:] = image, first, stop, block.start, block.stop, stripe, rows, starts[block.start, block.stop]
         slot = int((table[:, 6] * w * (table[:, 4] - table[:, 3])).max())
-        taps, bias = self.depthwise.block(parts[0][3])
-        buffer = np.empty((table[0, 6], w, taps.shape[2]), np.float32)
-        kernels = self._call(x[0], taps, bias, out[0], buffer, self.depthwise.code)
-        block_taps = np.concatenate(pieces)
+        buffer = np.empty((table[0, 6], w, every.shape[2]), np.float32)
+        kernels = self._call(x[0], every, self.depthwise.bias, out[0], buffer, self.depthwise.code)
+        # one copy of the taps, each block's contiguous; none where one block holds every channel
+        block_taps = every.reshape(-1) if blocks == [(0, every.shape[2])] else np.concatenate(pieces)
         kinds = kinds_of(self._head(x, out, stride, padding, threads, table, slot, block_taps, kernels))
         return table, slot, block_taps, kernels, kinds
 
