@@ -92,7 +92,7 @@ class CompiledSqueezeExcitation:
 def int8_gate(values: np.ndarray, product: tuple, shifted: np.ndarray, sums: np.ndarray, out: np.ndarray) -> None:
     """``out`` = the int8 ``product`` (an :meth:`Int8Gate.arguments`) of float32 ``values``:
     quantized as :func:`~.products.quantize_values` does, less the zero point (in
-    ``shifted``), times the int8 weight (K, N, held as int32), summed exactly (in ``sums``),
+    ``shifted``), times the int8 weight (K, N), summed exactly in int32 (in ``sums``),
     times the columns' scale, then ``activation(y + bias)``: the product's numbers to the bit."""
     input_scale, input_zero, weight, scale, bias, code, a, b = product
     for i in range(values.shape[0]):
@@ -135,11 +135,11 @@ class Int8Gate(NamedTuple):
     activation: InplaceActivation | None
 
     def arguments(self) -> tuple:
-        """What :func:`int8_gate` takes: the input's scale and zero point, the weight as int32,
+        """What :func:`int8_gate` takes: the input's scale and zero point, the int8 weight,
         the columns' scale and bias, the activation's code and parameters."""
         bias = np.zeros(self.weight.shape[1], np.float32) if self.bias is None else self.bias
         return (np.float32(self.input_scale), np.float32(self.input_zero_point),
-                np.ascontiguousarray(self.weight, np.int32), kernel_array(self.scale), kernel_array(bias),
+                np.ascontiguousarray(self.weight, np.int8), kernel_array(self.scale), kernel_array(bias),
                 *ActivationCode.of(self.activation))
 
 
