@@ -182,8 +182,10 @@ class SqueezeExcitation(Layer):
     def __init__(self, layer_name: str, reduce: PointwiseProduct, expand: PointwiseProduct, sources: tuple[str, str],
                  compiled: CompiledSqueezeExcitation | CompiledInt8SqueezeExcitation | None = None):
         super().__init__(layer_name)
-        self.reduce, self.expand = reduce, expand
-        """The two products, each in the precision of the convolution it was."""
+        self.in_channels = reduce.in_channels
+        self.reduce, self.expand = (None, None) if compiled is not None else (reduce, expand)
+        """The two products, each in the precision of the convolution it was; None where the
+        compiled kernel holds the weights (once, in its own form)."""
         self.products = sources
         self.compiled = compiled
         """The compiled kernel doing it all in one call (:func:`compiled_gate`; None: the NumPy
@@ -205,7 +207,7 @@ class SqueezeExcitation(Layer):
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         x, unbatched = as_2d(inputs[0], 2, "squeeze-and-excitation")
-        check_channels(x, self.reduce.in_channels)
+        check_channels(x, self.in_channels)
         if isinstance(self.compiled, CompiledSqueezeExcitation):
             return [from_2d(nchw(self.compiled(kernel_array(nhwc(x)))), 2, unbatched)]
         mean = global_avg_pool2d(x.astype(np.float32, copy=False))
