@@ -169,8 +169,9 @@ class Affinity:
     def pin_helper(self, index: int) -> None:
         """Pin the calling thread, the pool's helper ``index``, to its CPU (one past the CPUs
         to all of them: a thread inherits the mask of the thread that made it, maybe a
-        pinned caller's)."""
-        os.sched_setaffinity(0, {self.helpers[index]} if index < len(self.helpers) else self.cpus)
+        pinned caller's). Where the CPU was taken from the process since, it stays unpinned."""
+        with contextlib.suppress(OSError):
+            os.sched_setaffinity(0, {self.helpers[index]} if index < len(self.helpers) else self.cpus)
 
     @contextlib.contextmanager
     def caller(self) -> Iterator[None]:
@@ -179,16 +180,18 @@ class Affinity:
         if not self._caller.acquire(blocking=False):
             yield
             return
+        before = None
         try:
-            before = os.sched_getaffinity(0)
-            _PINNED.before = before
-            os.sched_setaffinity(0, self.callers & before or before)
-            try:
-                yield
-            finally:
-                os.sched_setaffinity(0, before)
-                _PINNED.before = None
+            with contextlib.suppress(OSError):      # CPUs taken from the process since: the run goes unpinned
+                current = os.sched_getaffinity(0)
+                os.sched_setaffinity(0, self.callers & current or current)
+                before = _PINNED.before = current
+            yield
         finally:
+            if before is not None:
+                _PINNED.before = None
+                with contextlib.suppress(OSError):
+                    os.sched_setaffinity(0, before)
             self._caller.release()
 
 
@@ -438,15 +441,16 @@ def _end(helpers: list[_Helper], affinity: Affinity | None) -> None:
     thread that drops the pool may be its pinned helper, and OpenBLAS takes no more threads
     than the CPUs of the thread that sets their number."""
     _stop(helpers)
-    pinned = affinity is not None and os.sched_getaffinity(0) != affinity.cpus
-    if pinned:
-        before = os.sched_getaffinity(0)
-        os.sched_setaffinity(0, affinity.cpus)
+    before = os.sched_getaffinity(0) if affinity is not None else None
+    with contextlib.suppress(OSError):
+        if before is not None and before != affinity.cpus:
+            os.sched_setaffinity(0, affinity.cpus)
     try:
         blas_threads.release(1)
     finally:
-        if pinned:
-            os.sched_setaffinity(0, before)
+        with contextlib.suppress(OSError):
+            if before is not None and before != affinity.cpus:
+                os.sched_setaffinity(0, before)
 
 
 _POOL: ContextVar[ThreadPool | None] = ContextVar("kuiper_pool", default=None)

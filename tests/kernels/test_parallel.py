@@ -267,7 +267,11 @@ def test_affinity_gives_each_helper_a_cpu_and_the_callers_the_rest():
         parallel.ThreadPool(2, pin="sometimes")
 
 
-def test_a_pool_with_a_thread_per_cpu_pins_its_helpers_and_a_quiet_runs_caller_for_the_run():
+def refuse(pid, cpus):
+    raise OSError(22, "Invalid argument")
+
+
+def test_a_pool_with_a_thread_per_cpu_pins_its_helpers_and_a_quiet_runs_caller_for_the_run(monkeypatch):
     if parallel.cores() < 2 or not hasattr(os, "sched_setaffinity"):
         pytest.skip("pinning needs two CPUs and Linux")
     before, cpus = os.sched_getaffinity(0), parallel.cores()
@@ -297,6 +301,11 @@ def test_a_pool_with_a_thread_per_cpu_pins_its_helpers_and_a_quiet_runs_caller_f
         assert os.sched_getaffinity(0) == before     # the caller is free again after the run
         assert seen["caller"] == pool.affinity.callers and seen["other"] == before
         assert seen["kuiper-intra-op"] == {pool.affinity.helpers[0]}
+        with monkeypatch.context() as patch:          # CPUs taken from the process: runs go unpinned
+            patch.setattr(os, "sched_setaffinity", refuse)
+            with pool.running():
+                parallel.run_parts(list(range(2 * cpus)), 1 << 30, part)
+                assert parallel.cores() == cpus
         busy = parallel.ThreadPool(cpus, load=parallel.BusyMachine())
         with busy.running():                         # other processes want the cores: the caller stays free
             assert os.sched_getaffinity(0) == before
