@@ -302,6 +302,11 @@ class PackedWeight:
             gemm = self._gemm = pack_weight(self._scaled(), self._groups)
         return gemm
 
+    def drop_gemm(self) -> None:
+        """Let go of the GEMM operand where another form computes the convolution (made again
+        on first use, should anything ask for it)."""
+        self._gemm = None
+
     @property
     def matrix(self) -> np.ndarray:
         """The GEMM operand of a single-group convolution, (Cin*kh*kw, Cout)."""
@@ -576,6 +581,7 @@ class Convolution(ParamLayer):
                 and self.kernel.compute.__func__ in (Conv2dKernel.general, Conv2dKernel.pointwise):
             self.kernel = product_convolution(weight_2d, self._bias, self.geometry, self.precision, ProductEpilogue(
                 None, self.plan.activation, self.plan.residual_activation), self.compiled, float_tiles=True)
+            self.packed.drop_gemm()     # the tiles hold the weight in their own packing
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         x, unbatched = as_2d(inputs[0], self.rank, f"conv{self.rank}d")
