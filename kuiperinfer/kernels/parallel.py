@@ -47,7 +47,7 @@ import queue
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence, Set
 from contextvars import ContextVar
 from dataclasses import dataclass
 from functools import cache
@@ -59,12 +59,12 @@ from kuiperinfer.kernels.compiled import spin
 
 Part = TypeVar("Part")
 SPIN = ("auto", "always", "never")
-PIN = ("auto", "always", "never")
-"""Whether a pool pins its threads to CPUs (:class:`Affinity`): ``auto`` when it has a
-thread for every CPU the process may use, ``always``, ``never``."""
 """How a pool's helpers wait between tasks: ``auto`` spins while the machine is quiet and
 blocks while it is busy, ``always`` spins (as onnxruntime's threads do), ``never`` blocks, as
 on a busy machine (and shares only operators of ``Timing.min_work_busy`` and more)."""
+PIN = ("auto", "always", "never")
+"""Whether a pool pins its threads to CPUs (:class:`Affinity`): ``auto`` when it has a
+thread for every CPU the process may use, ``always``, ``never``."""
 
 
 PART_WORK = 1 << 18
@@ -180,23 +180,38 @@ class Affinity:
         if not self._caller.acquire(blocking=False):
             yield
             return
-        before = None
         try:
-            with contextlib.suppress(OSError):      # CPUs taken from the process since: the run goes unpinned
-                current = os.sched_getaffinity(0)
-                os.sched_setaffinity(0, self.callers & current or current)
-                before = _PINNED.before = current
-            yield
+            current = os.sched_getaffinity(0)
+            with thread_on(self.callers & current or current) as before:
+                _PINNED.before = before
+                try:
+                    yield
+                finally:
+                    _PINNED.before = None
         finally:
-            if before is not None:
-                _PINNED.before = None
-                with contextlib.suppress(OSError):
-                    os.sched_setaffinity(0, before)
             self._caller.release()
 
 
 _PINNED = threading.local()
 """``before``: the CPUs a pinned caller may use outside its run (what :func:`cores` counts)."""
+
+
+@contextlib.contextmanager
+def thread_on(cpus: Set[int]) -> Iterator[set[int] | None]:
+    """The calling thread runs on ``cpus`` until the block ends, then on the CPUs it had,
+    which it yields; None, and the thread left as it was, where ``cpus`` were taken from
+    the process since."""
+    before: set[int] | None = os.sched_getaffinity(0)
+    try:
+        os.sched_setaffinity(0, cpus)
+    except OSError:
+        before = None
+    try:
+        yield before
+    finally:
+        if before is not None:
+            with contextlib.suppress(OSError):
+                os.sched_setaffinity(0, before)
 
 
 class Task:
@@ -441,16 +456,8 @@ def _end(helpers: list[_Helper], affinity: Affinity | None) -> None:
     thread that drops the pool may be its pinned helper, and OpenBLAS takes no more threads
     than the CPUs of the thread that sets their number."""
     _stop(helpers)
-    before = os.sched_getaffinity(0) if affinity is not None else None
-    with contextlib.suppress(OSError):
-        if before is not None and before != affinity.cpus:
-            os.sched_setaffinity(0, affinity.cpus)
-    try:
+    with thread_on(affinity.cpus) if affinity is not None else contextlib.nullcontext():
         blas_threads.release(1)
-    finally:
-        with contextlib.suppress(OSError):
-            if before is not None and before != affinity.cpus:
-                os.sched_setaffinity(0, before)
 
 
 _POOL: ContextVar[ThreadPool | None] = ContextVar("kuiper_pool", default=None)

@@ -479,8 +479,8 @@ class TiledStripes:
                          FUSED_PARTS_PER_THREAD)
         blocks = sorted({(block.start, block.stop) for *_, block in parts})
         every = self.depthwise.taps
-        pieces = [np.ascontiguousarray(every[:, :, slice(*block)]).reshape(-1) for block in blocks]
-        starts = dict(zip(blocks, np.cumsum([0] + [piece.size for piece in pieces]).tolist()))
+        sizes = [kh * kw * (stop - start) for start, stop in blocks]
+        starts = dict(zip(blocks, np.cumsum([0] + sizes).tolist()))
         table = np.empty((len(parts), 8), np.int64)
         for row, (image, first, stop, block) in zip(table, parts):
             stripe, rows = stripe_of(w, block.stop - block.start, kh, stride[0], h, stop - first)
@@ -489,7 +489,8 @@ class TiledStripes:
         buffer = np.empty((table[0, 6], w, every.shape[2]), np.float32)
         kernels = self._call(x[0], every, self.depthwise.bias, out[0], buffer, self.depthwise.code)
         # one copy of the taps, each block's contiguous; none where one block holds every channel
-        block_taps = every.reshape(-1) if blocks == [(0, every.shape[2])] else np.concatenate(pieces)
+        block_taps = every.reshape(-1) if blocks == [(0, every.shape[2])] else \
+            np.concatenate([every[:, :, start:stop].reshape(-1) for start, stop in blocks])
         kinds = kinds_of(self._head(x, out, stride, padding, threads, table, slot, block_taps, kernels))
         return table, slot, block_taps, kernels, kinds
 
