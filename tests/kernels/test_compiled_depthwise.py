@@ -167,9 +167,8 @@ def test_pointwise_depthwise_on_the_tiles_matches_the_stripe_loop(kind, kernel, 
         expected = depthwise.pointwise_depthwise(x, stripe_rows, channels, dw, stride, pads)
     exact = kind == "int8"                              # integer sums: the same bits, but the epilogue's order
     np.testing.assert_allclose(ours, expected, atol=1e-5 if exact else 1e-4, rtol=1e-5 if exact else 1e-4)
-    (table, _, block_taps, *_), = stripes._plans.values()
-    whole = {tuple(row[3:5]) for row in table} == {(0, channels)}
-    assert block_taps.size == dw.taps.size and np.shares_memory(block_taps, dw.taps) is whole   # the taps once
+    (table, _, *rest), = stripes._plans.values()
+    assert not any(isinstance(held, np.ndarray) for held in rest)     # the taps once: every part reads dw's
 
 
 @pytest.mark.parametrize("kernel", FP32_KERNELS)

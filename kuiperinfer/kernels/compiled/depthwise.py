@@ -93,7 +93,7 @@ def rows_in_blocks(x, row0, height, taps, bias, out, channel0, y0, y1, sh, sw, t
                    kh, kw, taps_count):
     """:func:`depthwise_rows`'s kernel for blocks of :data:`LANES` channels (the last one
     overlapping the one before it, whose values it computes again)."""
-    c, w, ow, oc = taps.shape[2], x.shape[1], out.shape[1], out.shape[2]
+    c, w, ow, oc = x.shape[2], x.shape[1], out.shape[1], out.shape[2]
     row, column = w * c, c
     finished = in_registers(code)
     interior_start = min(ow, -(-left // sw))                        # columns whose windows lie inside
@@ -104,8 +104,8 @@ def rows_in_blocks(x, row0, height, taps, bias, out, channel0, y0, y1, sh, sw, t
         first, stop = (interior_start, interior_stop) if i_lo == 0 and i_hi == kh else (ow, ow)
         for block in range(0, c, LANES):
             c0 = min(block, c - LANES)
-            held = load_strided(taps, c0, c, taps_count, None)
-            start = load(bias, c0, None) if finished else splat(0)
+            held = load_strided(taps, channel0 + c0, oc, taps_count, None)
+            start = load(bias, channel0 + c0, None) if finished else splat(0)
             p = (iy0 - row0) * row - left * column + c0              # input (iy0, -left), channel c0
             q = y * ow * oc + channel0 + c0                          # output (y, 0)
             for ox in range(first, stop):
@@ -128,7 +128,7 @@ def rows_padded(x, row0, height, taps, bias, out, channel0, y0, y1, sh, sw, top,
     check. A small image's many border pixels cost more than the copy. Fewer channels than
     a vector (``count`` of them, not None) go this way at any size: the lanes past them stay
     zero in the scratch and are not stored."""
-    c, w, ow, oc = taps.shape[2], x.shape[1], out.shape[1], out.shape[2]
+    c, w, ow, oc = x.shape[2], x.shape[1], out.shape[1], out.shape[2]
     rows, columns = padded.shape[0], padded.shape[1]
     first_row = y0 * sh - top                                       # the image row of the scratch's first
     row_start, row_stop = max(0, -first_row), min(rows, height - first_row)
@@ -142,8 +142,8 @@ def rows_padded(x, row0, height, taps, bias, out, channel0, y0, y1, sh, sw, top,
             target = (r * columns + left) * LANES
             for ix in range(column_stop):
                 store(padded, target + ix * LANES, load(x, source + ix * c, count), None)
-        held = load_strided(taps, c0, c, taps_count, count)
-        start = load(bias, c0, count) if finished else splat(0)
+        held = load_strided(taps, channel0 + c0, oc, taps_count, count)
+        start = load(bias, channel0 + c0, count) if finished else splat(0)
         for y in range(y0, y1):
             p = (y - y0) * sh * columns * LANES
             q = y * ow * oc + channel0 + c0
@@ -177,13 +177,15 @@ def depthwise_rows(kh: int, kw: int) -> Callable[..., None]:
         """Output rows ``y0:y1`` of the depthwise convolution of C channels of one image into
         channels ``channel0:channel0 + C`` of ``out`` (OH, OW, C'), then ``activation(out + bias)``.
         ``x`` (R, W, C) holds the image's rows ``row0:row0 + R`` (every row the output rows read
-        inside the image, whose height is ``height``); ``taps`` is (kh, kw, C); the padding above
+        inside the image, whose height is ``height``); ``taps`` (kh, kw, C') and ``bias`` (C')
+        are those of every channel of ``out``, so that a block of channels reads its own in
+        place (no copy per block); the padding above
         and left of the image is ``top`` and ``left`` (what lies past the image below and right
         is padding too). ``padded`` is empty, or the scratch of :func:`rows_padded`, which then
         computes the rows (it must, for fewer channels than :data:`LANES`)."""
-        if taps.shape[2] < LANES:
+        if x.shape[2] < LANES:
             rows_padded(x, row0, height, taps, bias, out, channel0, y0, y1, sh, sw, top, left, code, a, b,
-                        kh, kw, taps_count, taps.shape[2], padded)
+                        kh, kw, taps_count, x.shape[2], padded)
         elif padded.size:
             rows_padded(x, row0, height, taps, bias, out, channel0, y0, y1, sh, sw, top, left, code, a, b,
                         kh, kw, taps_count, None, padded)
@@ -193,7 +195,8 @@ def depthwise_rows(kh: int, kw: int) -> Callable[..., None]:
         if not in_registers(code):      # the sums were stored without their bias: add it, then the activation
             for y in range(y0, y1):
                 for ox in range(out.shape[1]):
-                    finish_row(out[y, ox, channel0:channel0 + taps.shape[2]], bias, code, a, b)
+                    finish_row(out[y, ox, channel0:channel0 + x.shape[2]], bias[channel0:channel0 + x.shape[2]],
+                               code, a, b)
 
     depthwise.__qualname__ = f"depthwise_rows_{kh}x{kw}"      # its name in kernel_stats and the cache
     return kernel(depthwise)
@@ -211,28 +214,15 @@ class CompiledDepthwise:
         self.taps = kernel_array(taps)
         self.bias, self.code = epilogue.bias, epilogue.code
         self.kernel = depthwise_rows(*taps.shape[:2])
-        self._blocks: dict[tuple[int, int], np.ndarray] = {}
-
-    def block(self, channels: slice) -> tuple[np.ndarray, np.ndarray]:
-        """The taps and bias of a block of channels, as contiguous arrays (the taps' copy is
-        remembered; threads making one at once make the same)."""
-        if channels == slice(0, self.taps.shape[2]):
-            return self.taps, self.bias
-        key = (channels.start, channels.stop)
-        taps = self._blocks.get(key)
-        if taps is None:
-            taps = self._blocks[key] = np.ascontiguousarray(self.taps[:, :, channels])
-        return taps, self.bias[channels]
 
     def rows(self, x: np.ndarray, row0: int, height: int, out: np.ndarray, channels: slice, y0: int, y1: int,
              stride: tuple[int, int], padding: Padding) -> None:
         """Output rows ``y0:y1`` of ``channels`` of one image into ``out`` (OH, OW, C) from the
         image's rows ``row0:`` in ``x`` (R, W, channels' count): :func:`depthwise_rows`."""
-        taps, bias = self.block(channels)
-        kh, kw = taps.shape[:2]
+        kh, kw = self.taps.shape[:2]
         padded = empty(padded_shape((y1 - y0 - 1) * stride[0] + kh, (out.shape[1] - 1) * stride[1] + kw,
-                                    taps.shape[2]))
-        self.kernel(x, row0, height, taps, bias, out, channels.start, y0, y1, stride[0], stride[1],
+                                    channels.stop - channels.start))
+        self.kernel(x, row0, height, self.taps, self.bias, out, channels.start, y0, y1, stride[0], stride[1],
                     padding[0][0], padding[1][0], *self.code, padded)
 
     def __call__(self, x: np.ndarray, stride: tuple[int, int], padding: Padding) -> np.ndarray:
@@ -336,13 +326,13 @@ def stripes_walk(floats: bool) -> Callable[..., None]:
     def part(product_at, product_type, depthwise_at, depthwise_type, x, packed, strip_bytes, correction,  # noqa: ANN001
              scale, product_bias, numbers, lanes, taps, bias, out, first, stop, channel0, kh, sh, sw, top, left,
              code, a, b, stripe, buffer) -> None:
-        """Output rows ``first:stop`` of the channels ``channel0:`` (as many as ``taps`` has) of
+        """Output rows ``first:stop`` of the channels ``channel0:`` (as many as ``buffer`` has) of
         one image into ``out`` (OH, OW, C) from its input pixels ``x`` (H, W, Cin), ``stripe``
         rows at a time through ``buffer`` (rows, W, channels), as the Python loop of
         :func:`pointwise_depthwise` does."""
         product, depthwise = function_at(product_at, product_type), function_at(depthwise_at, depthwise_type)
         h, w, c_in = x.shape
-        width = taps.shape[2]
+        width = buffer.shape[2]
         pixels, expanded = x.reshape(h * w, c_in), buffer.reshape(buffer.shape[0] * w, width)
         residual = np.empty((0, 0), np.float32)
         parts = np.zeros((1, 4), np.int64)
@@ -373,22 +363,21 @@ def stripes_walk(floats: bool) -> Callable[..., None]:
 
 @kernel
 def stripes_parts(walk_at, walk_type, product_at, product_type, depthwise_at, depthwise_type, x, packed,  # noqa: ANN001
-                  strip_bytes, correction, scale, product_bias, numbers, lanes, block_taps, bias, out, table, kh, kw,
-                  sh, sw, top, left, code, a, b, buffers, slot, thread, first, last) -> None:
+                  strip_bytes, correction, scale, product_bias, numbers, lanes, taps, bias, out, table, sh, sw, top,
+                  left, code, a, b, buffers, slot, thread, first, last) -> None:
     """:func:`pointwise_depthwise`'s parts ``first:last`` on the matrix engine's tiles, as the
     pool's threads take them (:class:`~kuiperinfer.kernels.parallel.CompiledParts`): each row
     of ``table`` (image, first and stop output rows, first and stop channels, stripe, buffer
-    rows, where its channels' taps start in ``block_taps``) walked down by the
-    :func:`stripes_walk` at ``walk_at`` through thread ``thread``'s ``slot`` values of ``buffers``."""
+    rows) walked down by the :func:`stripes_walk` at ``walk_at`` through thread ``thread``'s
+    ``slot`` values of ``buffers``; every part reads the ``taps`` and ``bias`` of all channels."""
     walk = function_at(walk_at, walk_type)
-    w = x.shape[2]
+    w, kh = x.shape[2], taps.shape[0]
     for part in range(first, last):
-        image, y0, y1, c0, c1, stripe, rows, at = table[part]
+        image, y0, y1, c0, c1, stripe, rows = table[part]
         width = c1 - c0
-        taps = block_taps[at:at + kh * kw * width].reshape((kh, kw, width))
         buffer = buffers[thread * slot:thread * slot + rows * w * width].reshape((rows, w, width))
         walk(product_at, product_type, depthwise_at, depthwise_type, x[image], packed, strip_bytes, correction,
-             scale, product_bias, numbers, lanes, taps, bias[c0:c1], out[image], y0, y1, c0, kh, sh, sw, top,
+             scale, product_bias, numbers, lanes, taps, bias, out[image], y0, y1, c0, kh, sh, sw, top,
              left, code, a, b, stripe, buffer)
 
 
@@ -400,9 +389,9 @@ call at once compile each kernel once."""
 StripesKernels = tuple[KernelAddress, KernelAddress, KernelAddress]
 """The kernels :class:`TiledStripes` runs: the walk (:func:`stripes_walk`), its product and
 its depthwise kernel."""
-StripesPlan = tuple[np.ndarray, int, np.ndarray, StripesKernels, object]
+StripesPlan = tuple[np.ndarray, int, StripesKernels, object]
 """How :class:`TiledStripes` runs on input of one shape: its parts' table, each thread's buffer
-size, the blocks' taps, the kernels, and the arguments' kinds."""
+size, the kernels, and the arguments' kinds."""
 
 
 class TiledStripes:
@@ -453,46 +442,38 @@ class TiledStripes:
         plan = self._plans.get(key)
         if plan is None:
             plan = self._plans[key] = self._plan(x, out, work, threads, stride, padding)
-        table, slot, block_taps, kernels, kinds = plan
-        head = self._head(x, out, stride, padding, threads, table, slot, block_taps, kernels)
+        table, slot, kernels, kinds = plan
+        head = self._head(x, out, stride, padding, threads, table, slot, kernels)
         compiled_parts(stripes_parts, per_thread=True).run(len(table), work, head, (), kinds)
 
     def _head(self, x: np.ndarray, out: np.ndarray, stride: tuple[int, int], padding: Padding, threads: int,
-              table: np.ndarray, slot: int, block_taps: np.ndarray, kernels: StripesKernels) -> tuple:
+              table: np.ndarray, slot: int, kernels: StripesKernels) -> tuple:
         """The arguments of :func:`stripes_parts` before the parts."""
-        kh, kw = self.depthwise.taps.shape[:2]
         walk, product, depthwise = kernels
         return (walk.address, walk.type, product.address, product.type, depthwise.address, depthwise.type, x,
-                self.packed, self.strip_bytes,
-                self.correction, self.scale, self.bias, self.numbers, self.lanes, block_taps, self.depthwise.bias,
-                out, table, kh, kw, *stride, padding[0][0], padding[1][0], *self.depthwise.code,
-                scratch((min(threads, len(table)) * slot,)), slot, 0)
+                self.packed, self.strip_bytes, self.correction, self.scale, self.bias, self.numbers, self.lanes,
+                self.depthwise.taps, self.depthwise.bias, out, table, *stride, padding[0][0], padding[1][0],
+                *self.depthwise.code, scratch((min(threads, len(table)) * slot,)), slot, 0)
 
     def _plan(self, x: np.ndarray, out: np.ndarray, work: int, threads: int, stride: tuple[int, int],
               padding: Padding) -> StripesPlan:
         """The parts of a call on ``x`` of this shape and type into ``out`` on ``threads`` threads,
-        as a table (:func:`stripes_parts`), the memory of each thread's buffer, each block of
-        channels' taps, and the product and depthwise kernels: made once for each."""
+        as a table (:func:`stripes_parts`), the memory of each thread's buffer, and the product
+        and depthwise kernels: made once for each."""
         n, h, w, c_in = x.shape
-        kh, kw = self.depthwise.taps.shape[:2]
+        kh = self.depthwise.taps.shape[0]
         parts = parts_of(n, out.shape[1], out.shape[3], work, threads, max(0, kh - stride[0]), stride[0],
                          FUSED_PARTS_PER_THREAD)
-        blocks = sorted({(block.start, block.stop) for *_, block in parts})
-        every = self.depthwise.taps
-        sizes = [kh * kw * (stop - start) for start, stop in blocks]
-        starts = dict(zip(blocks, np.cumsum([0] + sizes).tolist()))
-        table = np.empty((len(parts), 8), np.int64)
+        table = np.empty((len(parts), 7), np.int64)
         for row, (image, first, stop, block) in zip(table, parts):
             stripe, rows = stripe_of(w, block.stop - block.start, kh, stride[0], h, stop - first)
-            row[:] = image, first, stop, block.start, block.stop, stripe, rows, starts[block.start, block.stop]
+            row[:] = image, first, stop, block.start, block.stop, stripe, rows
         slot = int((table[:, 6] * w * (table[:, 4] - table[:, 3])).max())
+        every = self.depthwise.taps
         buffer = np.empty((table[0, 6], w, every.shape[2]), np.float32)
         kernels = self._call(x[0], every, self.depthwise.bias, out[0], buffer, self.depthwise.code)
-        # one copy of the taps, each block's contiguous; none where one block holds every channel
-        block_taps = every.reshape(-1) if blocks == [(0, every.shape[2])] else \
-            np.concatenate([every[:, :, start:stop].reshape(-1) for start, stop in blocks])
-        kinds = kinds_of(self._head(x, out, stride, padding, threads, table, slot, block_taps, kernels))
-        return table, slot, block_taps, kernels, kinds
+        kinds = kinds_of(self._head(x, out, stride, padding, threads, table, slot, kernels))
+        return table, slot, kernels, kinds
 
 
 def pointwise_depthwise(x: np.ndarray, pointwise: PointwiseRows | TiledStripes, channels: int,
