@@ -206,6 +206,27 @@ def output_size(size: int, kernel_size: int, stride: int, before: int, after: in
     return (size + before + after - kernel_size) // stride + 1
 
 
+_MAKING = threading.Lock()
+"""Held while a :class:`CompiledDepthwise` or :class:`TiledStripes` makes the kernels its parts
+call, so that threads reaching their first call at once compile each once."""
+
+
+@kernel
+def depthwise_parts(depthwise_at, depthwise_type, x, taps, bias, out, table, sh, sw, top, left, code, a, b,  # noqa: ANN001
+                    first, last) -> None:
+    """:meth:`CompiledDepthwise.__call__`'s parts ``first:last``, as the pool's threads take them
+    (:class:`~kuiperinfer.kernels.parallel.CompiledParts`): each row of ``table`` (image, first
+    and stop output rows) through the :func:`depthwise_rows` kernel at ``depthwise_at``."""
+    depthwise = function_at(depthwise_at, depthwise_type)
+    h, c = x.shape[1], x.shape[3]
+    kh, kw = taps.shape[0], taps.shape[1]
+    columns_read = (out.shape[2] - 1) * sw + kw
+    for part in range(first, last):
+        image, y0, y1 = table[part]
+        padded = np.empty(compiled_padded_shape((y1 - y0 - 1) * sh + kh, columns_read, c), np.float32)
+        depthwise(x[image], 0, h, taps, bias, out[image], 0, y0, y1, sh, sw, top, left, code, a, b, padded)
+
+
 class CompiledDepthwise:
     """A depthwise weight as the (kh, kw, C) taps of :func:`depthwise_rows`, with its bias and
     activation (a :class:`CompiledEpilogue`'s), for zero padding and no dilation."""
@@ -214,6 +235,8 @@ class CompiledDepthwise:
         self.taps = kernel_array(taps)
         self.bias, self.code = epilogue.bias, epilogue.code
         self.kernel = depthwise_rows(*taps.shape[:2])
+        self._address: KernelAddress | None = None
+        self._tables: dict[tuple[object, ...], np.ndarray] = {}
 
     def rows(self, x: np.ndarray, row0: int, height: int, out: np.ndarray, channels: slice, y0: int, y1: int,
              stride: tuple[int, int], padding: Padding) -> None:
@@ -227,7 +250,8 @@ class CompiledDepthwise:
 
     def __call__(self, x: np.ndarray, stride: tuple[int, int], padding: Padding) -> np.ndarray:
         """The convolution of NHWC ``x`` (any memory layout); a new contiguous (N, OH, OW, C)
-        array, its images or bands of rows shared among threads."""
+        array, its images or bands of rows shared among threads as compiled parts
+        (:func:`depthwise_parts`: a part's Python would hold the GIL its neighbour waits for)."""
         x = kernel_array(x)
         n, h, w, c = x.shape
         kh, kw = self.taps.shape[:2]
@@ -235,13 +259,19 @@ class CompiledDepthwise:
         ow = output_size(w, kw, stride[1], *padding[1])
         out = empty((n, oh, ow, c))
         work = n * oh * ow * c * kh * kw
-        every = slice(0, c)
-
-        def run(part: Part) -> None:
-            image, first, stop, _ = part
-            self.rows(x[image], 0, h, out[image], every, first, stop, stride, padding)
-
-        run_parts(parts_of(n, oh, c, work, threads_for(work)), work, run)
+        threads = threads_for(work)
+        table = self._tables.get((n, oh, c, threads))
+        if table is None:
+            parts = parts_of(n, oh, c, work, threads)
+            table = self._tables[n, oh, c, threads] = np.array([part[:3] for part in parts], np.int64)
+        if self._address is None:
+            with _MAKING:
+                self._address = self._address or KernelAddress(
+                    self.kernel, x[0], 0, 0, self.taps, self.bias, out[0], 0, 0, 0, 0, 0, 0, 0, *self.code,
+                    empty((0, 0, LANES)))
+        head = (self._address.address, self._address.type, x, self.taps, self.bias, out, table, *stride,
+                padding[0][0], padding[1][0], *self.code)
+        compiled_parts(depthwise_parts).run(len(table), work, head, ())
         return out
 
 
@@ -379,11 +409,6 @@ def stripes_parts(walk_at, walk_type, product_at, product_type, depthwise_at, de
         walk(product_at, product_type, depthwise_at, depthwise_type, x[image], packed, strip_bytes, correction,
              scale, product_bias, numbers, lanes, taps, bias, out[image], y0, y1, c0, kh, sh, sw, top,
              left, code, a, b, stripe, buffer)
-
-
-_MAKING = threading.Lock()
-"""Held while a :class:`TiledStripes` makes its call, so that threads reaching their first
-call at once compile each kernel once."""
 
 
 StripesKernels = tuple[KernelAddress, KernelAddress, KernelAddress]
