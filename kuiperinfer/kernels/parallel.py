@@ -14,13 +14,15 @@ Who waits on what (docs/design.md draws it):
   holding the others up. Out of parts, the caller counts its own off the task and waits
   for the count to reach zero: it waits only for parts already under way.
 * A helper waits for its next task by spinning without the GIL (:mod:`.compiled.spin`) for
-  ``Timing.helper_spin_us``, then blocks on its queue. Handed a task, it waits
+  ``Timing.helper_spin_us``, then blocks on its queue. Handed a Python task, it waits
   ``Timing.settle_us`` for the caller to let go of the GIL, takes parts until none is
   left, and counts them off the task *inside its next wait*, after letting go of the GIL,
   so that the caller, spinning on that count, can take the GIL at once.
 * An operator whose parts are one compiled kernel (:class:`CompiledParts`) is handed over
-  from compiled code, once the caller has let go of the GIL, and every thread takes and
-  runs its parts there: no thread waits for the GIL between the hand-off and the last part.
+  from compiled code, once the caller has let go of the GIL: the caller writes it into the
+  mailboxes of the helpers (one each, in :attr:`ThreadPool.mailboxes`), and a spinning helper
+  runs it from there without going back to Python. No thread waits for the GIL between the
+  hand-off and the last part; the caller returns once every mailbox it wrote is empty.
 * A pool with a thread for every CPU the process may use **pins** them (:class:`Affinity`,
   as onnxruntime pins its threads when it picks their number): each helper to a CPU of its
   own, and a run's caller, for the run, to the CPUs left. Unpinned, a caller waking after
@@ -56,6 +58,7 @@ from typing import Any, ClassVar, NamedTuple, TypeVar
 import numpy as np
 
 from kuiperinfer.kernels.compiled import spin
+from kuiperinfer.kernels.compiled.spin import MAILBOX_WORDS
 
 Part = TypeVar("Part")
 SPIN = ("auto", "always", "never")
@@ -243,32 +246,22 @@ class Task:
 
 class CompiledTask:
     """One :meth:`CompiledParts.run` call's parts: taken and run in compiled code by the caller
-    (:func:`.compiled.spin.take_parts`) and the helpers it hands them to
-    (:func:`.compiled.spin.serve_parts`), and counted off as a :class:`Task`'s are."""
+    (:func:`.compiled.spin.take_parts`) and the helpers whose mailboxes it writes them into
+    (:func:`.compiled.spin.serve_tasks`), and counted off as a :class:`Task`'s are."""
 
-    kind = spin.COMPILED_TASK
-    """What handing it to a helper adds to the helper's count of tasks."""
-
-    def __init__(self, count: int, made: _Made, head: tuple[Any, ...], tail: tuple[Any, ...], per_thread: bool):
+    def __init__(self, count: int, made: _Made, head: tuple[Any, ...], tail: tuple[Any, ...]):
         self.state = self.left = np.array([count, 0, count], np.int64)
         """How many parts are not yet counted off (:attr:`left` is its first item), the next
         part to take and how many there are."""
-        self.made, self.head, self.tail, self.per_thread = made, head, tail, per_thread
+        self.made, self.head, self.tail = made, head, tail
 
-    def run(self, posted: np.ndarray, helpers: int, ticks: int) -> bool:
-        """The caller's share: hand the parts to the first ``helpers`` helpers of ``posted``, take
-        parts until none is left, then wait up to ``ticks`` for the helpers' to be counted off;
-        whether they were."""
+    def run(self, mailboxes: np.ndarray, helpers: int, ticks: int) -> int:
+        """The caller's share: hand the parts to the first ``helpers`` helpers' mailboxes that are
+        free, take parts until none is left, then wait up to ``ticks`` for the helpers; the bit
+        mask of the helpers still running (:func:`.compiled.spin.take_parts`)."""
         made = self.made
-        return made.take(self.state, posted, helpers, max(1, ticks), made.address, made.type, self.head, self.tail)
-
-    def serve(self, posted: np.ndarray, index: int, seen: int, ticks: int, settle: int) -> bool:
-        """The share of helper ``index`` (the pool's thread ``index + 1``): take parts until none
-        is left, count them off, then wait for the helper's next task as
-        :func:`.compiled.spin.wait_for_task` does (whether it came)."""
-        made = self.made
-        head = (*self.head[:-1], index + 1) if self.per_thread else self.head
-        return made.serve(self.state, made.address, made.type, head, self.tail, posted, index, seen, ticks, settle)
+        return made.take(self.state, mailboxes, helpers, max(1, ticks), made.trampoline, made.address, made.type,
+                         self.head, self.tail)
 
 
 _STOP = Task((), lambda part: None)
@@ -277,14 +270,16 @@ _STOP = Task((), lambda part: None)
 
 class _Helper:
     """A thread of a pool that works on the tasks it is handed, in turn (see the module's
-    docstring for how it waits). Callers in several threads may hand it tasks at once; of
-    the tasks that wait for it, it takes the newest (the callers of the others run their
-    parts themselves, none waits for a part not taken)."""
+    docstring for how it waits). Callers in several threads may hand it tasks at once: a
+    compiled task only where its mailbox is free, and of the Python tasks that wait for it, it
+    takes the newest (the callers of the others run their parts themselves, none waits for a
+    part not taken)."""
 
     def __init__(self, pool: ThreadPool, index: int) -> None:
         self._affinity = pool.affinity
-        self._tasks: queue.SimpleQueue[Task | CompiledTask] = queue.SimpleQueue()
-        self._posted, self._index = pool.posted, index   # its count of tasks handed over: posted[index]
+        self._tasks: queue.SimpleQueue[Task | None] = queue.SimpleQueue()
+        self._posted, self._index = pool.posted, index   # its count of Python tasks handed over: posted[index]
+        self._mailboxes = pool.mailboxes
         self._seen = int(pool.posted[index])
         self.awake = True                       # spinning or working, not blocked
         self._pool = weakref.ref(pool)
@@ -295,38 +290,40 @@ class _Helper:
         self._tasks.put(task)
         spin.post(self._posted, self._index, task.kind)
 
-    def queue(self, task: CompiledTask) -> None:
-        """Queue a compiled task for it, which the task's caller hands over from compiled code."""
-        self._tasks.put(task)
+    def wake(self) -> None:
+        """Wake it if it blocks, for a compiled task its caller writes into its mailbox."""
+        if not self.awake:
+            self._tasks.put(None)
 
     def _serve(self) -> None:
         if self._affinity is not None:
             self._affinity.pin_helper(self._index)
-        left, taken, handed, waited = np.zeros(1, np.int64), 0, self._seen, False
+        left, taken, handed = np.zeros(1, np.int64), 0, self._seen
+        stashed = spin.STASHED
         while True:
             pool = self._pool()
             if pool is None:
-                spin.wait_for_task(self._posted, self._index, handed, left, taken, 0, 0)
+                spin.serve_tasks(self._posted, self._mailboxes, self._index, handed, left, taken, 0, 0, stashed)
                 return
             ticks = _ticks(pool.timing.helper_spin_us) if pool.spins() else 0
             settle = _ticks(pool.timing.settle_us)
             del pool
-            if not waited:   # counts a Python task's parts off, then waits for the next task
-                self.awake = spin.wait_for_task(self._posted, self._index, handed, left, taken, ticks, settle)
-            task = self._tasks.get()
+            # counts the last Python task's parts off, runs compiled tasks, waits for a Python one
+            self.awake = spin.serve_tasks(self._posted, self._mailboxes, self._index, handed, left, taken, ticks,
+                                          settle, stashed)
+            taken, task = 0, self._tasks.get()   # a Python task, or None: a wake-up for a compiled one
             self.awake = True
-            handed += task.kind
-            while not self._tasks.empty():     # behind: the callers of the older tasks ran their parts
-                task = self._tasks.get()
-                handed += task.kind
+            handed += task.kind if task is not None else 0
+            while not self._tasks.empty():         # behind: the callers of the older tasks ran their parts
+                newer = self._tasks.get()
+                if newer is not None:
+                    task, handed = newer, handed + newer.kind
+                del newer
             if task is _STOP:
-                spin.wait_for_task(self._posted, self._index, handed, left, 0, 0, 0)
+                spin.serve_tasks(self._posted, self._mailboxes, self._index, handed, left, 0, 0, 0, stashed)
                 return
-            if isinstance(task, CompiledTask):   # counts its parts off and waits in the same call
-                self.awake = task.serve(self._posted, self._index, handed, ticks, settle)
-                taken, waited = 0, True
-            else:
-                taken, left, waited = task.work(self._index + 1), task.left, False
+            if task is not None:
+                taken, left = task.work(self._index + 1), task.left
             del task   # its parts' closures may hold a graph
 
 
@@ -362,7 +359,9 @@ class ThreadPool:
         self._helpers: list[_Helper] = []
         self._helpers_lock = threading.Lock()
         self.posted = np.zeros(max(1, threads - 1), np.int64)
-        """How many tasks each helper was handed (weighted by kind), read while it spins."""
+        """How many Python tasks each helper was handed, read while it spins."""
+        self.mailboxes = np.zeros(max(1, threads - 1) * MAILBOX_WORDS, np.int64)
+        """Each helper's mailbox, where a caller's compiled code writes a compiled task for it."""
         blas_threads.hold(1)
         weakref.finalize(self, _end, self._helpers, self.affinity)
         _POOLS.add(self)
@@ -418,12 +417,12 @@ class ThreadPool:
         ``threads`` - 1 helpers (:meth:`CompiledParts.run`)."""
         helpers = self._take_helpers(threads - 1)
         for helper in helpers:
-            helper.queue(task)
+            helper.wake()
         ticks = _ticks(self.timing.caller_spin_us)
-        if task.run(self.posted, len(helpers), ticks):
-            return
-        while not spin.finish_and_wait(task.state, 0, ticks):
+        pending = task.run(self.mailboxes, len(helpers), ticks)
+        while pending:
             time.sleep(0)
+            pending = spin.wait_for_helpers(self.mailboxes, pending, ticks)
 
     def _take_helpers(self, count: int) -> list[_Helper]:
         if len(self._helpers) >= count:
@@ -526,27 +525,31 @@ class CompiledParts:
         if threads < 2:
             made.whole(*head, 0, count, *tail)
         else:
-            _POOL.get().share_compiled(CompiledTask(count, made, head, tail, self.per_thread), threads)
+            _POOL.get().share_compiled(CompiledTask(count, made, head, tail), threads)
 
     def _make(self, kinds: tuple[Any, ...], head: tuple[Any, ...], tail: tuple[Any, ...]) -> _Made:
+        import numba
+
         from kuiperinfer.kernels.jit import KernelAddress, compiled_for
 
         kernel = KernelAddress(self.dispatcher, *head, 0, 0, *tail)
         state = np.zeros(3, np.int64)
+        take = spin.take_numbered_parts if self.per_thread else spin.take_parts
+        stashed = numba.typeof((state, kernel.address, head, tail))     # what a helper's mailbox holds
         made = self._made[kinds] = _Made(
-            compiled_for(spin.take_parts, state, state, 0, 0, kernel.address, kernel.type, head, tail),
-            compiled_for(spin.serve_parts, state, kernel.address, kernel.type, head, tail, state, 0, 0, 0, 0),
+            compiled_for(take, state, state, 0, 0, 0, kernel.address, kernel.type, head, tail),
+            KernelAddress(spin.serve_stashed, 0, stashed, kernel.type).address,
             compiled_for(self.dispatcher, *head, 0, 0, *tail), kernel.address, kernel.type)
         return made
 
 
 class _Made(NamedTuple):
-    """What :class:`CompiledParts` makes once per kind of arguments: the compiled loops of the
-    caller's and the helpers' shares, every part in one call (on one thread), and the kernel's
-    address and type."""
+    """What :class:`CompiledParts` makes once per kind of arguments: the compiled loop of the
+    caller's share, the address of the helpers' (:func:`.compiled.spin.serve_stashed`), every
+    part in one call (on one thread), and the kernel's address and type."""
 
-    take: Callable[..., bool]
-    serve: Callable[..., bool]
+    take: Callable[..., int]
+    trampoline: int
     whole: Callable[..., None]
     address: int
     type: Any
@@ -602,7 +605,8 @@ def tick_rate() -> float:
     """Ticks per microsecond of the time-stamp counter the spinning waits count
     (:mod:`.compiled.spin`), measured once per process against the monotonic clock."""
     never = np.ones(1, np.int64)
-    spin.wait_for_task(never, 0, 1, never, 0, 0, 0)  # both waits compiled or loaded first
+    spin.serve_tasks(never, np.zeros(spin.MAILBOX_WORDS, np.int64), 0, 1, never, 0, 0, 0, spin.STASHED)
+    # both waits compiled or loaded first
     spin.finish_and_wait(never, 0, 0)
     spin.counter()
     started, ticks = time.perf_counter_ns(), spin.counter()
@@ -614,6 +618,7 @@ def _forget_helpers() -> None:
     """In a forked child: the helpers' threads did not survive the fork."""
     for pool in list(_POOLS):
         pool._helpers.clear()
+        pool.mailboxes[:] = spin.FREE   # a task written while the parent forked went with its helpers
 
 
 os.register_at_fork(after_in_child=_forget_helpers)

@@ -4,6 +4,7 @@ blocks that the threads share evenly; the convolution kernels' blocks shared amo
 threads; the one BLAS limit."""
 
 import os
+import sys
 import threading
 import time
 
@@ -175,21 +176,45 @@ def test_compiled_parts_reach_helpers_that_block_between_tasks(mark_parts):
     assert 2 in {int(value) // 1000 for log in logs for value in log}      # the helper took parts
 
 
-def test_a_helper_counts_its_compiled_parts_off_and_waits_for_the_next_task_in_one_call(mark_parts):
-    """A helper's share of a compiled task runs the parts left, counts them off and then waits
-    for its next task as ``wait_for_task`` does, with no Python between its last part and the
-    count that its caller, spinning in compiled code, waits for."""
-    log = np.zeros(4, np.int64)
-    head, tail = (log, 1, 0), (0,)
-    made = parallel.CompiledParts(mark_parts, per_thread=True)._make(parallel.kinds_of(head + tail), head, tail)
-    task = parallel.CompiledTask(4, made, head, tail, per_thread=True)
-    task.state[1] = 1                                   # the caller took part 0 and runs it still
-    posted = np.array([7], np.int64)
-    assert task.serve(posted, 0, 7, parallel._ticks(100), 0) is False     # no next task came
-    assert list(log) == [0, 2001, 2001, 2001] and task.left[0] == 1       # its 3 parts counted off
-    posted[0] += parallel.CompiledTask.kind
-    assert task.serve(posted, 0, 7, parallel._ticks(10**6), 0) is True    # the next one has come
-    assert list(log) == [0, 2001, 2001, 2001] and task.left[0] == 1
+def test_a_helper_runs_compiled_tasks_from_its_mailbox_without_going_back_to_python(mark_parts):
+    """A helper spinning in ``serve_tasks`` runs each compiled task its caller writes into its
+    mailbox (its thread number given to the parts), counts the parts off and empties the
+    mailbox, all in the one call, which returns only when a Python task is posted; a task no
+    helper takes, the caller takes back after running every part itself."""
+    from kuiperinfer.kernels.compiled import spin
+    if not spin_compiled():
+        pytest.skip("without Numba there are no compiled tasks")
+    mailboxes, posted, left = np.zeros(spin.MAILBOX_WORDS, np.int64), np.array([7], np.int64), np.zeros(1, np.int64)
+    made, logs = {}, []
+
+    def task(count):
+        log = np.zeros(count, np.int64)
+        head, tail = (log, 1, 0), (parallel._ticks(300),)
+        parts = parallel.CompiledParts(mark_parts, per_thread=True)
+        made.setdefault("made", parts._make(parallel.kinds_of(head + tail), head, tail))
+        logs.append(log)
+        return parallel.CompiledTask(count, made["made"], head, tail)
+
+    alone = task(4)                                     # no helper yet: the caller runs every part
+    assert alone.run(mailboxes, 1, parallel._ticks(10**6)) == 0
+    assert list(logs[0]) == [1001] * 4 and mailboxes[spin.STATE] == spin.FREE and alone.left[0] == 0
+    returned = []
+    helper = threading.Thread(target=lambda: returned.append(
+        spin.serve_tasks(posted, mailboxes, 0, 7, left, 0, parallel._ticks(10**7), 0, spin.STASHED)))
+    helper.start()
+    tasks = [task(8) for _ in range(3)]
+    for shared in tasks:
+        assert shared.run(mailboxes, 1, parallel._ticks(10**6)) == 0      # the helper's parts counted off
+        assert shared.left[0] == 0 and mailboxes[spin.STATE] == spin.FREE
+    posted[0] += spin.PYTHON_TASK                       # a Python task: the helper goes back to Python
+    helper.join(10)
+    assert returned == [True]
+    for log in logs[1:]:
+        assert sorted(set(log % 1000)) == [1]           # every part once
+    assert {int(value) // 1000 for log in logs[1:] for value in log} == {1, 2}   # the caller's and the helper's
+    del alone, tasks, shared, log
+    held = [sys.getrefcount(log) - sys.getrefcount(np.zeros(1)) for log in logs]   # beyond a new array's
+    assert held == [2] * 4          # the list's and the loop's: each reference a mailbox or part held let go of
 
 
 def test_compiled_parts_outside_a_run_stay_in_the_calling_thread(mark_parts):
@@ -346,11 +371,12 @@ def spin_compiled():
 def test_the_waits_count_parts_off_and_stop_when_told():
     from kuiperinfer.kernels.compiled import spin
     left = np.array([5], np.int64)
+    mailbox = np.zeros(spin.MAILBOX_WORDS, np.int64)
     assert not spin.finish_and_wait(left, 2, 1000)       # 3 parts still under way
-    assert spin.wait_for_task(np.array([7], np.int64), 0, 7, left, 3, 1000, 0) is False   # nothing new
-    assert left[0] == 0 and spin.finish_and_wait(left, 0, 0)
+    assert spin.serve_tasks(np.array([7], np.int64), mailbox, 0, 7, left, 3, 1000, 0, spin.STASHED) is False
+    assert left[0] == 0 and spin.finish_and_wait(left, 0, 0)   # nothing new, the helper's 3 counted off
     if spin_compiled():
-        assert spin.wait_for_task(np.array([8], np.int64), 0, 7, left, 0, 10, 10) is True   # a new task
+        assert spin.serve_tasks(np.array([8], np.int64), mailbox, 0, 7, left, 0, 10, 10, spin.STASHED) is True
 
 
 def test_the_waits_last_as_long_as_they_are_told():
@@ -360,10 +386,11 @@ def test_the_waits_last_as_long_as_they_are_told():
     if not spin_compiled():
         assert not spin.finish_and_wait(np.ones(1, np.int64), 0, parallel._ticks(2000))   # polls once
         return
-    left, never = np.zeros(1, np.int64), np.ones(1, np.int64)
+    left, never, mailbox = np.zeros(1, np.int64), np.ones(1, np.int64), np.zeros(spin.MAILBOX_WORDS, np.int64)
     waits = {"caller's": lambda ticks: spin.finish_and_wait(never, 0, ticks),
-             "helper's": lambda ticks: spin.wait_for_task(never, 0, 1, left, 0, ticks, 0),
-             "settling": lambda ticks: spin.wait_for_task(never, 0, 0, left, 0, 0, ticks)}
+             "helper's": lambda ticks: spin.serve_tasks(never, mailbox, 0, 1, left, 0, ticks, 0, spin.STASHED),
+             "settling": lambda ticks: spin.serve_tasks(never, mailbox, 0, 0, left, 0, 0, ticks, spin.STASHED),
+             "for helpers": lambda ticks: spin.wait_for_helpers(mailbox + spin.RUNNING, 1, ticks)}
     for name, wait in waits.items():
         started = time.perf_counter()
         wait(parallel._ticks(2000))
