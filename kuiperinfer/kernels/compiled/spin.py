@@ -120,12 +120,6 @@ if AVAILABLE:
             return builder.call(read, [])
         return types.int64(), codegen
 
-    def _payload(context, builder, signature, args, kind):  # noqa: ANN001, ANN202
-        """A pointer to the payload of the mailbox at word ``args[1]`` of ``args[0]``, as a ``kind``."""
-        where = builder.add(args[1], ir.Constant(args[1].type, PAYLOAD))
-        pointer = _element_pointer(context, builder, signature.args[0], args[0], where)
-        return builder.bitcast(pointer, kind.as_pointer())
-
     def _unowned(context, builder, kind, value):  # noqa: ANN001, ANN202
         """``value`` of Numba type ``kind`` with no array's reference counted: each array's
         memory info set to null, which Numba's reference counting passes over."""
