@@ -13,11 +13,13 @@ rounds taken; a network's rate is its products' operations over the sum of their
   then the compiled epilogue;
 * ``fp32 tiles``: :class:`~kuiperinfer.kernels.matrix.products.Fp32Product`, the FMA register
   tiles of this CPU, its blocks shared through ``run_parts`` on 2 threads;
-* ``int8 VNNI``, ``int8 AVX2``: :class:`~kuiperinfer.kernels.matrix.products.Int8Product`,
-  uint8 in, float32 out, through each kernel the CPU can run (on an AVX-512 CPU the AVX2
-  tiles use its 16-bit dot product: ``benchmarks.int8_avx2`` times them as AVX2 alone runs them);
+* ``int8 AMX-INT8``, ``int8 AVX512-VNNI``, ``int8 AVX2``:
+  :class:`~kuiperinfer.kernels.matrix.products.Int8Product`, uint8 in, float32 out, through
+  each kernel the CPU can run (on an AVX-512 CPU the AVX2 tiles use its 16-bit dot product:
+  ``benchmarks.int8_avx2`` times them as AVX2 alone runs them);
 * ``bf16``: :class:`~kuiperinfer.kernels.matrix.products.Bf16Product`, float32 in (rounded
-  as it is read), float32 out.
+  as it is read), float32 out, through each kernel the CPU can run (AMX-BF16, AVX512-BF16,
+  or float32 products of the widened weights).
 
 At 1 thread and at 2, sharing parts through a :class:`~kuiperinfer.kernels.parallel.ThreadPool`
 as a graph's run does. On one thread the calls are timed by the CPU time of the calling thread
@@ -113,13 +115,15 @@ def kernels(m: int, k: int, n: int, rng: np.random.Generator) -> dict[str, Calla
     tiles = products.Fp32Product(weight, epilogue)
     if tiles.kernel is not products.REFERENCE:
         calls[f"fp32 tiles ({tiles.kernel.name})"] = lambda: tiles(x)
-    int8 = products.int8_kernel()
-    for kernel in (products.VNNI, products.AVX2):
-        if kernel is int8 or (kernel is products.AVX2 and int8 is products.VNNI):
-            product = products.Int8Product.from_float(weight, 0.02, 128, epilogue, kernel)
-            calls[f"int8 {kernel.name}"] = lambda product=product: product(a)
-    bf16 = products.Bf16Product(weight, epilogue)
-    calls[f"bf16 ({bf16.kernel.name})"] = lambda: bf16(x)
+    runnable = {products.AMX_INT8: (products.AMX_INT8, products.VNNI, products.AVX2),   # the chosen kernel and
+                products.VNNI: (products.VNNI, products.AVX2), products.AVX2: (products.AVX2,),  # those below it
+                products.REFERENCE: (), products.AMX_BF16: (products.AMX_BF16, products.AVX512_BF16)}
+    for kernel in runnable[products.int8_kernel()]:
+        product = products.Int8Product.from_float(weight, 0.02, 128, epilogue, kernel)
+        calls[f"int8 {kernel.name}"] = lambda product=product: product(a)
+    for kernel in runnable.get(products.bf16_kernel(), (products.bf16_kernel(),)):
+        bf16 = products.Bf16Product(weight, epilogue, kernel)
+        calls[f"bf16 ({kernel.name})"] = lambda bf16=bf16: bf16(x)
     return calls
 
 

@@ -2,28 +2,16 @@
 
     python -m tools.matrix_features
 
-A process may use AMX tiles only after asking the kernel for their state
-(``arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)``); a forked process inherits it, a
-new one (a Ray worker) asks again. No kernel of kuiperinfer uses the tiles yet; the first
-that does takes :func:`request_tile_state` with it. The engine reads only which
-instructions the CPU has (:mod:`kuiperinfer.kernels.matrix.features`).
+Linux lets a process use the AMX tiles once it asked for their state
+(:func:`~kuiperinfer.kernels.matrix.features.request_tile_state`, which the AMX products call
+when they are chosen); this asks as they would and says what Linux answered.
 """
 
 from __future__ import annotations
 
-import ctypes
-import os
 import sys
 
-from kuiperinfer.kernels.matrix.features import MatrixFeatures, detect
-
-SYS_ARCH_PRCTL = 158
-"""arch_prctl's system call number on x86-64 Linux."""
-ARCH_REQ_XCOMP_PERM = 0x1023
-XFEATURE_XTILEDATA = 18
-
-_GRANTED: dict[int, bool] = {}
-"""Per process id, whether Linux granted the tile state."""
+from kuiperinfer.kernels.matrix.features import MatrixFeatures, detect, request_tile_state
 
 
 def describe(features: MatrixFeatures) -> str:
@@ -31,23 +19,6 @@ def describe(features: MatrixFeatures) -> str:
     names = [name for name, present in (("AMX-BF16", features.amx_bf16), ("AMX-INT8", features.amx_int8),
                                         ("AVX512-BF16", features.avx512_bf16), ("VNNI", features.vnni)) if present]
     return ", ".join(names) or "no matrix instructions (no AMX, AVX512-BF16 or VNNI)"
-
-
-def request_tile_state() -> bool:
-    """Ask Linux, once per process, for the AMX tile state; whether this process may use
-    the tiles (False on a CPU without AMX or a kernel that refuses)."""
-    pid = os.getpid()
-    if pid not in _GRANTED:
-        _GRANTED[pid] = detect().amx_bf16 and _arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0
-    return _GRANTED[pid]
-
-
-def _arch_prctl(code: int, argument: int) -> int:
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        return int(libc.syscall(ctypes.c_long(SYS_ARCH_PRCTL), ctypes.c_long(code), ctypes.c_ulong(argument)))
-    except (OSError, AttributeError):
-        return -1
 
 
 def main() -> int:

@@ -1,6 +1,6 @@
 """The matrix engine's products (kuiperinfer/kernels/matrix/products.py and their compiled
-tiles): int8 through AVX512-VNNI and AVX2 equal to the integer reference exactly, bf16
-through AVX512-BF16 and float32 through FMA tiles (512- and 256-bit) to float32 rounding,
+tiles): int8 through AMX, AVX512-VNNI and AVX2 equal to the integer reference exactly, bf16
+through AMX and AVX512-BF16 and float32 through FMA tiles (512- and 256-bit) to float32 rounding,
 every epilogue, both outputs, any thread count; the kernel chosen from the CPU's flags."""
 
 import os
@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from pools import intra_op
 from product_kernels import (
+    AMX,
     BF16_KERNELS,
     FP32_KERNELS,
     HERE,
@@ -25,6 +26,9 @@ from kuiperinfer.kernels.elementwise import InplaceActivation
 from kuiperinfer.kernels.matrix import products
 from kuiperinfer.kernels.matrix.features import MatrixFeatures
 from kuiperinfer.kernels.matrix.products import (
+    AMX_BF16,
+    AMX_FEATURES,
+    AMX_INT8,
     AVX2,
     AVX512_BF16,
     BF16_WIDENED,
@@ -93,7 +97,7 @@ def test_int8_kernel_equals_the_integer_reference_at_every_shape(kernel, m):
 def test_int8_kernel_is_exact_at_the_extremes(kernel, zero_point, weight, k):
     """Activations of 255 and weights of +-127 in every lane: AVX2's vpmaddubsw would saturate
     its pair sums here; the sums are the definition's, exactly."""
-    a = np.full((13, k), 255, np.uint8)
+    a = np.full((37, k), 255, np.uint8)
     a[::3, ::2] = 0
     w = np.full((k, 40), weight, np.int8)
     w[:, ::7] = -weight
@@ -491,9 +495,29 @@ def test_the_kernel_is_chosen_from_the_cpu_and_what_numba_may_compile(flags, com
     assert products.fp32_kernel(features, compilable) is fp32
 
 
+def test_an_amx_cpu_takes_its_tiles_where_linux_grants_them_and_vnni_for_shallow_int8_products():
+    features = MatrixFeatures.from_flags(frozenset(ZEN4 | {"amx_tile", "amx_int8", "amx_bf16"}))
+    compilable = ALL | AMX_FEATURES
+    assert products.int8_kernel(features, compilable) is (AMX_INT8 if AMX else VNNI)
+    assert products.int8_kernel(features, compilable, depth=65) is (AMX_INT8 if AMX else VNNI)
+    assert products.int8_kernel(features, compilable, depth=64) is VNNI
+    assert products.bf16_kernel(features, compilable) is (AMX_BF16 if AMX else AVX512_BF16)
+    assert products.int8_kernel(features, ALL) is VNNI          # Numba may not compile the tiles
+    assert AMX_INT8.narrow is VNNI and AMX_BF16.narrow is AVX512_BF16
+
+
+def test_a_product_on_amx_tiles_linux_refuses_is_refused_before_it_runs(monkeypatch):
+    monkeypatch.setattr(products, "request_tile_state", lambda: False)
+    for make in (lambda: Int8Product(np.ones((80, 4), np.int8), np.ones(4, np.float32), 1.0, 0, kernel=AMX_INT8),
+                 lambda: Bf16Product(np.ones((80, 4), np.float32), kernel=AMX_BF16)):
+        with pytest.raises(ValueError, match="AMX tiles"):
+            make()
+
+
 def test_an_int8_product_takes_this_machine_s_kernel_by_default():
-    product = Int8Product(np.zeros((4, 4), np.int8), np.ones(4, np.float32), 1.0, 0)
-    assert product.kernel is products.int8_kernel()
+    for depth in (4, 80):
+        product = Int8Product(np.zeros((depth, 4), np.int8), np.ones(4, np.float32), 1.0, 0)
+        assert product.kernel is products.int8_kernel(depth=depth)
 
 
 def run_as_haswell(script):

@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from kuiperinfer.kernels.compiled import amx_tiles
 from kuiperinfer.kernels.compiled.activation import CLIP, NONE, RELU, ActivationCode, clip, finish_row
+from kuiperinfer.kernels.compiled.amx_tiles import configure_tiles, hold_rows, release_tiles, tile_config, tile_product
 from kuiperinfer.kernels.compiled.epilogue import requantized
 from kuiperinfer.kernels.compiled.float_tiles import FIRST, LAST, RESIDUAL, row_counts
 from kuiperinfer.kernels.compiled.float_tiles import SHAPES as FLOAT_SHAPES
@@ -32,15 +34,19 @@ from kuiperinfer.kernels.compiled.float_tiles import tile as float_tile
 from kuiperinfer.kernels.compiled.tiles import tile
 from kuiperinfer.kernels.jit import inline, kernel
 
-VNNI, AVX2, BF16, FMA512, FMA256 = range(5)
-"""The kernels' codes: the tiles' dots (:data:`kuiperinfer.kernels.compiled.tiles.DOTS`), then
-the float32 tiles (:data:`kuiperinfer.kernels.compiled.float_tiles.SHAPES`)."""
+VNNI, AVX2, BF16, AMX_INT8, AMX_BF16, FMA512, FMA256 = range(7)
+"""The kernels' codes: the tiles' dots (:data:`kuiperinfer.kernels.compiled.tiles.DOTS`), the
+AMX tiles (:mod:`.amx_tiles`) of int8 and of bf16, then the float32 tiles
+(:data:`kuiperinfer.kernels.compiled.float_tiles.SHAPES`)."""
 VNNI_ROWS, VNNI_STRIPS = 6, 4
 AVX2_ROWS, AVX2_STRIPS = 4, 3
 BF16_ROWS, BF16_STRIPS = 6, 4
 """Rows and strips of B of each dot's register tile: as many accumulators as leave registers
 for the strips of B and the broadcast row (32 zmm registers; 16 ymm on an AVX2 CPU)."""
-TILES = ((VNNI_ROWS, VNNI_STRIPS, 16), (AVX2_ROWS, AVX2_STRIPS, 8), (BF16_ROWS, BF16_STRIPS, 16), *FLOAT_SHAPES)
+AMX_STRIPS = 2
+"""Strips of B of an AMX product: two tiles of A's rows by two of B's strips, in four tiles of sums."""
+TILES = ((VNNI_ROWS, VNNI_STRIPS, 16), (AVX2_ROWS, AVX2_STRIPS, 8), (BF16_ROWS, BF16_STRIPS, 16),
+         *[(amx_tiles.ROWS, AMX_STRIPS, amx_tiles.STRIP_COLUMNS)] * 2, *FLOAT_SHAPES)
 """Per kernel, its tile's rows, strips and output columns per strip."""
 
 
@@ -246,8 +252,83 @@ def _blocks_of(dot: int, rows: int, strips: int, lanes: int, what: str):  # noqa
     return kernel(product)
 
 
-DOT_BLOCKS = tuple(_blocks_of(dot, rows, strips, lanes, what)
-                   for dot, ((rows, strips, lanes), what) in enumerate(zip(TILES, ("vnni", "avx2", "bf16"))))
+@inline
+def amx_product(kind: int, held: np.ndarray, packed: np.ndarray, offset: int, strip_bytes: int,
+                correction: np.ndarray, scale: np.ndarray, column0: int, y: np.ndarray, y_start: int, y_stride: int,
+                valid: int, strips: int) -> None:
+    """The :func:`~kuiperinfer.kernels.compiled.amx_tiles.tile_product` of ``valid`` rows held
+    and ``strips`` strips (1 or 2): of one tile of rows or two."""
+    if valid > amx_tiles.TILE_ROWS:
+        if strips == 2:
+            tile_product(kind, held, packed, offset, strip_bytes, correction, scale, column0, y, y_start, y_stride,
+                         valid, 2, 2)
+        else:
+            tile_product(kind, held, packed, offset, strip_bytes, correction, scale, column0, y, y_start, y_stride,
+                         valid, 2, 1)
+    elif strips == 2:
+        tile_product(kind, held, packed, offset, strip_bytes, correction, scale, column0, y, y_start, y_stride,
+                     valid, 1, 2)
+    else:
+        tile_product(kind, held, packed, offset, strip_bytes, correction, scale, column0, y, y_start, y_stride,
+                     valid, 1, 1)
+
+
+@inline
+def amx_blocks(kind: int, a: np.ndarray, packed: np.ndarray, strip_bytes: int, parts: np.ndarray, first: int,
+               last: int, columns: tuple[int, int], correction: np.ndarray, scale: np.ndarray, bias: np.ndarray,
+               residual: np.ndarray, out: np.ndarray, numbers: np.ndarray) -> None:
+    """:func:`blocks` on the AMX tiles of ``kind`` (a constant): per block of 32 rows, the rows
+    copied into a buffer with their depth padded to whole tiles, then multiplied by each pair
+    of strips over the whole depth, their sums stored as :func:`blocks`'s tiles store theirs
+    into the buffer :func:`finish` finishes."""
+    start, stop = columns
+    lanes = amx_tiles.STRIP_COLUMNS
+    widest = tallest = 0
+    for part in range(first, last):
+        widest = max(widest, (parts[part, 3] - parts[part, 2]) * lanes)
+        tallest = min(CHUNK_ROWS, max(tallest, parts[part, 1] - parts[part, 0]))
+    sums = np.empty(tallest * widest, np.float32)
+    biases, scratch = np.empty(tallest * widest, np.float32), np.empty(tallest * widest, np.float32)
+    held = np.zeros((amx_tiles.ROWS, strip_bytes // lanes), np.uint8)
+    configure_tiles(tile_config())
+    for part in range(first, last):
+        row0, row1, strip0, strip1 = parts[part]
+        width = (strip1 - strip0) * lanes
+        column0 = max(strip0 * lanes, start)
+        count = min(strip1 * lanes, stop) - column0
+        whole = column0 == strip0 * lanes and count == width == out.shape[1]
+        if whole:
+            for i in range(tallest):
+                biases[i * width:(i + 1) * width] = bias[column0:column0 + width]
+        for chunk in range(row0, row1, tallest):
+            end = min(row1, chunk + tallest)
+            for row in range(chunk, end, amx_tiles.ROWS):
+                valid = min(amx_tiles.ROWS, end - row)
+                hold_rows(a, row, valid, held)
+                for strip in range(strip0, strip1, AMX_STRIPS):
+                    amx_product(kind, held, packed, strip * strip_bytes, strip_bytes, correction, scale, strip * lanes,
+                                sums, (row - chunk) * width + (strip - strip0) * lanes, width, valid,
+                                min(AMX_STRIPS, strip1 - strip))
+            finish(sums, end - chunk, width, column0 - strip0 * lanes, chunk, column0, count, start, bias, residual,
+                   out, numbers, whole, biases, scratch)
+    release_tiles()
+
+
+def _amx_blocks_of(kind: int, what: str):  # noqa: ANN202
+    """The compiled :func:`amx_blocks` of one kind of AMX tiles."""
+
+    def product(a, packed, strip_bytes, parts, first, last, columns, correction, scale, bias, residual,  # noqa: ANN001
+                out, numbers) -> None:
+        amx_blocks(kind, a, packed, strip_bytes, parts, first, last, columns, correction, scale, bias, residual, out,
+                   numbers)
+    product.__name__ = product.__qualname__ = f"{what}_blocks"
+    product.__doc__ = f":func:`amx_blocks` through {what} tiles."
+    return kernel(product)
+
+
+DOT_BLOCKS = (*(_blocks_of(dot, rows, strips, lanes, what)
+                for dot, ((rows, strips, lanes), what) in enumerate(zip(TILES, ("vnni", "avx2", "bf16")))),
+              _amx_blocks_of(amx_tiles.INT8, "amx_int8"), _amx_blocks_of(amx_tiles.BF16, "amx_bf16"))
 
 
 @kernel

@@ -6,10 +6,17 @@ cares for are the AMX tiles and their bf16 and int8 products (``amx_tile``, ``am
 VNNI (``avx512_vnni``, ``avx_vnni``) and AVX2's integer products (``avx2``). A precision's
 ``products`` says which of them this machine has for it
 (:func:`kuiperinfer.kernels.matrix.precision.precision`).
+
+A process may use the AMX tiles only after asking Linux for their state
+(``arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)``, :func:`request_tile_state`): the
+products ask when they choose the tiles; a forked process inherits the answer, a new one (a
+Ray worker) asks again when it loads its model.
 """
 
 from __future__ import annotations
 
+import ctypes
+import os
 from dataclasses import dataclass
 from functools import cache
 
@@ -63,3 +70,31 @@ def detect() -> MatrixFeatures:
             return MatrixFeatures.from_flags(cpu_flags(file.read()))
     except OSError:
         return MatrixFeatures()
+
+
+SYS_ARCH_PRCTL = 158
+"""arch_prctl's system call number on x86-64 Linux."""
+ARCH_REQ_XCOMP_PERM = 0x1023
+XFEATURE_XTILEDATA = 18
+
+_GRANTED: dict[int, bool] = {}
+"""Per process id, whether Linux granted the tile state."""
+
+
+def request_tile_state() -> bool:
+    """Ask Linux, once per process, for the AMX tile state; whether this process may use
+    the tiles (False on a CPU without AMX or a kernel that refuses)."""
+    pid = os.getpid()
+    if pid not in _GRANTED:
+        features = detect()
+        tiles = features.amx_bf16 or features.amx_int8
+        _GRANTED[pid] = tiles and _arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0
+    return _GRANTED[pid]
+
+
+def _arch_prctl(code: int, argument: int) -> int:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.syscall(ctypes.c_long(SYS_ARCH_PRCTL), ctypes.c_long(code), ctypes.c_ulong(argument)))
+    except (OSError, AttributeError):
+        return -1

@@ -21,8 +21,8 @@ sums), normalisations, activations, the additions between layers, the biases.
   operator the table leaves out stays fp32.
 
 The numbers are the same on every machine; the CPU decides which kernel computes them
-(:mod:`~kuiperinfer.kernels.matrix.products`: AVX512-VNNI or AVX2 for int8, AVX512-BF16 for
-bf16, NumPy elsewhere). Each operator holds a :class:`Precision` (the graph's, or an
+(:mod:`~kuiperinfer.kernels.matrix.products`: AMX, AVX512-VNNI or AVX2 for int8, AMX or
+AVX512-BF16 for bf16, NumPy elsewhere). Each operator holds a :class:`Precision` (the graph's, or an
 :class:`Int8` of its own calibrated range), which its layer asks for each product when it
 is built (:meth:`Precision.product`).
 """
@@ -36,6 +36,8 @@ import numpy as np
 from kuiperinfer.errors import KuiperError
 from kuiperinfer.kernels.matrix.features import MatrixFeatures, detect
 from kuiperinfer.kernels.matrix.products import (
+    AMX_BF16,
+    AMX_INT8,
     AVX2,
     AVX512_BF16,
     BF16_WIDENED,
@@ -135,7 +137,8 @@ def precision(name: str, features: MatrixFeatures | None = None, kernels: str = 
                                   f"tiles", float_tiles=tiles)
     if name == "bf16":
         kernel = BF16_WIDENED if kernels == "reference" else bf16_kernel(found, compilable)
-        how = ("bf16 products on AVX512-BF16 (vdpbf16ps), weights held as bfloat16" if kernel is AVX512_BF16 else
+        how = (f"bf16 products on {kernel.name} ({INSTRUCTIONS[kernel.name]}), weights held as bfloat16"
+               if kernel.dot is not None else
                f"bf16 weights (held as bfloat16) widened to float32 products: "
                f"{'the NumPy reference' if kernels == 'reference' else 'this CPU has no AVX512-BF16'}")
         return BFloat16(products=how)
@@ -148,5 +151,6 @@ def precision(name: str, features: MatrixFeatures | None = None, kernels: str = 
     return Precision("int8", how)
 
 
-INSTRUCTIONS = {VNNI.name: "vpdpbusd", AVX2.name: "vpmaddwd"}
-"""The instruction each int8 kernel multiplies with."""
+INSTRUCTIONS = {AMX_INT8.name: "tdpbusd; vpdpbusd for a depth of at most 64", VNNI.name: "vpdpbusd",
+                AVX2.name: "vpmaddwd", AMX_BF16.name: "tdpbf16ps", AVX512_BF16.name: "vdpbf16ps"}
+"""The instructions each int8 and bf16 kernel multiplies with."""
