@@ -337,8 +337,12 @@ def test_weights_are_held_packed_in_the_precision_and_stay_replaceable(tmp_path,
     param = export(model.eval(), (x,), tmp_path)
     graph = kuiperinfer.load(param, **options_for(precision, param, tmp_path, (2, 16, 4, 4)))
     conv, linear = (next(op.layer for op in graph.operators if op.type == kind) for kind in ("nn.Conv2d", "nn.Linear"))
-    assert conv.packed is None and conv.kernel.nbytes == 32 * 16 * 9 * itemsize
-    assert not hasattr(linear, "_weight_t") and linear.product.nbytes == 16 * 512 * itemsize
+    kernel = conv.kernel.products[0].kernel
+    groups = -(-16 * 9 * itemsize // 4)
+    groups += -groups % kernel.depth_groups       # what the kernel's tiles read at a time
+    assert conv.packed is None and conv.kernel.nbytes == 32 * 4 * groups + kernel.overreach
+    assert not hasattr(linear, "_weight_t") and \
+        linear.product.nbytes == 16 * 512 * itemsize + linear.product.kernel.overreach
     np.testing.assert_array_equal(conv.weights(), model[0].weight.detach().numpy())
     before = graph(x.numpy())
     conv.set_weights(conv.weights() * 0)

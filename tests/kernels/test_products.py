@@ -503,7 +503,7 @@ def test_an_amx_cpu_takes_its_tiles_where_linux_grants_them_and_vnni_for_shallow
     assert products.int8_kernel(features, compilable, depth=64) is VNNI
     assert products.bf16_kernel(features, compilable) is (AMX_BF16 if AMX else AVX512_BF16)
     assert products.int8_kernel(features, ALL) is VNNI          # Numba may not compile the tiles
-    assert AMX_INT8.narrow is VNNI and AMX_BF16.narrow is AVX512_BF16
+    assert AMX_INT8.narrow is VNNI and AMX_BF16.narrow is None   # bf16's float32 sums would change with the batch
 
 
 def test_a_product_on_amx_tiles_linux_refuses_is_refused_before_it_runs(monkeypatch):

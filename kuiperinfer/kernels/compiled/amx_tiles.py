@@ -7,7 +7,9 @@ int32 sums the products of a tile of A (16 rows of 64 uint8) and a tile of B (16
 16 columns' groups of 4 int8), 16,384 multiply-adds in one instruction; ``tdpbf16ps`` the
 same for bfloat16 pairs into float32. B's tile is a strip of the matrix engine's packed
 weights as the VNNI and AVX512-BF16 tiles read it (groups of 4 bytes, each column's 4
-bytes side by side), 16 groups of it: so one packing serves both.
+bytes side by side), 16 groups of it: so one packing serves both. A's rows are held with
+their depth padded with zeros to whole tiles, so that the groups B's last tile reads past the
+depth (padding, or the next strip's first) add nothing.
 
 :func:`tile_product` multiplies up to 32 rows of A, held with their depth padded to whole
 tiles (64 bytes) in a buffer of the caller's, by one or two strips of B over the whole

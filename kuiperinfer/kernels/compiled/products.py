@@ -278,7 +278,9 @@ def amx_blocks(kind: int, a: np.ndarray, packed: np.ndarray, strip_bytes: int, p
                last: int, columns: tuple[int, int], correction: np.ndarray, scale: np.ndarray, bias: np.ndarray,
                residual: np.ndarray, out: np.ndarray, numbers: np.ndarray) -> None:
     """:func:`blocks` on the AMX tiles of ``kind`` (a constant): per block of 32 rows, the rows
-    copied into a buffer with their depth padded to whole tiles, then multiplied by each pair
+    copied into a buffer with their depth padded with zeros to whole tiles (what the packed
+    weights hold there, padding or the next strip's first groups, counts for nothing), then
+    multiplied by each pair
     of strips over the whole depth, their sums stored as :func:`blocks`'s tiles store theirs
     into the buffer :func:`finish` finishes."""
     start, stop = columns
@@ -289,7 +291,8 @@ def amx_blocks(kind: int, a: np.ndarray, packed: np.ndarray, strip_bytes: int, p
         tallest = min(CHUNK_ROWS, max(tallest, parts[part, 1] - parts[part, 0]))
     sums = np.empty(tallest * widest, np.float32)
     biases, scratch = np.empty(tallest * widest, np.float32), np.empty(tallest * widest, np.float32)
-    held = np.zeros((amx_tiles.ROWS, strip_bytes // lanes), np.uint8)
+    depth = strip_bytes // lanes
+    held = np.zeros((amx_tiles.ROWS, depth + -depth % amx_tiles.TILE_BYTES), np.uint8)
     configure_tiles(tile_config())
     for part in range(first, last):
         row0, row1, strip0, strip1 = parts[part]

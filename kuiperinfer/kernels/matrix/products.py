@@ -160,6 +160,11 @@ class ProductKernel:
     depth_groups: int = 1
     """The packed weights' groups of 4 bytes of the depth per strip come in a multiple of
     this (the AMX tiles read 16 at a time)."""
+    overreach: int = 0
+    """Bytes of zeros the packed weights end with, which a tile may read past the last strip
+    (an int8 AMX tile reads 16 groups at a time, past a strip's last into the next strip's
+    first, which the zeros of A's padded depth multiply: exactly 0 in int8, where bf16 could
+    meet an infinite weight, so bf16 pads each strip instead)."""
     narrow: ProductKernel | None = None
     """The kernel that computes a product of fewer rows than :data:`NARROW_ROWS` on the same
     packed weights, faster (the AMX tiles multiply 16 rows at a time)."""
@@ -169,8 +174,8 @@ REFERENCE = ProductKernel("NumPy reference")
 VNNI = ProductKernel("AVX512-VNNI", 0, 4)
 AVX2 = ProductKernel("AVX2", 1, 2)
 AVX512_BF16 = ProductKernel("AVX512-BF16", 2, 2)
-AMX_INT8 = ProductKernel("AMX-INT8", 3, 8, 16, VNNI)
-AMX_BF16 = ProductKernel("AMX-BF16", 4, 8, 16, AVX512_BF16)
+AMX_INT8 = ProductKernel("AMX-INT8", 3, 8, narrow=VNNI, overreach=16 * GROUP_BYTES * 16)
+AMX_BF16 = ProductKernel("AMX-BF16", 4, 8, depth_groups=16)
 BF16_WIDENED = ProductKernel("float32 products of widened bf16 weights")
 FMA512 = ProductKernel("AVX-512 FMA", 5)
 FMA256 = ProductKernel("AVX2 FMA", 6)
@@ -182,7 +187,8 @@ AMX_INT8_DEPTH = 64
 reads 64 of it at a time (3136 x 64 x 64: as fast; 12544 x 16 x 64: 0.42 ms against 0.31)."""
 NARROW_ROWS = 16
 """Rows from which a product takes its AMX tiles rather than their :attr:`~ProductKernel.narrow`
-kernel (a linear layer at batch 1 takes 0.015 ms on VNNI, 0.022 on AMX)."""
+kernel (a linear layer at batch 1 takes 0.015 ms on VNNI, 0.022 on AMX). Only int8 has one:
+its sums are exact on either, where bf16's float32 sums would change with the batch size."""
 
 
 def int8_kernel(features: MatrixFeatures | None = None, compilable: frozenset[str] | None = None,
@@ -239,7 +245,8 @@ def pack(weight: np.ndarray, kernel: ProductKernel) -> tuple[np.ndarray, int]:
     bytes of a strip: strips of ``lanes`` columns, one after another; in each, groups of 4
     bytes of K (zeros past K and N), and in each group each column's 4 bytes (for AVX2, the
     columns' first 2 bytes, then their last 2); float32 thus as (strips, K, lanes); the groups
-    padded with zeros to the kernel's :attr:`~ProductKernel.depth_groups`. In the
+    padded with zeros to the kernel's :attr:`~ProductKernel.depth_groups`, and its
+    :attr:`~ProductKernel.overreach` of zeros after the last strip. In the
     weights' arena (:func:`~kuiperinfer.kernels.resident.resident`), on a cache line."""
     _, _, lanes = _tile(kernel)
     per_group = GROUP_BYTES // weight.itemsize
@@ -252,6 +259,9 @@ def pack(weight: np.ndarray, kernel: ProductKernel) -> tuple[np.ndarray, int]:
         order = padded.reshape(groups, 2, 2, strips, lanes).transpose(3, 0, 1, 4, 2)
     else:
         order = padded.reshape(groups, per_group, strips, lanes).transpose(2, 0, 3, 1)
+    if kernel.overreach:
+        order = np.concatenate([np.ascontiguousarray(order).reshape(-1).view(np.uint8),
+                                np.zeros(kernel.overreach, np.uint8)])
     return resident(order).reshape(-1).view(np.uint8), groups * GROUP_BYTES * lanes
 
 
