@@ -302,6 +302,11 @@ class PackedWeight:
             gemm = self._gemm = pack_weight(self._scaled(), self._groups)
         return gemm
 
+    @property
+    def holds_gemm(self) -> bool:
+        """Whether the GEMM operand is held (made at build, or since on first use)."""
+        return self._gemm is not None
+
     def drop_gemm(self) -> None:
         """Let go of the GEMM operand where another form computes the convolution (made again
         on first use, should anything ask for it)."""
@@ -373,10 +378,13 @@ class Conv2dKernel:
     when it does not suit them: Winograd to the next when the call has too few tiles to pay,
     the planar columns to im2col for a channels-last input, and a 1x1 convolution's one
     product (:meth:`pointwise`) to them when the call is too large for one thread and block.
+    ``columns``, where given, computes im2col's share instead of BLAS (Winograd's calls of
+    too few tiles on the float32 tiles: a :class:`ProductConvolution` with the same epilogue).
     """
 
-    def __init__(self, weight: PackedWeight, geometry: ConvGeometry, epilogue: Epilogue | None = None):
-        self.weight, self.geometry, self.epilogue = weight, geometry, epilogue
+    def __init__(self, weight: PackedWeight, geometry: ConvGeometry, epilogue: Epilogue | None = None,
+                 columns: ProductConvolution | None = None):
+        self.weight, self.geometry, self.epilogue, self.columns = weight, geometry, epilogue, columns
         if weight.compiled_depthwise is not None:
             self.compute = self.compiled_depthwise
         elif weight.depthwise is not None:
@@ -439,6 +447,8 @@ class Conv2dKernel:
         if self.weight.planar is not None and x.flags.c_contiguous:
             padded = pad_last_dims(x, g.padding, g.padding_mode)
             return planar_conv2d(padded, self.weight.planar, g.kernel, g.stride, g.dilation, hw, self.epilogue)
+        if self.columns is not None:
+            return self.columns(x)
         return im2col_conv2d(g.pad_nhwc(x), self.weight.gemm, g.kernel, g.stride, g.dilation, hw, self.epilogue)
 
 
@@ -577,11 +587,20 @@ class Convolution(ParamLayer):
         """The way this convolution computes, chosen for its weight and geometry (in bf16 and
         int8, and in fp32 for an im2col product on the float32 tiles, a
         :class:`~kuiperinfer.kernels.matrix.convolution.ProductConvolution`)."""
-        if self.compiled and self.precision.float_tiles is not None and self.packed.planar is None \
-                and self.kernel.compute.__func__ in (Conv2dKernel.general, Conv2dKernel.pointwise):
+        if not self.compiled or self.precision.float_tiles is None or self.packed.planar is not None:
+            return
+        compute = self.kernel.compute.__func__
+        if compute in (Conv2dKernel.general, Conv2dKernel.pointwise):
             self.kernel = product_convolution(weight_2d, self._bias, self.geometry, self.precision, ProductEpilogue(
                 None, self.plan.activation, self.plan.residual_activation), self.compiled, float_tiles=True)
             self.packed.drop_gemm()     # the tiles hold the weight in their own packing
+        elif compute is Conv2dKernel.winograd and self.packed.holds_gemm:
+            # Winograd does not pay at the recorded shape (a small image): its calls there go
+            # to the float32 tiles, which hold the weight in place of im2col's operand
+            columns = product_convolution(weight_2d, self._bias, self.geometry, self.precision,
+                                          ProductEpilogue(None, self.plan.activation), self.compiled, float_tiles=True)
+            self.kernel = Conv2dKernel(self.packed, self.geometry, epilogue, columns)
+            self.packed.drop_gemm()
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         x, unbatched = as_2d(inputs[0], self.rank, f"conv{self.rank}d")

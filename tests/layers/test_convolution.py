@@ -297,3 +297,39 @@ def test_convolutions_on_float_tiles_equal_blas_and_torch(tmp_path, monkeypatch)
             inputs = random_inputs(tiles, batch, seed=batch)
             ours = kuiperinfer.load(param, threads=threads).run(*inputs)
             assert_matches(ours, blas.run(*inputs), atol=1e-5, rtol=1e-5)
+
+
+class SmallImageBlock(nn.Module):
+    """A residual block of 3x3 convolutions on a 7x7 image (ResNet-18's last stage), which the
+    optimiser plans as Winograd: 4 tiles at batch 1, too few to pay."""
+
+    def __init__(self):
+        super().__init__()
+        self.first, self.second = nn.Conv2d(32, 32, 3, padding=1), nn.Conv2d(32, 32, 3, padding=1, bias=False)
+
+    def forward(self, x):
+        return torch.relu(self.second(torch.relu(self.first(x))) + x)
+
+
+@pytest.mark.skipif(fp32_kernel() is REFERENCE, reason="this CPU (or Numba's target) has no FMA")
+@pytest.mark.parametrize("image", [7, 16])
+def test_winograd_calls_of_too_few_tiles_run_on_float_tiles(tmp_path, image):
+    """A Winograd convolution recorded at an image too small for it to pay computes such calls
+    on the float32 tiles (which hold the weight in place of BLAS's operand) and larger batches
+    by Winograd; recorded at an image where Winograd pays, it keeps BLAS's operand for the odd
+    small call, made only then. Both match PyTorch at batch 1, 3 and 8 on 1, 2 and 4 threads."""
+    torch.manual_seed(0)
+    model = SmallImageBlock().eval()
+    param = export(model, [torch.randn(1, 32, image, image)], tmp_path)
+
+    def expected(inputs):
+        return torch_outputs(model, [torch.from_numpy(x) for x in inputs])
+    graph = assert_same_at_every_batch(param, threads=(2, 4), expected=expected)
+    kernels = [op.layer.kernel for op in graph.operators if type(op.layer).__name__ == "Convolution"]
+    assert [kernel.compute.__name__ for kernel in kernels] == ["winograd", "winograd"]
+    for kernel in kernels:
+        if image == 7:
+            assert isinstance(kernel.columns, ProductConvolution) and not kernel.weight.holds_gemm
+            assert all(isinstance(product, Fp32Product) for product in kernel.columns.products)
+        else:
+            assert kernel.columns is None
