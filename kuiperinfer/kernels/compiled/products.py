@@ -194,6 +194,37 @@ CHUNK_ROWS = 96
 
 
 @inline
+def chunk_buffers(parts: np.ndarray, first: int, last: int, lanes: int,
+                  spare_rows: int) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]:
+    """For blocks ``first:last`` of ``parts``: the rows of a chunk (at most
+    :data:`CHUNK_ROWS`), and buffers of a chunk of the widest block for the sums (with
+    ``spare_rows`` rows more), the biases and :func:`finish`'s scratch."""
+    widest = tallest = 0
+    for part in range(first, last):
+        widest = max(widest, (parts[part, 3] - parts[part, 2]) * lanes)
+        tallest = min(CHUNK_ROWS, max(tallest, parts[part, 1] - parts[part, 0]))
+    return (tallest, np.empty((tallest + spare_rows) * widest, np.float32), np.empty(tallest * widest, np.float32),
+            np.empty(tallest * widest, np.float32))
+
+
+@inline
+def block_columns(block: np.ndarray, lanes: int, columns: tuple[int, int], out_columns: int, bias: np.ndarray,
+                  biases: np.ndarray, tallest: int) -> tuple[int, int, int, bool]:
+    """Of a ``block`` of parts (rows start, stop, strips start, stop): its width in columns,
+    its first column within the product's ``columns`` and their count, and whether it spans
+    every column of the output (then ``biases`` is filled with ``tallest`` rows of its bias)."""
+    start, stop = columns
+    width = (block[3] - block[2]) * lanes
+    column0 = max(block[2] * lanes, start)
+    count = min(block[3] * lanes, stop) - column0
+    whole = column0 == block[2] * lanes and count == width == out_columns
+    if whole:
+        for i in range(tallest):
+            biases[i * width:(i + 1) * width] = bias[column0:column0 + width]
+    return width, column0, count, whole
+
+
+@inline
 def blocks(dot: int, rows: int, strips: int, lanes: int, a: np.ndarray, packed: np.ndarray,
            strip_bytes: int, parts: np.ndarray, first: int, last: int, columns: tuple[int, int],
            correction: np.ndarray, scale: np.ndarray, bias: np.ndarray, residual: np.ndarray, out: np.ndarray,
@@ -203,22 +234,11 @@ def blocks(dot: int, rows: int, strips: int, lanes: int, a: np.ndarray, packed: 
     ``strips`` of ``lanes`` columns, constants) into the product's ``columns`` (start, stop),
     which ``out`` (C-contiguous) holds: :data:`CHUNK_ROWS` rows at a time, every strip's tiles
     into a buffer of sums, then :func:`finish`."""
-    start, stop = columns
-    widest = tallest = 0
-    for part in range(first, last):
-        widest = max(widest, (parts[part, 3] - parts[part, 2]) * lanes)
-        tallest = min(CHUNK_ROWS, max(tallest, parts[part, 1] - parts[part, 0]))
-    sums = np.empty((tallest + rows) * widest, np.float32)
-    biases, scratch = np.empty(tallest * widest, np.float32), np.empty(tallest * widest, np.float32)
+    start = columns[0]
+    tallest, sums, biases, scratch = chunk_buffers(parts, first, last, lanes, rows)
     for part in range(first, last):
         row0, row1, strip0, strip1 = parts[part]
-        width = (strip1 - strip0) * lanes
-        column0 = max(strip0 * lanes, start)
-        count = min(strip1 * lanes, stop) - column0
-        whole = column0 == strip0 * lanes and count == width == out.shape[1]
-        if whole:
-            for i in range(tallest):
-                biases[i * width:(i + 1) * width] = bias[column0:column0 + width]
+        width, column0, count, whole = block_columns(parts[part], lanes, columns, out.shape[1], bias, biases, tallest)
         for chunk in range(row0, row1, tallest):
             end = min(row1, chunk + tallest)
             for strip in range(strip0, strip1, strips):
@@ -283,26 +303,15 @@ def amx_blocks(kind: int, a: np.ndarray, packed: np.ndarray, strip_bytes: int, p
     multiplied by each pair
     of strips over the whole depth, their sums stored as :func:`blocks`'s tiles store theirs
     into the buffer :func:`finish` finishes."""
-    start, stop = columns
+    start = columns[0]
     lanes = amx_tiles.STRIP_COLUMNS
-    widest = tallest = 0
-    for part in range(first, last):
-        widest = max(widest, (parts[part, 3] - parts[part, 2]) * lanes)
-        tallest = min(CHUNK_ROWS, max(tallest, parts[part, 1] - parts[part, 0]))
-    sums = np.empty(tallest * widest, np.float32)
-    biases, scratch = np.empty(tallest * widest, np.float32), np.empty(tallest * widest, np.float32)
+    tallest, sums, biases, scratch = chunk_buffers(parts, first, last, lanes, 0)
     depth = strip_bytes // lanes
     held = np.zeros((amx_tiles.ROWS, depth + -depth % amx_tiles.TILE_BYTES), np.uint8)
     configure_tiles(tile_config())
     for part in range(first, last):
         row0, row1, strip0, strip1 = parts[part]
-        width = (strip1 - strip0) * lanes
-        column0 = max(strip0 * lanes, start)
-        count = min(strip1 * lanes, stop) - column0
-        whole = column0 == strip0 * lanes and count == width == out.shape[1]
-        if whole:
-            for i in range(tallest):
-                biases[i * width:(i + 1) * width] = bias[column0:column0 + width]
+        width, column0, count, whole = block_columns(parts[part], lanes, columns, out.shape[1], bias, biases, tallest)
         for chunk in range(row0, row1, tallest):
             end = min(row1, chunk + tallest)
             for row in range(chunk, end, amx_tiles.ROWS):
