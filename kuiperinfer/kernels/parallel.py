@@ -606,8 +606,9 @@ def tick_rate() -> float:
     (:mod:`.compiled.spin`), measured once per process against the monotonic clock."""
     never = np.ones(1, np.int64)
     spin.serve_tasks(never, np.zeros(spin.MAILBOX_WORDS, np.int64), 0, 1, never, 0, 0, 0, spin.STASHED)
-    # both waits compiled or loaded first
+    # the waits compiled or loaded first, not in the middle of a run that happens to need one
     spin.finish_and_wait(never, 0, 0)
+    spin.wait_for_helpers(np.zeros(spin.MAILBOX_WORDS, np.int64), 0, 0)
     spin.counter()
     started, ticks = time.perf_counter_ns(), spin.counter()
     time.sleep(0.002)

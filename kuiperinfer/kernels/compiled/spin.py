@@ -330,3 +330,7 @@ else:
     def finish_and_wait(left: np.ndarray, ran: int, ticks: int) -> bool:
         """A caller's wait without Numba: count its parts off; whether none is left."""
         return _count_off(left, ran) == 0
+
+    def wait_for_helpers(mailboxes: np.ndarray, pending: int, ticks: int) -> int:
+        """Without Numba no helper holds a compiled task: none is still running."""
+        return 0
