@@ -41,8 +41,10 @@ from kuiperinfer.pnnx import StoreZipWriter, load_graph
 from kuiperinfer.runtime.graph import RuntimeGraph
 from kuiperinfer.runtime.registry import LayerRegisterer
 
-TIME_LIMIT = 2.0
-"""CPU seconds one case may take in the calling thread (each should take milliseconds; this catches runaway work)."""
+TIME_LIMIT = 4.0
+"""CPU seconds one case may take in the calling thread, to catch runaway work: most take
+milliseconds, but a mutated ResNet-18 loads and runs in 0.65-1.2 s (its 47 MB of weights
+packed, Winograd's transforms made) and took 2.05 s once on a busy CI machine."""
 
 # A small pnnx export (conv, relu, pool, expression, cat, slice, grouped conv, flatten,
 # linear, split, softmax, sigmoid, tuple), as pnnx 20261020 wrote it.
