@@ -47,6 +47,7 @@ from kuiperinfer.kernels.matrix.convolution import DirectInt8Convolution, Produc
 from kuiperinfer.kernels.matrix.int8 import weight_scales
 from kuiperinfer.kernels.matrix.precision import FP32, Precision
 from kuiperinfer.kernels.matrix.products import Product, ProductEpilogue, Requantize
+from kuiperinfer.kernels.matrix.winograd import TiledWinograd
 from kuiperinfer.kernels.padding import PAD_MODES, pad_last_dims
 from kuiperinfer.kernels.parallel import threads_for
 from kuiperinfer.kernels.windows import as_batched
@@ -378,13 +379,10 @@ class Conv2dKernel:
     when it does not suit them: Winograd to the next when the call has too few tiles to pay,
     the planar columns to im2col for a channels-last input, and a 1x1 convolution's one
     product (:meth:`pointwise`) to them when the call is too large for one thread and block.
-    ``columns``, where given, computes im2col's share instead of BLAS (Winograd's calls of
-    too few tiles on the float32 tiles: a :class:`ProductConvolution` with the same epilogue).
     """
 
-    def __init__(self, weight: PackedWeight, geometry: ConvGeometry, epilogue: Epilogue | None = None,
-                 columns: ProductConvolution | None = None):
-        self.weight, self.geometry, self.epilogue, self.columns = weight, geometry, epilogue, columns
+    def __init__(self, weight: PackedWeight, geometry: ConvGeometry, epilogue: Epilogue | None = None):
+        self.weight, self.geometry, self.epilogue = weight, geometry, epilogue
         if weight.compiled_depthwise is not None:
             self.compute = self.compiled_depthwise
         elif weight.depthwise is not None:
@@ -447,8 +445,6 @@ class Conv2dKernel:
         if self.weight.planar is not None and x.flags.c_contiguous:
             padded = pad_last_dims(x, g.padding, g.padding_mode)
             return planar_conv2d(padded, self.weight.planar, g.kernel, g.stride, g.dilation, hw, self.epilogue)
-        if self.columns is not None:
-            return self.columns(x)
         return im2col_conv2d(g.pad_nhwc(x), self.weight.gemm, g.kernel, g.stride, g.dilation, hw, self.epilogue)
 
 
@@ -586,25 +582,28 @@ class Convolution(ParamLayer):
         self.kernel = Conv2dKernel(self.packed, self.geometry, epilogue)
         """The way this convolution computes, chosen for its weight and geometry (in bf16 and
         int8, and in fp32 for an im2col product on the float32 tiles, a
-        :class:`~kuiperinfer.kernels.matrix.convolution.ProductConvolution`)."""
+        :class:`~kuiperinfer.kernels.matrix.convolution.ProductConvolution`; Winograd on the
+        float32 tiles, a :class:`~kuiperinfer.kernels.matrix.winograd.TiledWinograd`)."""
         if not self.compiled or self.precision.float_tiles is None or self.packed.planar is not None:
             return
+        def on_tiles() -> ProductConvolution:
+            return product_convolution(weight_2d, self._bias, self.geometry, self.precision, ProductEpilogue(
+                None, self.plan.activation, self.plan.residual_activation), self.compiled, float_tiles=True)
         compute = self.kernel.compute.__func__
         if compute in (Conv2dKernel.general, Conv2dKernel.pointwise):
-            self.kernel = product_convolution(weight_2d, self._bias, self.geometry, self.precision, ProductEpilogue(
-                None, self.plan.activation, self.plan.residual_activation), self.compiled, float_tiles=True)
+            self.kernel = on_tiles()
             self.packed.drop_gemm()     # the tiles hold the weight in their own packing
-        elif compute is Conv2dKernel.winograd and self.packed.holds_gemm:
-            # Winograd does not pay at the recorded shape (a small image): its calls there go
-            # to the float32 tiles, which hold the weight in place of im2col's operand
-            columns = product_convolution(weight_2d, self._bias, self.geometry, self.precision,
-                                          ProductEpilogue(None, self.plan.activation), self.compiled, float_tiles=True)
-            self.kernel = Conv2dKernel(self.packed, self.geometry, epilogue, columns)
-            self.packed.drop_gemm()
+        elif compute is Conv2dKernel.winograd:
+            self.kernel = TiledWinograd(self.packed.winograd, self._bias, self.plan.activation,
+                                        self.plan.residual_activation, self.geometry.padding,
+                                        self.precision.float_tiles, on_tiles)
+            if self.packed.holds_gemm:   # Winograd does not pay at the recorded shape (a small image)
+                self.kernel.few_tiles()
+            self.packed = self.epilogue = None   # the tiles hold the weights in their own packing
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         x, unbatched = as_2d(inputs[0], self.rank, f"conv{self.rank}d")
-        if isinstance(self.kernel, ProductConvolution):
+        if isinstance(self.kernel, (ProductConvolution, TiledWinograd)):
             out = from_2d(nchw(self._products(x, inputs[1] if self.plan.residual else None)), self.rank, unbatched)
         else:
             out = from_2d(nchw(self.kernel(x)), self.rank, unbatched)

@@ -23,6 +23,7 @@ from kuiperinfer.kernels.layout import nchw, nhwc
 from kuiperinfer.kernels.matrix import precision as precision_module
 from kuiperinfer.kernels.matrix.convolution import ProductConvolution
 from kuiperinfer.kernels.matrix.products import REFERENCE, Fp32Product, fp32_kernel
+from kuiperinfer.kernels.matrix.winograd import TiledWinograd
 from kuiperinfer.layers import LayerRegisterer
 from kuiperinfer.layers.convolution import ConvGeometry, PackedWeight, conv2d
 
@@ -314,10 +315,10 @@ class SmallImageBlock(nn.Module):
 @pytest.mark.skipif(fp32_kernel() is REFERENCE, reason="this CPU (or Numba's target) has no FMA")
 @pytest.mark.parametrize("image", [7, 16])
 def test_winograd_calls_of_too_few_tiles_run_on_float_tiles(tmp_path, image):
-    """A Winograd convolution recorded at an image too small for it to pay computes such calls
-    on the float32 tiles (which hold the weight in place of BLAS's operand) and larger batches
-    by Winograd; recorded at an image where Winograd pays, it keeps BLAS's operand for the odd
-    small call, made only then. Both match PyTorch at batch 1, 3 and 8 on 1, 2 and 4 threads."""
+    """A Winograd convolution on the float32 tiles recorded at an image too small for it to pay
+    computes such calls by the tiles' columns, made at load, and larger batches by Winograd;
+    recorded at an image where Winograd pays, it makes the columns' convolution only for the
+    odd small call. Both match PyTorch at batch 1, 3 and 8 on 1, 2 and 4 threads."""
     torch.manual_seed(0)
     model = SmallImageBlock().eval()
     param = export(model, [torch.randn(1, 32, image, image)], tmp_path)
@@ -326,10 +327,10 @@ def test_winograd_calls_of_too_few_tiles_run_on_float_tiles(tmp_path, image):
         return torch_outputs(model, [torch.from_numpy(x) for x in inputs])
     graph = assert_same_at_every_batch(param, threads=(2, 4), expected=expected)
     kernels = [op.layer.kernel for op in graph.operators if type(op.layer).__name__ == "Convolution"]
-    assert [kernel.compute.__name__ for kernel in kernels] == ["winograd", "winograd"]
+    assert [type(kernel) for kernel in kernels] == [TiledWinograd, TiledWinograd]
     for kernel in kernels:
         if image == 7:
-            assert isinstance(kernel.columns, ProductConvolution) and not kernel.weight.holds_gemm
-            assert all(isinstance(product, Fp32Product) for product in kernel.columns.products)
+            assert isinstance(kernel.made_few_tiles, ProductConvolution)
+            assert all(isinstance(product, Fp32Product) for product in kernel.made_few_tiles.products)
         else:
-            assert kernel.columns is None
+            assert kernel.made_few_tiles is None

@@ -12,7 +12,8 @@ float>`` value, which stays in a register across a loop like any local number.
   C-contiguous array at a flat index (``count``: only the first ``count`` lanes, the
   others read as zero and left alone in memory; None: all of them). No bounds are checked.
 * :func:`load_if` loads only where a condition holds (zeros, else), and
-  :func:`load_strided` loads several vectors at once into a tuple, as registers to hold.
+  :func:`load_strided` loads several vectors at once into a tuple, as registers to hold
+  (:func:`store_strided` stores them).
 * :func:`splat` repeats a number in every lane (:func:`load_splat`, one of an array's),
   :func:`repeat` a vector in a tuple; ``+`` and ``*`` work lane by lane, and
   :func:`multiply_add` fuses them (one FMA instruction where the CPU has it);
@@ -122,21 +123,39 @@ if AVAILABLE:
             return context.make_tuple(builder, loaded, vectors)
         return loaded(array, types.intp, types.intp, n, count), codegen
 
+    def _store(context, builder, array_type, array, index, vector, count_type, count):  # noqa: ANN001, ANN202
+        pointer = _address(context, builder, array_type, array, index)
+        if isinstance(count_type, types.NoneType):
+            builder.store(vector, pointer, align=4)
+            return
+        mask = _first_lanes(builder, context.cast(builder, count, count_type, types.int64))
+        function = cgutils.get_or_insert_function(builder.module, ir.FunctionType(
+            ir.VoidType(), [_LLVM_VECTOR, pointer.type, ir.IntType(32), mask.type]),
+            f"llvm.masked.store.{_LANE_TYPES}.p0")
+        builder.call(function, [vector, pointer, ir.Constant(ir.IntType(32), 4), mask])
+
     @intrinsic
     def store(typingctx, array, index, vector, count):  # noqa: ANN001, ANN201
         """Write ``vector`` to ``array``'s flat elements ``index`` on (``count``: its first ``count`` lanes)."""
         def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
-            pointer = _address(context, builder, signature.args[0], args[0], args[1])
-            if isinstance(signature.args[3], types.NoneType):
-                builder.store(args[2], pointer, align=4)
-            else:
-                mask = _first_lanes(builder, context.cast(builder, args[3], signature.args[3], types.int64))
-                function = cgutils.get_or_insert_function(builder.module, ir.FunctionType(
-                    ir.VoidType(), [_LLVM_VECTOR, pointer.type, ir.IntType(32), mask.type]),
-                    f"llvm.masked.store.{_LANE_TYPES}.p0")
-                builder.call(function, [args[2], pointer, ir.Constant(ir.IntType(32), 4), mask])
+            _store(context, builder, signature.args[0], args[0], args[1], args[2], signature.args[3], args[3])
             return context.get_dummy_value()
         return types.none(array, types.intp, Vector, count), codegen
+
+    @intrinsic
+    def store_strided(typingctx, array, start, step, vectors, count):  # noqa: ANN001, ANN201
+        """:func:`store` each vector of the tuple ``vectors`` at ``start``, ``start + step``, ..."""
+        if not isinstance(vectors, types.UniTuple) or vectors.dtype is not Vector:
+            return None
+
+        def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
+            array_type, count_type = signature.args[0], signature.args[4]
+            for t in range(vectors.count):
+                at = builder.add(args[1], builder.mul(args[2], ir.Constant(args[2].type, t)))
+                vector = builder.extract_value(args[3], t)
+                _store(context, builder, array_type, args[0], at, vector, count_type, args[4])
+            return context.get_dummy_value()
+        return types.none(array, types.intp, types.intp, vectors, count), codegen
 
     @intrinsic
     def splat(typingctx, value):  # noqa: ANN001, ANN201
@@ -205,7 +224,7 @@ if AVAILABLE:
         return Vector(Vector), codegen
 
     def _lanewise(instruction: str):  # noqa: ANN202
-        """An intrinsic applying an LLVM instruction (``fadd``, ``fmul``) to two vectors."""
+        """An intrinsic applying an LLVM instruction (``fadd``, ``fsub``, ``fmul``) to two vectors."""
         @intrinsic
         def apply(typingctx, a, b):  # noqa: ANN001, ANN202
             def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
@@ -213,12 +232,18 @@ if AVAILABLE:
             return Vector(Vector, Vector), codegen
         return apply
 
-    _add, _multiply = _lanewise("fadd"), _lanewise("fmul")
+    _add, _subtract, _multiply = _lanewise("fadd"), _lanewise("fsub"), _lanewise("fmul")
 
     @overload(operator.add)
     def _vector_add(a, b):  # noqa: ANN001, ANN202
         if a is Vector and b is Vector:
             return lambda a, b: _add(a, b)
+        return None
+
+    @overload(operator.sub)
+    def _vector_subtract(a, b):  # noqa: ANN001, ANN202
+        if a is Vector and b is Vector:
+            return lambda a, b: _subtract(a, b)
         return None
 
     @overload(operator.mul)
@@ -263,6 +288,12 @@ else:
         """Write ``vector`` to ``array``'s flat elements ``index`` on (``count``: its first ``count`` lanes)."""
         lanes = LANES if count is None else count
         array.reshape(-1)[index:index + lanes] = vector[:lanes]
+
+    def store_strided(array: np.ndarray, start: int, step: int, vectors: tuple[np.ndarray, ...],
+                      count: int | None) -> None:
+        """:func:`store` each of ``vectors`` at ``start``, ``start + step``, ..."""
+        for t, vector in enumerate(vectors):
+            store(array, start + t * step, vector, count)
 
     def load_splat(array: np.ndarray, index: int) -> np.ndarray:
         """A vector holding ``array``'s flat element ``index`` in every lane."""
