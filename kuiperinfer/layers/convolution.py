@@ -622,10 +622,12 @@ class Convolution(ParamLayer):
         n, _, h, w = x.shape
         (top, bottom), (left, right) = self.geometry.padding
         shape = (n, self.kernel.out_channels, *self.geometry.output_hw((h + top + bottom, w + left + right)))
+        if residual.shape != shape:     # a residual of the output's shape passes as it is: a broadcast view
+            residual = np.broadcast_to(residual, shape)   # is read-only, which the kernels copy
         if residual.dtype == np.uint8 and self.residual_form is not None:   # in int8, as its producer handed it on
             form = self.residual_form
-            return self.kernel(x, np.broadcast_to(residual, shape), form.scale, form.zero_point)
-        return self.kernel(x, np.broadcast_to(np.asarray(residual, np.float32), shape))
+            return self.kernel(x, residual, form.scale, form.zero_point)
+        return self.kernel(x, np.asarray(residual, np.float32))
 
 
 def product_convolution(weight: np.ndarray, bias: np.ndarray | None, geometry: ConvGeometry, precision: Precision,

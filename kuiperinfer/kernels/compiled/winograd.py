@@ -70,7 +70,6 @@ def transform_inputs(x: np.ndarray, t0: int, tiles: int, tiles_hw: tuple[int, in
     window's rows transformed (36 vectors)."""
     _, h, w, c = x.shape
     flat = x.reshape(-1)
-    step = tiles * c
     for t in range(tiles):
         image, ty, tx = tile_at(t0 + t, tiles_hw)
         y0, x0 = TILE * ty - top_left[0], TILE * tx - top_left[1]
@@ -89,8 +88,7 @@ def transform_inputs(x: np.ndarray, t0: int, tiles: int, tiles_hw: tuple[int, in
                     load_if(flat, at + 5 * c, count, row and inside[5])), None)
             for j in range(6):
                 d = load_strided(rows, j * LANES, 6 * LANES, 6, None)
-                store_strided(v, j * step + t * c + c0, 6 * step, input_rows(d[0], d[1], d[2], d[3], d[4], d[5]),
-                              count)
+                store_strided(v, (t * 36 + j) * c + c0, 6 * c, input_rows(d[0], d[1], d[2], d[3], d[4], d[5]), count)
 
 
 @inline
@@ -102,7 +100,6 @@ def transform_outputs(m: np.ndarray, t0: int, tiles: int, tiles_hw: tuple[int, i
     where ``fused``, with the bias, activation and residual (:data:`codes` and ``limits``: the
     activation's, then the residual's) applied in registers, else as the sums are."""
     _, oh, ow, k = out.shape
-    step = tiles * width
     flat, added = out.reshape(-1), residual.reshape(-1)
     code, low, high = codes[0], limits[0], limits[1]
     residual_code, residual_low, residual_high = codes[1], limits[2], limits[3]
@@ -113,7 +110,7 @@ def transform_outputs(m: np.ndarray, t0: int, tiles: int, tiles_hw: tuple[int, i
         for k0 in range(0, width, LANES):
             count = min(LANES, width - k0)
             for a in range(6):
-                six = load_strided(m, a * 6 * step + t * width + k0, step, 6, count)
+                six = load_strided(m, (t * 36 + a * 6) * width + k0, width, 6, count)
                 store_strided(rows, a * 4 * LANES, LANES, output_rows(six[0], six[1], six[2], six[3], six[4], six[5]),
                               None)
             for j in range(TILE):
@@ -172,10 +169,10 @@ def winograd_parts(product_at, product_type, x, packed, table, tiles_hw, top_lef
         v_flat = memory[36 * LANES:36 * LANES + 36 * tiles * c]
         m_flat = memory[36 * LANES + 36 * tiles * c:36 * LANES + 36 * tiles * (c + width)]
         transform_inputs(x, t0, tiles, tiles_hw, top_left, v_flat, rows)
-        v, m = v_flat.reshape((36, tiles, c)), m_flat.reshape((36, tiles, width))
+        v, m = v_flat.reshape((tiles, 36, c)), m_flat.reshape((tiles, 36, width))
         one[0, 0], one[0, 1], one[0, 2], one[0, 3] = 0, tiles, strip0, strip1
         for p in range(36):
-            product(v[p], packed[p], one, 0, 1, (column0, column1), zeros, none, m[p], plain)
+            product(v[:, p], packed[p], one, 0, 1, (column0, column1), zeros, none, m[:, p], plain)
         transform_outputs(m_flat, t0, tiles, tiles_hw, width, out, column0, bias, residual, codes, limits, fused,
                           rows)
         if not fused:

@@ -28,27 +28,29 @@ from kuiperinfer.kernels.winograd import CHANNELS_PER_TILE, tile_counts, winogra
 
 BLOCK_BYTES = 1 << 20
 """Bytes of transformed tiles (V and M) a part holds at most, where the tile rows allow."""
+PARTS = 2
+"""What the number of a call's parts is a multiple of, where it has more than one: the cores
+of the machines it was tuned on."""
 
 Padding = tuple[tuple[int, int], tuple[int, int]]
 
 
-def winograd_parts(tiles: int, channels: int, out_channels: int, threads: int, kernel: ProductKernel) -> np.ndarray:
+def winograd_parts(tiles: int, channels: int, out_channels: int, kernel: ProductKernel) -> np.ndarray:
     """How a call of ``tiles`` output tiles is cut into parts: rows of (first tile, stop tile,
     first column, stop column, first strip, stop strip). Few tiles for the output channels
-    (:data:`~kuiperinfer.kernels.winograd.CHANNELS_PER_TILE`) share the channels among the
-    threads, each part reading its share of the transformed weight; otherwise blocks of
-    tiles of at most :data:`BLOCK_BYTES` of V and M (at least a tile's rows each, a multiple
-    of the threads in number)."""
+    (:data:`~kuiperinfer.kernels.winograd.CHANNELS_PER_TILE`) cut the channels in
+    :data:`PARTS`, each part reading its share of the transformed weight; otherwise the tiles
+    go in blocks of at most :data:`BLOCK_BYTES` of V and M (at least a tile's rows each), in a
+    multiple of :data:`PARTS`. The cut does not depend on the threads, and neither do the sums
+    (a row's sums depend on the tile that computes it)."""
     rows, strips, lanes = _tile(kernel)
     panels = -(-out_channels // (strips * lanes))
-    if threads > 1 and tiles * CHANNELS_PER_TILE <= out_channels:
-        tile_blocks, column_blocks = 1, min(panels, threads)
+    if tiles * CHANNELS_PER_TILE <= out_channels:
+        tile_blocks, column_blocks = 1, min(panels, PARTS)
     else:
         step = max(rows, BLOCK_BYTES // (36 * 4 * (channels + out_channels)))
-        tile_blocks = -(-tiles // step)
-        if threads > 1:
-            tile_blocks = min(max(tile_blocks, threads), max(1, tiles // rows))
-            tile_blocks += -tile_blocks % threads if tile_blocks > 1 else 0
+        tile_blocks = min(max(-(-tiles // step), PARTS), max(1, tiles // rows))
+        tile_blocks += -tile_blocks % PARTS if tile_blocks > 1 else 0
         column_blocks = 1
     table = []
     for i in range(tile_blocks):
@@ -84,11 +86,11 @@ class TiledWinograd:
         self.limits = np.array([first.a, first.b, second.a, second.b], np.float32)
         self._zeros = _whole_strips(np.zeros(self.out_channels, np.float32), kernel)
         self._plain = epilogue_numbers(ActivationCode(), ActivationCode(), 1.0, 0, 1.0, 0)
-        rows, no_rows = np.empty((1, self.in_channels), np.float32), np.empty((0, 0), np.float32)
+        rows, no_rows = np.empty((2, 36, self.in_channels), np.float32)[:, 0], np.empty((0, 0), np.float32)
         self._product = KernelAddress(BLOCKS[kernel.dot], rows, self.packed[0], np.empty((1, 4), np.int64), 0, 0,
                                       (0, 0), self._zeros, no_rows, rows, self._plain)
         self._parts = compiled_parts(compiled, per_thread=True)
-        self._plans: dict[tuple[int, ...], tuple[np.ndarray, int]] = {}
+        self._plans: dict[int, tuple[np.ndarray, int]] = {}
         self._kinds: dict[bool, object] = {}
         self._no_residual = np.empty((0, 0, 0, 0), np.float32)
 
@@ -123,11 +125,11 @@ class TiledWinograd:
         tiles, k = n * th * tw, self.out_channels
         work = 36 * tiles * c * k
         threads = threads_for(work)
-        plan = self._plans.get((tiles, threads))
+        plan = self._plans.get(tiles)
         if plan is None:
-            table = winograd_parts(tiles, c, k, threads, self.kernel)
+            table = winograd_parts(tiles, c, k, self.kernel)
             slot = 36 * LANES + int((36 * (table[:, 1] - table[:, 0]) * (c + table[:, 3] - table[:, 2])).max())
-            plan = self._plans[(tiles, threads)] = (table, slot)
+            plan = self._plans[tiles] = (table, slot)
         table, slot = plan
         out = empty((n, *out_hw, k))
         added = self._no_residual if residual is None else kernel_array(nhwc(residual))
