@@ -17,6 +17,7 @@ from kuiperinfer.kernels.layout import nchw
 from kuiperinfer.kernels.matrix import convolution, int8, products
 from kuiperinfer.kernels.matrix.bf16 import round_bf16
 from kuiperinfer.kernels.matrix.precision import BFloat16, Int8
+from kuiperinfer.kernels.matrix.precision import precision as precision_of
 from kuiperinfer.kernels.matrix.products import NO_EPILOGUE, ProductEpilogue, Requantize
 from kuiperinfer.layers import convolution as layers
 
@@ -101,6 +102,33 @@ def test_compiled_equals_reference_in_every_layout_stripe_and_thread_count(geome
     monkeypatch.setattr(convolution, "BLOCK_BYTES", 200)
     with intra_op(2):
         np.testing.assert_array_equal(compiled(x, residual), expected)
+
+
+@pytest.mark.skipif(products.fp32_kernel() is products.REFERENCE, reason="this CPU (or Numba's target) has no FMA")
+@pytest.mark.parametrize("geometry", [g for g in GEOMETRIES if g[4] == 1 and g[0] != (1, 1)], ids=str)
+def test_fp32_stripes_in_compiled_parts_match_pytorch(geometry, monkeypatch):
+    """fp32 on the float32 tiles: stripes of a few rows, each made and multiplied in one
+    compiled call, shared by two threads, give PyTorch's values, activations and a residual
+    included, as the convolution in one stripe does."""
+    kernel, stride, dilation, padding, _ = geometry
+    x, weight = operands(geometry, batch=3, channels=13, out=40, size=(21, 17))
+    weight /= np.float32(np.sqrt(weight[0].size))
+    bias = RNG.standard_normal(40).astype(np.float32)
+    swept = layers.ConvGeometry(kernel, stride, dilation, padding, "zeros", 1)
+    conv = layers.product_convolution(weight, bias, swept, precision_of("fp32"), ProductEpilogue(
+        None, InplaceActivation("silu"), InplaceActivation("relu")), True, float_tiles=True)
+    (top, bottom), (left, right) = padding
+    out = F.silu(F.conv2d(F.pad(torch.from_numpy(x), (left, right, top, bottom)), torch.from_numpy(weight),
+                          torch.from_numpy(bias), stride=stride, dilation=dilation))
+    residual = RNG.standard_normal(out.shape).astype(np.float32)
+    expected = F.relu(out + torch.from_numpy(residual)).numpy()
+    whole = nchw(conv(x, residual))
+    np.testing.assert_allclose(whole, expected, atol=1e-4, rtol=0)
+    monkeypatch.setattr(convolution, "BLOCK_BYTES", 2000)
+    for threads in (1, 2):
+        with intra_op(threads):
+            np.testing.assert_allclose(nchw(conv(x, residual)), whole, atol=1e-5, rtol=1e-5)
+    assert conv._stripes is not None
 
 
 @pytest.mark.parametrize("geometry", [GEOMETRIES[0], GEOMETRIES[3], GEOMETRIES[7]], ids=str)

@@ -158,7 +158,7 @@ def test_int8_product_is_the_same_on_one_and_two_threads(kernel):
 
 @pytest.mark.parametrize("kernel", [products.FMA512, products.FMA256, products.VNNI], ids=lambda kernel: kernel.name)
 def test_products_are_cut_the_way_that_reads_least(kernel):   # cutting runs no kernel: any machine
-    rows, strips, lanes = products._tile(kernel)
+    rows, strips, lanes = products.tile_shape(kernel)
     for m, n, k in [(32, 1536, 384), (32, 384, 1536), (3136, 64, 576), (197, 192, 768), (600, 200, 300)]:
         parts = products.product_parts(m, n, k, kernel)
         cells = [(r, s) for r0, r1, s0, s1 in parts for r in range(r0, r1) for s in range(s0, s1)]
@@ -450,7 +450,7 @@ def test_fp32_reference_kernel_is_numpy_s_matmul():
 def test_fp32_weights_are_packed_once_in_aligned_strips(kernel):
     w = RNG.standard_normal((7, 20)).astype(np.float32)
     product = Fp32Product(w, kernel=kernel)
-    lanes = products._tile(kernel)[2]
+    lanes = products.tile_shape(kernel)[2]
     strips = product.packed.reshape(-1, 7, lanes)
     assert len(strips) == -(-20 // lanes) and product.packed.ctypes.data % 64 == 0
     np.testing.assert_array_equal(np.concatenate(list(strips), axis=1)[:, :20], w)

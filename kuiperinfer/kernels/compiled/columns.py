@@ -5,7 +5,9 @@ activations, padding included: a window's taps that fall outside the image take 
 padding's value (the zero point of uint8 activations, zero otherwise), so the input is
 never copied padded first. A tap's channels are one contiguous run, and with one group and
 no dilation so are the ``kw`` taps of a window row: each run is one ``memcpy``. Any element
-type: uint8 activations, bfloat16 bit patterns (uint16), float32.
+type: uint8 activations, bfloat16 bit patterns (uint16), float32. On the float32 tiles the
+stripes of a convolution are made and multiplied in compiled parts (:func:`column_stripes`),
+no Python between a stripe's columns and its product.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from kuiperinfer.kernels.jit import AVAILABLE, kernel
 if AVAILABLE:
     from numba.core import cgutils, types
     from numba.extending import intrinsic
+
+    from kuiperinfer.kernels.jit import function_at
 
     @intrinsic
     def copy_values(typingctx, target, target_start, source, source_start, count):  # noqa: ANN001, ANN201
@@ -71,3 +75,29 @@ def window_columns(x: np.ndarray, image: int, row0: int, rows: int, out_width: i
                         else:
                             copy_values(target, tap, source, image * s_n + y * s_h + xx * c + first, count)
                 o += run
+
+
+@kernel
+def column_stripes(product_at, product_type, x, out_hw, kernel_hw, stride, dilation, top_left, fill, packed,  # noqa: ANN001
+                   bias, residual, out, numbers, strips, table, buffers, slot, thread, first, last) -> None:
+    """Parts ``first:last`` of a single-group convolution through its columns on the float32
+    tiles, as the pool's threads take them (:class:`~kuiperinfer.kernels.parallel.CompiledParts`):
+    each row of ``table`` (image, first output row, rows) is a stripe whose columns
+    (:func:`window_columns`, into thread ``thread``'s ``slot`` values of ``buffers``) the product
+    at ``product_at`` multiplies by the ``packed`` weight (``strips`` strips) into its rows of
+    ``out`` (N * OH * OW, K; ``out_hw`` is (OH, OW)), its epilogue (``bias``, ``numbers``, the ``residual``'s rows where
+    not empty) fused."""
+    product = function_at(product_at, product_type)
+    c, k = x.shape[3], out.shape[1]
+    oh, ow = out_hw
+    depth = kernel_hw[0] * kernel_hw[1] * c
+    whole = np.empty((1, 4), np.int64)
+    for part in range(first, last):
+        image, row0, rows = table[part]
+        pixels = rows * ow
+        columns = buffers[thread * slot:thread * slot + pixels * depth].reshape((pixels, depth))
+        window_columns(x, image, row0, rows, ow, kernel_hw, stride, dilation, top_left, (0, c), fill, columns)
+        start = (image * oh + row0) * ow
+        whole[0, 0], whole[0, 1], whole[0, 2], whole[0, 3] = 0, pixels, 0, strips
+        added = residual[start:start + pixels] if residual.size else residual
+        product(columns, packed, whole, 0, 1, (0, k), bias, added, out[start:start + pixels], numbers)

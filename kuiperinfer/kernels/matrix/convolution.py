@@ -27,18 +27,21 @@ import numpy as np
 from kuiperinfer.kernels.compiled.layout import channels_last
 from kuiperinfer.kernels.compiled.tiles import GROUP_BYTES
 from kuiperinfer.kernels.im2col import output_size, window_view
+from kuiperinfer.kernels.jit import KernelAddress, kernel_array, scratch
 from kuiperinfer.kernels.layout import nchw, nhwc, pad_nhwc
 from kuiperinfer.kernels.matrix import int8
 from kuiperinfer.kernels.matrix.products import (
     AVX2,
     VNNI,
+    Fp32Product,
     IndirectRows,
     Int8Product,
     Product,
     ProductKernel,
     in_layout,
+    tile_shape,
 )
-from kuiperinfer.kernels.parallel import even_step, run_parts, threads_for
+from kuiperinfer.kernels.parallel import compiled_parts, even_step, run_parts, threads_for
 
 BLOCK_BYTES = 1 << 20
 """Bytes of columns made and multiplied at a time: a stripe of an image's output rows."""
@@ -75,6 +78,10 @@ class ProductConvolution:
         self._offsets: dict[tuple[int, ...], np.ndarray] = {}
         self._fill_pixel = np.full(self.in_channels, self._fill)
         """A pixel of padding, which the indirect rows read where a window leaves the input."""
+        self._stripes = ColumnStripes(first) if (compiled and len(self.products) == 1 and not self.pointwise
+                                                 and isinstance(first, Fp32Product) and first.kernel.dot is not None) \
+            else None
+        """The stripes in compiled parts, on the float32 tiles."""
 
     @property
     def nbytes(self) -> int:
@@ -115,6 +122,9 @@ class ProductConvolution:
             self._multiply(columns, rows, residual, shared=True)
             return out
         step = even_step(oh, step, threads_for(work), n)
+        if self._stripes is not None:
+            self._stripes.run(a, (oh, ow), (top, left), self, rows, residual, step, work)
+            return out
 
         def stripe(part: tuple[int, int]) -> None:
             image, row0 = part
@@ -174,6 +184,49 @@ class ProductConvolution:
             part = slice(group * width, (group + 1) * width)
             added = () if residual is None else (residual.values[:, part], residual.scale, residual.zero_point)
             product.multiply(columns[group], rows[:, part], *added, shared=shared)
+
+
+class ColumnStripes:
+    """A single-group convolution's stripes on the float32 tiles of its ``product``, each made
+    and multiplied in one compiled call (:func:`~kuiperinfer.kernels.compiled.columns.column_stripes`),
+    the product handed in by address: the run's threads take the stripes without the GIL."""
+
+    def __init__(self, product: Fp32Product):
+        from kuiperinfer.kernels.compiled.columns import column_stripes
+        from kuiperinfer.kernels.compiled.products import BLOCKS
+
+        dot, self.packed, _, _, _, self.bias, self.numbers = product.tiles()
+        self.strips = -(-product.out_features // tile_shape(product.kernel)[2])
+        rows = np.empty((1, product.in_features), np.float32)
+        out = np.empty((1, product.out_features), np.float32)
+        self._product = KernelAddress(BLOCKS[dot], rows, self.packed, np.empty((1, 4), np.int64), 0, 0, (0, 0),
+                                      self.bias, out, out, self.numbers)
+        self._parts = compiled_parts(column_stripes, per_thread=True)
+        self._tables: dict[tuple[int, int, int], np.ndarray] = {}
+
+    def run(self, a: np.ndarray, out_hw: tuple[int, int], top_left: tuple[int, int], convolution: ProductConvolution,
+            rows: np.ndarray, residual: Residual | None, step: int, work: int) -> None:
+        """``rows`` (N * OH * OW, K) = the convolution of the NHWC ``a`` (padded by ``top_left``
+        before its first row and column), its ``residual`` added, in stripes of ``step`` output
+        rows of an image."""
+        n, oh = a.shape[0], out_hw[0]
+        table = self._tables.get((n, oh, step))
+        if table is None:
+            table = self._tables[(n, oh, step)] = np.array(
+                [(image, row0, min(step, oh - row0)) for image in range(n) for row0 in range(0, oh, step)], np.int64)
+        slot = step * out_hw[1] * self._product_depth(a, convolution)
+        added = NO_ROWS if residual is None else kernel_array(residual.values)
+        head = (self._product.address, self._product.type, kernel_array(a), out_hw, convolution.kernel,
+                convolution.stride, convolution.dilation, top_left, np.float32(0), self.packed, self.bias, added,
+                rows, self.numbers, self.strips, table, scratch((min(threads_for(work), len(table)) * slot,)), slot, 0)
+        self._parts.run(len(table), work, head, ())
+
+    @staticmethod
+    def _product_depth(a: np.ndarray, convolution: ProductConvolution) -> int:
+        return convolution.kernel[0] * convolution.kernel[1] * a.shape[3]
+
+
+NO_ROWS = np.empty((0, 0), np.float32)
 
 
 class DirectInt8Convolution(ProductConvolution):

@@ -234,7 +234,8 @@ def fp32_kernel(features: MatrixFeatures | None = None, compilable: frozenset[st
     return REFERENCE
 
 
-def _tile(kernel: ProductKernel) -> tuple[int, int, int]:
+def tile_shape(kernel: ProductKernel) -> tuple[int, int, int]:
+    """The rows, strips and columns per strip of the register tile of a compiled ``kernel``."""
     from kuiperinfer.kernels.compiled.products import TILES
 
     return TILES[kernel.dot]
@@ -248,7 +249,7 @@ def pack(weight: np.ndarray, kernel: ProductKernel) -> tuple[np.ndarray, int]:
     padded with zeros to the kernel's :attr:`~ProductKernel.depth_groups`, and its
     :attr:`~ProductKernel.overreach` of zeros after the last strip. In the
     weights' arena (:func:`~kuiperinfer.kernels.resident.resident`), on a cache line."""
-    _, _, lanes = _tile(kernel)
+    _, _, lanes = tile_shape(kernel)
     per_group = GROUP_BYTES // weight.itemsize
     k, n = weight.shape
     groups, strips = -(-k // per_group), -(-n // lanes)
@@ -265,9 +266,9 @@ def pack(weight: np.ndarray, kernel: ProductKernel) -> tuple[np.ndarray, int]:
     return resident(order).reshape(-1).view(np.uint8), groups * GROUP_BYTES * lanes
 
 
-def _whole_strips(values: np.ndarray, kernel: ProductKernel) -> np.ndarray:
+def whole_strips(values: np.ndarray, kernel: ProductKernel) -> np.ndarray:
     """A value per column, zeros after the last up to the end of its strip (the tiles read whole strips)."""
-    lanes = _tile(kernel)[2]
+    lanes = tile_shape(kernel)[2]
     return np.concatenate([values, np.zeros(-len(values) % lanes, values.dtype)])
 
 
@@ -281,7 +282,7 @@ def product_parts(m: int, n: int, k: int, kernel: ProductKernel, columns: tuple[
     rows; a sentence of tokens by a large weight along its columns, the weight read once.
     The largest blocks come first, so that threads taking the next block as they come free
     end together (blocks of 6 strips after those of 4 left one thread the two largest)."""
-    rows, strips, lanes = _tile(kernel)
+    rows, strips, lanes = tile_shape(kernel)
     start, stop = columns or (0, n)
     first = start // lanes
     strip_count = -(-stop // lanes) - first
@@ -518,7 +519,7 @@ class Int8Product(Product):
             self.packed, strip_bytes = pack(weight, self.kernel)
             correction = (self.zero_point * weight.sum(axis=0, dtype=np.int64)).astype(np.int32)
             self._tiles = (self.packed, strip_bytes,
-                           *(_whole_strips(v, self.kernel) for v in (correction, self.scale)))
+                           *(whole_strips(v, self.kernel) for v in (correction, self.scale)))
 
     @classmethod
     def from_float(cls, weight: np.ndarray, input_scale: float, input_zero_point: int,
@@ -628,8 +629,8 @@ class Fp32Product(_FloatProduct):
             self.weight = self.packed = np.array(weight)
         else:
             self.packed = pack(weight, self.kernel)[0].view(np.float32)
-            self._bias = _whole_strips(self._bias, self.kernel)
-            self._lanes = _tile(self.kernel)[2]
+            self._bias = whole_strips(self._bias, self.kernel)
+            self._lanes = tile_shape(self.kernel)[2]
 
     def activations(self, x: np.ndarray) -> np.ndarray:
         """``x`` as float32 (float32 ``x`` as it is)."""

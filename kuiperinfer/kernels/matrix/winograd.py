@@ -21,7 +21,7 @@ from kuiperinfer.kernels.elementwise import InplaceActivation
 from kuiperinfer.kernels.jit import KernelAddress, empty, kernel_array, scratch
 from kuiperinfer.kernels.layout import nhwc
 from kuiperinfer.kernels.matrix.convolution import ProductConvolution
-from kuiperinfer.kernels.matrix.products import ProductKernel, _tile, _whole_strips, pack
+from kuiperinfer.kernels.matrix.products import ProductKernel, pack, tile_shape, whole_strips
 from kuiperinfer.kernels.parallel import compiled_parts, kinds_of, threads_for
 from kuiperinfer.kernels.resident import resident
 from kuiperinfer.kernels.winograd import CHANNELS_PER_TILE, tile_counts, winograd_pays
@@ -43,7 +43,7 @@ def winograd_parts(tiles: int, channels: int, out_channels: int, kernel: Product
     go in blocks of at most :data:`BLOCK_BYTES` of V and M (at least a tile's rows each), in a
     multiple of :data:`PARTS`. The cut does not depend on the threads, and neither do the sums
     (a row's sums depend on the tile that computes it)."""
-    rows, strips, lanes = _tile(kernel)
+    rows, strips, lanes = tile_shape(kernel)
     panels = -(-out_channels // (strips * lanes))
     if tiles * CHANNELS_PER_TILE <= out_channels:
         tile_blocks, column_blocks = 1, min(panels, PARTS)
@@ -84,7 +84,7 @@ class TiledWinograd:
         first, second = ActivationCode.of(activation), ActivationCode.of(residual_activation)
         self.codes = np.array([first.code, second.code], np.int64)
         self.limits = np.array([first.a, first.b, second.a, second.b], np.float32)
-        self._zeros = _whole_strips(np.zeros(self.out_channels, np.float32), kernel)
+        self._zeros = whole_strips(np.zeros(self.out_channels, np.float32), kernel)
         self._plain = epilogue_numbers(ActivationCode(), ActivationCode(), 1.0, 0, 1.0, 0)
         rows, no_rows = np.empty((2, 36, self.in_channels), np.float32)[:, 0], np.empty((0, 0), np.float32)
         self._product = KernelAddress(BLOCKS[kernel.dot], rows, self.packed[0], np.empty((1, 4), np.int64), 0, 0,
