@@ -1,6 +1,7 @@
 """Low-level NumPy kernels the layers are built on: padding, channels-last memory
 (:mod:`~kuiperinfer.kernels.layout`), im2col and col2im for (transposed) convolution,
-Winograd F(4x4, 3x3), depthwise convolution as one contraction over strided windows,
+Winograd F(4x4, 3x3) (its compiled form on the float32 tiles: :mod:`.matrix.winograd`),
+depthwise convolution as one contraction over strided windows,
 pooling windows, sliding windows over any number of axes (3-D convolution and pooling,
 fold/unfold, pooling indices), separable interpolation, stable and in-place elementwise functions.
 
