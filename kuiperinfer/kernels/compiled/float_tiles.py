@@ -48,6 +48,10 @@ CHAINS = 8
 adding every second or fourth step of the depth, and adds the sets up at the end."""
 
 
+AHEAD = 32
+"""Steps of the depth ahead of the tile that it asks for B's lines (prefetch)."""
+
+
 def row_counts(rows: int) -> tuple[int, ...]:
     """The rows a tile of at most ``rows`` rows computes at a time, largest first: ``rows``
     and the powers of two below (the last rows of a product, fewer than ``rows``, take at
@@ -183,6 +187,11 @@ if AVAILABLE:
             """One step of the depth into one set of accumulators."""
             b_values = [width.load(operands["packed"], builder.add(start, builder.mul(index, constant(lanes))))
                         for width, start in zip(widths, strip_starts)]
+            for start in strip_starts:
+                ahead = builder.add(start, builder.mul(builder.add(index, constant(AHEAD)), constant(lanes)))
+                pointer = builder.bitcast(builder.gep(operands["packed"], [ahead]), I8.as_pointer())
+                call_intrinsic(builder, "llvm.prefetch.p0", ir.VoidType(), pointer, ir.Constant(I32, 0),
+                               ir.Constant(I32, 3), ir.Constant(I32, 1))
             for r in range(rows):
                 a_value = builder.load(builder.gep(a_data, [builder.add(row_starts[r], index)]))
                 for s, width in enumerate(widths):
