@@ -36,6 +36,8 @@ ROWS = 2 * TILE_ROWS
 """Rows of A one :func:`tile_product` multiplies at most."""
 STRIP_COLUMNS = 16
 """Columns of a strip of B, of the sums' tile."""
+AHEAD = 2
+"""Steps of the depth ahead of the product that it asks for B's tiles (prefetch)."""
 INT8, BF16 = 0, 1
 """What a product's tiles multiply: uint8 by int8 into int32 (``tdpbusd``), or bfloat16 pairs
 into float32 (``tdpbf16ps``)."""
@@ -169,6 +171,12 @@ if AVAILABLE:
                         if r == 0:
                             _call(builder, "llvm.x86.tileloadd64", _register(B_TILES[s]),
                                   builder.gep(strip_starts[s], [b_offset]), tile_bytes)
+                            ahead = builder.add(b_offset, ir.Constant(I64, AHEAD * TILE_ROWS * TILE_BYTES))
+                            for line in range(0, TILE_ROWS * TILE_BYTES, 64):
+                                _call(builder, "llvm.prefetch.p0",
+                                      builder.gep(strip_starts[s], [builder.add(ahead, ir.Constant(I64, line))]),
+                                      ir.Constant(ir.IntType(32), 0), ir.Constant(ir.IntType(32), 3),
+                                      ir.Constant(ir.IntType(32), 1))
                         _call(builder, MULTIPLY[what], _register(SUMS[2 * r + s]), _register(A_TILES[r]),
                               _register(B_TILES[s]))
             _store_sums(what, used_rows, used_strips, context, builder, signature, args)
