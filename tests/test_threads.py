@@ -208,11 +208,17 @@ def test_shape_operators_that_keep_samples_apart_let_the_batch_split(tmp_path):
 
 def test_single_samples_share_their_large_operators_among_the_threads(tmp_path, monkeypatch):
     """A single sample runs whole; the 64-channel convolutions on 96x96 (57M multiply-adds
-    each) share their parts among both threads, the small ones stay in the caller's."""
+    each) share their parts among both threads, in Python or compiled parts, the small ones
+    stay in the caller's."""
     shared = []
-    share = parallel.ThreadPool.share
+    share, run_compiled = parallel.ThreadPool.share, parallel.CompiledParts.run
     monkeypatch.setattr(parallel.ThreadPool, "share",
                         lambda pool, parts, run, threads: shared.append(threads) or share(pool, parts, run, threads))
+
+    def compiled(self, count, work, head, tail, kinds=None):
+        shared.append(min(parallel.threads_for(work), count))
+        run_compiled(self, count, work, head, tail, kinds)
+    monkeypatch.setattr(parallel.CompiledParts, "run", compiled)
     large = nn.Sequential(nn.Conv2d(3, 64, 3, padding=1), nn.ReLU(), nn.Conv2d(64, 64, 3, padding=1))
     small = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 8, 3, padding=1))
     for model, size, shares in ((large, 96, True), (small, 16, False)):
