@@ -25,12 +25,11 @@ import numpy as np
 from kuiperinfer.kernels.compiled.activation import finish_row, finish_vector, in_registers
 from kuiperinfer.kernels.compiled.vectors import LANES, load, load_if, load_strided, splat, store, store_strided
 from kuiperinfer.kernels.jit import AVAILABLE, inline, kernel
+from kuiperinfer.kernels.winograd import TILE
 
 if AVAILABLE:
     from kuiperinfer.kernels.jit import function_at
 
-TILE = 4
-"""Output tile size; input tiles are ``TILE + 2`` wide."""
 
 
 @inline
@@ -148,7 +147,7 @@ def finish_pixels(out: np.ndarray, t0: int, tiles: int, tiles_hw: tuple[int, int
 
 
 @kernel
-def winograd_parts(product_at, product_type, x, packed, table, tiles_hw, top_left, out, bias, residual,  # noqa: ANN001
+def run_winograd_parts(product_at, product_type, x, packed, table, tiles_hw, top_left, out, bias, residual,  # noqa: ANN001
                    codes, limits, zeros, plain, buffers, slot, thread, first, last) -> None:
     """Parts ``first:last`` of a Winograd convolution, as the pool's threads take them
     (:class:`~kuiperinfer.kernels.parallel.CompiledParts`): each row of ``table`` (first and

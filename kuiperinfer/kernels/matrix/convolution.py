@@ -78,9 +78,9 @@ class ProductConvolution:
         self._offsets: dict[tuple[int, ...], np.ndarray] = {}
         self._fill_pixel = np.full(self.in_channels, self._fill)
         """A pixel of padding, which the indirect rows read where a window leaves the input."""
-        self._stripes = ColumnStripes(first) if (compiled and len(self.products) == 1 and not self.pointwise
-                                                 and isinstance(first, Fp32Product) and first.kernel.dot is not None) \
-            else None
+        tiled = isinstance(first, Fp32Product) and first.kernel.dot is not None
+        self._stripes = ColumnStripes(first, kernel, stride, dilation) \
+            if compiled and tiled and len(self.products) == 1 and not self.pointwise else None
         """The stripes in compiled parts, on the float32 tiles."""
 
     @property
@@ -123,7 +123,7 @@ class ProductConvolution:
             return out
         step = even_step(oh, step, threads_for(work), n)
         if self._stripes is not None:
-            self._stripes.run(a, (oh, ow), (top, left), self, rows, residual, step, work)
+            self._stripes.run(a, (oh, ow), (top, left), rows, residual, step, work)
             return out
 
         def stripe(part: tuple[int, int]) -> None:
@@ -191,11 +191,13 @@ class ColumnStripes:
     and multiplied in one compiled call (:func:`~kuiperinfer.kernels.compiled.columns.column_stripes`),
     the product handed in by address: the run's threads take the stripes without the GIL."""
 
-    def __init__(self, product: Fp32Product):
+    def __init__(self, product: Fp32Product, kernel: tuple[int, int], stride: tuple[int, int],
+                 dilation: tuple[int, int]):
         from kuiperinfer.kernels.compiled.columns import column_stripes
         from kuiperinfer.kernels.compiled.products import BLOCKS
 
         dot, self.packed, _, _, _, self.bias, self.numbers = product.tiles()
+        self.geometry, self.depth = (kernel, stride, dilation), product.in_features
         self.strips = -(-product.out_features // tile_shape(product.kernel)[2])
         rows = np.empty((1, product.in_features), np.float32)
         out = np.empty((1, product.out_features), np.float32)
@@ -204,8 +206,8 @@ class ColumnStripes:
         self._parts = compiled_parts(column_stripes, per_thread=True)
         self._tables: dict[tuple[int, int, int], np.ndarray] = {}
 
-    def run(self, a: np.ndarray, out_hw: tuple[int, int], top_left: tuple[int, int], convolution: ProductConvolution,
-            rows: np.ndarray, residual: Residual | None, step: int, work: int) -> None:
+    def run(self, a: np.ndarray, out_hw: tuple[int, int], top_left: tuple[int, int], rows: np.ndarray,
+            residual: Residual | None, step: int, work: int) -> None:
         """``rows`` (N * OH * OW, K) = the convolution of the NHWC ``a`` (padded by ``top_left``
         before its first row and column), its ``residual`` added, in stripes of ``step`` output
         rows of an image."""
@@ -214,16 +216,12 @@ class ColumnStripes:
         if table is None:
             table = self._tables[(n, oh, step)] = np.array(
                 [(image, row0, min(step, oh - row0)) for image in range(n) for row0 in range(0, oh, step)], np.int64)
-        slot = step * out_hw[1] * self._product_depth(a, convolution)
+        slot = step * out_hw[1] * self.depth
         added = NO_ROWS if residual is None else kernel_array(residual.values)
-        head = (self._product.address, self._product.type, kernel_array(a), out_hw, convolution.kernel,
-                convolution.stride, convolution.dilation, top_left, np.float32(0), self.packed, self.bias, added,
-                rows, self.numbers, self.strips, table, scratch((min(threads_for(work), len(table)) * slot,)), slot, 0)
+        head = (self._product.address, self._product.type, kernel_array(a), out_hw, *self.geometry, top_left,
+                np.float32(0), self.packed, self.bias, added, rows, self.numbers, self.strips, table,
+                scratch((min(threads_for(work), len(table)) * slot,)), slot, 0)
         self._parts.run(len(table), work, head, ())
-
-    @staticmethod
-    def _product_depth(a: np.ndarray, convolution: ProductConvolution) -> int:
-        return convolution.kernel[0] * convolution.kernel[1] * a.shape[3]
 
 
 NO_ROWS = np.empty((0, 0), np.float32)

@@ -74,7 +74,7 @@ class TiledWinograd:
                  residual_activation: InplaceActivation | None, padding: Padding, kernel: ProductKernel,
                  few_tiles: Callable[[], ProductConvolution]):
         from kuiperinfer.kernels.compiled.products import BLOCKS, epilogue_numbers
-        from kuiperinfer.kernels.compiled.winograd import winograd_parts as compiled
+        from kuiperinfer.kernels.compiled.winograd import run_winograd_parts
 
         _, self.in_channels, self.out_channels = u.shape
         self.padding, self.kernel, self._few_tiles, self._made = padding, kernel, few_tiles, None
@@ -89,7 +89,7 @@ class TiledWinograd:
         rows, no_rows = np.empty((2, 36, self.in_channels), np.float32)[:, 0], np.empty((0, 0), np.float32)
         self._product = KernelAddress(BLOCKS[kernel.dot], rows, self.packed[0], np.empty((1, 4), np.int64), 0, 0,
                                       (0, 0), self._zeros, no_rows, rows, self._plain)
-        self._parts = compiled_parts(compiled, per_thread=True)
+        self._parts = compiled_parts(run_winograd_parts, per_thread=True)
         self._plans: dict[int, tuple[np.ndarray, int]] = {}
         self._kinds: dict[bool, object] = {}
         self._no_residual = np.empty((0, 0, 0, 0), np.float32)
