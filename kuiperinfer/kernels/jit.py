@@ -145,6 +145,12 @@ def kernel_array(x: np.ndarray) -> np.ndarray:
     return np.require(x, np.float32, ("C", "W"))
 
 
+def kernel_operand(x: np.ndarray) -> np.ndarray:
+    """``x`` as a C-contiguous, writable array of its own type, as kernels take it (a copy
+    only if it is not)."""
+    return x if x.flags.c_contiguous and x.flags.writeable else np.require(x, x.dtype, ("C", "W"))
+
+
 CACHE_LINE = 64
 """Bytes of a cache line on x86 CPUs, and of an AVX-512 vector."""
 

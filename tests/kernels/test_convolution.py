@@ -50,6 +50,22 @@ def operands(geometry, batch=2, channels=8, out=16, size=(11, 9)):
     return x, weight
 
 
+def relu_epilogue(precision, channels):
+    """A bias, ReLU, and ReLU after the residual; int8 requantizes its output."""
+    return ProductEpilogue(RNG.standard_normal(channels).astype(np.float32), InplaceActivation("relu"),
+                           InplaceActivation("relu"), Requantize(0.05, 9) if precision is INT8 else None)
+
+
+def residuals(shape, precision):
+    """Residuals of an NHWC output ``shape`` (as NCHW views) with the form each arrives in:
+    float32, and for int8 also uint8 with its scale and zero point."""
+    found = [(nchw(RNG.standard_normal(shape).astype(np.float32)), {})]
+    if precision is INT8:
+        found.append((nchw(RNG.integers(0, 256, shape, dtype=np.uint8)),
+                      {"residual_scale": 0.04, "residual_zero_point": 100}))
+    return found
+
+
 def torch_int8(x, weight, geometry, mode="zeros"):
     """The definition in PyTorch: the integer sums in float64, scaled into float32."""
     kernel, stride, dilation, padding, groups = geometry
@@ -131,6 +147,32 @@ def test_fp32_stripes_in_compiled_parts_match_pytorch(geometry, monkeypatch):
     assert conv._stripes is not None
 
 
+@pytest.mark.parametrize("precision", [INT8, BFloat16()], ids=["int8", "bf16"])
+@pytest.mark.parametrize("geometry", [GEOMETRIES[2], GEOMETRIES[3], GEOMETRIES[5]], ids=str)
+def test_integer_and_bf16_stripes_in_compiled_parts_are_the_reference(precision, geometry, monkeypatch):
+    """A stem's few channels (not whole groups of 4 bytes) take the columns: stripes of a few
+    rows, each made and multiplied in one compiled call on 1-3 threads, give the reference's
+    values (int8, to the bit) and the one-stripe product's (both, to the bit), with a float32
+    or a uint8 residual and a requantized or float32 output."""
+    x, weight = operands(geometry, batch=3, channels=3, out=40, size=(21, 17))
+    epilogue = relu_epilogue(precision, 40)
+    compiled = product_convolution(precision, weight, geometry, epilogue)
+    if compiled.products[0].kernel.dot is None:
+        pytest.skip("this CPU's products run the NumPy reference")
+    assert not compiled.indirect and compiled._stripes is not None
+    shape = compiled(x).shape
+    reference = product_convolution(precision, weight, geometry, epilogue, compiled=False)
+    for residual, added in residuals(shape, precision):
+        whole = compiled(x, residual, **added)
+        if precision is INT8:
+            np.testing.assert_array_equal(whole, reference(x, residual, **added))
+        with monkeypatch.context() as patched:
+            patched.setattr(convolution, "BLOCK_BYTES", 600)
+            for threads in (1, 2, 3):
+                with intra_op(threads):
+                    np.testing.assert_array_equal(compiled(x, residual, **added), whole)
+
+
 @pytest.mark.parametrize("geometry", [GEOMETRIES[0], GEOMETRIES[3], GEOMETRIES[7]], ids=str)
 def test_bf16_convolution_is_pytorchs_on_rounded_inputs(geometry):
     x, weight = operands(geometry)
@@ -150,9 +192,7 @@ def test_windows_read_where_they_lie_are_the_columns_to_the_bit(precision, geome
     """The indirect rows (each window's pixels read in the input) against the columns of the
     same products: float32 and uint8 residuals, small parts on 1-3 threads."""
     x, weight = operands(geometry, batch=3, channels=12, out=40, size=(13, 12))
-    requantize = Requantize(0.05, 9) if precision is INT8 else None
-    epilogue = ProductEpilogue(RNG.standard_normal(40).astype(np.float32), InplaceActivation("relu"),
-                               InplaceActivation("relu"), requantize)
+    epilogue = relu_epilogue(precision, 40)
     indirect = product_convolution(precision, weight, geometry, epilogue)
     if indirect.products[0].kernel.dot is None:
         pytest.skip("this CPU's products run the NumPy reference, which takes columns")
@@ -160,12 +200,8 @@ def test_windows_read_where_they_lie_are_the_columns_to_the_bit(precision, geome
     columns.indirect = False
     assert indirect.indirect
     shape = columns(x).shape
-    residuals = [nchw(RNG.standard_normal(shape).astype(np.float32))]          # shape: NHWC
-    if precision is INT8:
-        residuals.append(nchw(RNG.integers(0, 256, shape, dtype=np.uint8)))
     monkeypatch.setattr(products, "PART_WORK", 2000)
-    for residual in residuals:
-        added = {"residual_scale": 0.04, "residual_zero_point": 100} if residual.dtype == np.uint8 else {}
+    for residual, added in residuals(shape, precision):
         expected = columns(x, residual, **added)
         for threads in (1, 2, 3):
             with intra_op(threads):
@@ -173,7 +209,8 @@ def test_windows_read_where_they_lie_are_the_columns_to_the_bit(precision, geome
     (key, offsets), = indirect._offsets.items()
     assert offsets.dtype == np.int32
     indirect._offsets[key] = offsets.astype(np.int64)   # the offsets of an input of 2 GiB or more
-    np.testing.assert_array_equal(indirect(x, residuals[0]), columns(x, residuals[0]))
+    residual, _ = residuals(shape, precision)[0]
+    np.testing.assert_array_equal(indirect(x, residual), columns(x, residual))
 
 
 def test_channels_of_other_than_whole_groups_of_4_bytes_take_the_columns():

@@ -5,7 +5,7 @@ activations, padding included: a window's taps that fall outside the image take 
 padding's value (the zero point of uint8 activations, zero otherwise), so the input is
 never copied padded first. A tap's channels are one contiguous run, and with one group and
 no dilation so are the ``kw`` taps of a window row: each run is one ``memcpy``. Any element
-type: uint8 activations, bfloat16 bit patterns (uint16), float32. On the float32 tiles the
+type: uint8 activations, bfloat16 bit patterns (uint16), float32. On compiled tiles the
 stripes of a convolution are made and multiplied in compiled parts (:func:`column_stripes`),
 no Python between a stripe's columns and its product.
 """
@@ -78,15 +78,16 @@ def window_columns(x: np.ndarray, image: int, row0: int, rows: int, out_width: i
 
 
 @kernel
-def column_stripes(product_at, product_type, x, out_hw, kernel_hw, stride, dilation, top_left, fill, packed,  # noqa: ANN001
-                   bias, residual, out, numbers, strips, table, buffers, slot, thread, first, last) -> None:
-    """Parts ``first:last`` of a single-group convolution through its columns on the float32
+def column_stripes(product_at, product_type, x, out_hw, kernel_hw, stride, dilation, top_left, fill, before,  # noqa: ANN001
+                   after, residual, out, numbers, strips, table, buffers, slot, thread, first, last) -> None:
+    """Parts ``first:last`` of a single-group convolution through its columns on compiled
     tiles, as the pool's threads take them (:class:`~kuiperinfer.kernels.parallel.CompiledParts`):
     each row of ``table`` (image, first output row, rows) is a stripe whose columns
-    (:func:`window_columns`, into thread ``thread``'s ``slot`` values of ``buffers``) the product
-    at ``product_at`` multiplies by the ``packed`` weight (``strips`` strips) into its rows of
-    ``out`` (N * OH * OW, K; ``out_hw`` is (OH, OW)), its epilogue (``bias``, ``numbers``, the ``residual``'s rows where
-    not empty) fused."""
+    (:func:`window_columns`, into thread ``thread``'s ``slot`` values of ``buffers``, of the
+    type of ``x``) the product at ``product_at`` multiplies by its weights (``before`` and
+    ``after``: the tuples of its arguments around the parts and columns, ``strips`` strips)
+    into its rows of ``out`` (N * OH * OW, K; ``out_hw`` is (OH, OW)), its epilogue
+    (``numbers``, the ``residual``'s rows where not empty) fused."""
     product = function_at(product_at, product_type)
     c, k = x.shape[3], out.shape[1]
     oh, ow = out_hw
@@ -100,4 +101,4 @@ def column_stripes(product_at, product_type, x, out_hw, kernel_hw, stride, dilat
         start = (image * oh + row0) * ow
         whole[0, 0], whole[0, 1], whole[0, 2], whole[0, 3] = 0, pixels, 0, strips
         added = residual[start:start + pixels] if residual.size else residual
-        product(columns, packed, whole, 0, 1, (0, k), bias, added, out[start:start + pixels], numbers)
+        product(columns, *before, whole, 0, 1, (0, k), *after, added, out[start:start + pixels], numbers)

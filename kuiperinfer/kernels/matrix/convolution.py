@@ -27,13 +27,12 @@ import numpy as np
 from kuiperinfer.kernels.compiled.layout import channels_last
 from kuiperinfer.kernels.compiled.tiles import GROUP_BYTES
 from kuiperinfer.kernels.im2col import output_size, window_view
-from kuiperinfer.kernels.jit import KernelAddress, kernel_array, scratch
+from kuiperinfer.kernels.jit import KernelAddress, kernel_operand, scratch
 from kuiperinfer.kernels.layout import nchw, nhwc, pad_nhwc
 from kuiperinfer.kernels.matrix import int8
 from kuiperinfer.kernels.matrix.products import (
     AVX2,
     VNNI,
-    Fp32Product,
     IndirectRows,
     Int8Product,
     Product,
@@ -78,10 +77,10 @@ class ProductConvolution:
         self._offsets: dict[tuple[int, ...], np.ndarray] = {}
         self._fill_pixel = np.full(self.in_channels, self._fill)
         """A pixel of padding, which the indirect rows read where a window leaves the input."""
-        tiled = isinstance(first, Fp32Product) and first.kernel.dot is not None
-        self._stripes = ColumnStripes(first, kernel, stride, dilation) \
-            if compiled and tiled and len(self.products) == 1 and not self.pointwise else None
-        """The stripes in compiled parts, on the float32 tiles."""
+        self._stripes = ColumnStripes(first, kernel, stride, dilation) if (
+            compiled and first.kernel.dot is not None and len(self.products) == 1 and not self.pointwise
+            and not self.indirect) else None
+        """The stripes in compiled parts, on the product's compiled tiles."""
 
     @property
     def nbytes(self) -> int:
@@ -187,44 +186,60 @@ class ProductConvolution:
 
 
 class ColumnStripes:
-    """A single-group convolution's stripes on the float32 tiles of its ``product``, each made
-    and multiplied in one compiled call (:func:`~kuiperinfer.kernels.compiled.columns.column_stripes`),
-    the product handed in by address: the run's threads take the stripes without the GIL."""
+    """A single-group convolution's stripes on the compiled tiles of its ``product`` (float32,
+    int8 or bf16), each made and multiplied in one compiled call
+    (:func:`~kuiperinfer.kernels.compiled.columns.column_stripes`), the product handed in by
+    address: the run's threads take the stripes without the GIL."""
 
-    def __init__(self, product: Fp32Product, kernel: tuple[int, int], stride: tuple[int, int],
+    def __init__(self, product: Product, kernel: tuple[int, int], stride: tuple[int, int],
                  dilation: tuple[int, int]):
         from kuiperinfer.kernels.compiled.columns import column_stripes
-        from kuiperinfer.kernels.compiled.products import BLOCKS
 
-        dot, self.packed, _, _, _, self.bias, self.numbers = product.tiles()
+        self.product = product
+        self.before, self.after = product.weight_arguments()
         self.geometry, self.depth = (kernel, stride, dilation), product.in_features
         self.strips = -(-product.out_features // tile_shape(product.kernel)[2])
-        rows = np.empty((1, product.in_features), np.float32)
-        out = np.empty((1, product.out_features), np.float32)
-        self._product = KernelAddress(BLOCKS[dot], rows, self.packed, np.empty((1, 4), np.int64), 0, 0, (0, 0),
-                                      self.bias, out, out, self.numbers)
+        self.fill = product.in_dtype(product.zero)
+        """Padding in the product's form."""
+        self._addresses: dict[tuple[np.dtype, np.dtype], KernelAddress] = {}
         self._parts = compiled_parts(column_stripes, per_thread=True)
         self._tables: dict[tuple[int, int, int], np.ndarray] = {}
 
     def run(self, a: np.ndarray, out_hw: tuple[int, int], top_left: tuple[int, int], rows: np.ndarray,
             residual: Residual | None, step: int, work: int) -> None:
-        """``rows`` (N * OH * OW, K) = the convolution of the NHWC ``a`` (padded by ``top_left``
-        before its first row and column), its ``residual`` added, in stripes of ``step`` output
-        rows of an image."""
+        """``rows`` (N * OH * OW, K) = the convolution of the NHWC ``a`` (in the product's form,
+        padded by ``top_left`` before its first row and column), its ``residual`` added, in
+        stripes of ``step`` output rows of an image."""
         n, oh = a.shape[0], out_hw[0]
         table = self._tables.get((n, oh, step))
         if table is None:
             table = self._tables[(n, oh, step)] = np.array(
                 [(image, row0, min(step, oh - row0)) for image in range(n) for row0 in range(0, oh, step)], np.int64)
+        if residual is None:
+            added, numbers = self.product.NO_RESIDUAL, self.product.epilogue_numbers()
+        else:
+            added = kernel_operand(residual.values)
+            numbers = self.product.epilogue_numbers(residual.scale, residual.zero_point)
+        product = self._address(added, rows)
         slot = step * out_hw[1] * self.depth
-        added = NO_ROWS if residual is None else kernel_array(residual.values)
-        head = (self._product.address, self._product.type, kernel_array(a), out_hw, *self.geometry, top_left,
-                np.float32(0), self.packed, self.bias, added, rows, self.numbers, self.strips, table,
-                scratch((min(threads_for(work), len(table)) * slot,)), slot, 0)
+        threads = min(threads_for(work), len(table))
+        buffers = scratch((-(-threads * slot * a.itemsize // 4),)).view(a.dtype)[:threads * slot]
+        head = (product.address, product.type, kernel_operand(a), out_hw, *self.geometry, top_left, self.fill,
+                self.before, self.after, added, rows, numbers, self.strips, table, buffers, slot, 0)
         self._parts.run(len(table), work, head, ())
 
+    def _address(self, residual: np.ndarray, rows: np.ndarray) -> KernelAddress:
+        """The product's compiled blocks for a residual and an output of these types, found once."""
+        from kuiperinfer.kernels.compiled.products import BLOCKS
 
-NO_ROWS = np.empty((0, 0), np.float32)
+        key = (residual.dtype, rows.dtype)
+        address = self._addresses.get(key)
+        if address is None:
+            a = np.empty((1, self.depth), self.product.in_dtype)
+            address = self._addresses[key] = KernelAddress(
+                BLOCKS[self.product.kernel.dot], a, *self.before, np.empty((1, 4), np.int64), 0, 0, (0, 0),
+                *self.after, residual, rows, self.product.epilogue_numbers())
+        return address
 
 
 class DirectInt8Convolution(ProductConvolution):

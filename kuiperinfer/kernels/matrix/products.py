@@ -488,12 +488,20 @@ class Product:
         the epilogue's numbers (without a residual). Only for a product on compiled tiles."""
         return (self.kernel.dot, *self._tiles, self._bias, self.epilogue_numbers())
 
+    def weight_arguments(self) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+        """What the compiled product (:data:`~kuiperinfer.kernels.compiled.products.BLOCKS`) takes
+        of this product's weights: after A, the packed weights and the bytes of a strip; after
+        the columns, the zero points' correction, the scales and the bias. Only for a product
+        on compiled tiles."""
+        packed, strip_bytes, correction, scale = self._tiles
+        return (packed, strip_bytes), (correction, scale, self._bias)
+
     def _block_arguments(self, a: np.ndarray, parts: np.ndarray, columns: tuple[int, int], residual: np.ndarray,
                          out: np.ndarray, numbers: np.ndarray) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
         """The compiled tiles' arguments before and after the blocks ``first, last`` of ``parts``
         they make (:class:`~kuiperinfer.kernels.parallel.CompiledParts`)."""
-        packed, strip_bytes, correction, scale = self._tiles
-        return (a, packed, strip_bytes, parts), (columns, correction, scale, self._bias, residual, out, numbers)
+        before, after = self.weight_arguments()
+        return (a, *before, parts), (columns, *after, residual, out, numbers)
 
 
 class Int8Product(Product):
@@ -670,6 +678,6 @@ class Fp32Product(_FloatProduct):
         return (self.kernel.dot, self.packed, 0, np.empty(0, np.int32), np.empty(0, np.float32), self._bias,
                 self.epilogue_numbers())
 
-    def _block_arguments(self, a: np.ndarray, parts: np.ndarray, columns: tuple[int, int], residual: np.ndarray,
-                         out: np.ndarray, numbers: np.ndarray) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
-        return (a, self.packed, parts), (columns, self._bias, residual, out, numbers)
+    def weight_arguments(self) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+        """As :meth:`Product.weight_arguments`: the float32 tiles take the packed weights and the bias."""
+        return (self.packed,), (self._bias,)
