@@ -26,6 +26,7 @@ from kuiperinfer.kernels.matrix.int8 import (
     quantize,
     quantize_weight,
 )
+from kuiperinfer.layers.tensor_ops import Cat
 from kuiperinfer.models import efficientnet_lite0_path, sample_images
 from kuiperinfer.quantization import entropy_threshold, percentile_threshold
 from kuiperinfer.quantization import quantize as calibrate_model
@@ -169,6 +170,57 @@ def test_int8_values_between_products_stay_uint8(tmp_path) -> None:
     assert [values[name].dtype for name in ("a", "b", "c")] == [np.uint8, np.float32, np.uint8]
     np.testing.assert_array_equal(optimised(x), kuiperinfer.load(param, precision="int8", calibration=table,
                                                                  optimize=False)(x))
+
+
+class Joined(nn.Module):
+    """YOLOv5's blocks: a bottleneck branch (its residual added) and a plain one concatenated
+    for a convolution; max poolings of one convolution concatenated with it (SPPF); and a
+    concatenation with a value an expression made, which stays float32."""
+
+    def __init__(self):
+        super().__init__()
+        conv = partial(nn.Conv2d, kernel_size=3, padding=1)
+        self.cv1, self.cv2, self.m1, self.m2, self.cv3 = conv(3, 8), conv(3, 8), conv(8, 8), conv(8, 8), conv(16, 16)
+        self.sppf, self.pool, self.after = conv(16, 8), nn.MaxPool2d(5, 1, 2), conv(24, 8)
+        self.mixed = conv(16, 8)
+        self.fc = nn.Linear(8 * 8 * 8, 10)
+
+    def forward(self, x):
+        y = F.relu(self.cv1(x))
+        block = F.relu(self.cv3(torch.cat([F.relu(self.m2(F.relu(self.m1(y)))) + y, F.relu(self.cv2(x))], 1)))
+        s = F.relu(self.sppf(block))
+        p1 = self.pool(s)
+        spp = F.relu(self.after(torch.cat([s, p1, self.pool(p1)], 1)))
+        mixed = F.relu(self.mixed(torch.cat([spp, spp * 2], 1)))
+        return self.fc(torch.flatten(mixed, 1))
+
+
+def test_int8_values_stay_uint8_through_concatenations(tmp_path, monkeypatch) -> None:
+    """A concatenation whose inputs all arrive as uint8 in the form of the product reading it
+    joins them as uint8 (its producers requantize into that form, through max pooling too);
+    one of whose inputs an expression makes keeps every input float32: the same numbers as
+    joining float32 values for the reader to quantize, on 1 and 2 threads."""
+    torch.manual_seed(0)
+    param = export(Joined().eval(), (torch.randn(1, 3, 8, 8),), tmp_path)
+    rng = np.random.default_rng(7)
+    np.save(tmp_path / "calibrate.npy", rng.standard_normal((8, 3, 8, 8)).astype(np.float32))
+    table = calibrate_model(param, tmp_path / "calibrate.npy").table
+    x = rng.standard_normal((3, 3, 8, 8)).astype(np.float32)
+    with monkeypatch.context() as patched:
+        patched.setattr(Cat, "joins", False)
+        unjoined = kuiperinfer.load(param, precision="int8", calibration=table)
+        plans = {op.name: op.plan.quantized_for for op in unjoined.operators if getattr(op.plan, "quantized_for", None)}
+        assert plans == {"cv1": "m1", "m1": "m2", "cv3": "sppf", "mixed": "fc"}
+        expected = unjoined(x)
+    for threads in (1, 2):
+        graph = kuiperinfer.load(param, precision="int8", calibration=table, threads=threads)
+        plans = {op.name: op.plan.quantized_for for op in graph.operators if getattr(op.plan, "quantized_for", None)}
+        assert plans == {"cv1": "m1", "m1": "m2", "m2": "cv3", "cv2": "cv3", "cv3": "sppf", "sppf": "after",
+                         "mixed": "fc"}
+        joins = [op.name for op in graph.operators if op.type == "torch.cat"]
+        values = graph.run(x, fetch=joins)
+        assert [values[name].dtype for name in joins] == [np.uint8, np.uint8, np.float32]
+        np.testing.assert_array_equal(graph(x), expected)
 
 
 class Stem(nn.Module):

@@ -13,7 +13,7 @@ the values of a run and hands each layer its inputs.
 
 Class-level facts let the optimiser ask what a type is without building its layer
 (:meth:`LayerRegisterer.layer_class <kuiperinfer.runtime.registry.LayerRegisterer.layer_class>`):
-:attr:`Layer.shape_only`, :meth:`Layer.takes_activation`, :meth:`Layer.input_product`, and
+:attr:`Layer.shape_only`, :attr:`Layer.joins`, :meth:`Layer.takes_activation`, :meth:`Layer.input_product`, and
 the activation layers' :meth:`~kuiperinfer.layers.activation.InplaceActivationLayer.activation_of`.
 """
 
@@ -57,6 +57,11 @@ class Layer:
     """True when each value of the layer's one output is one of its input's, picked by
     comparing them (max pooling): a non-decreasing elementwise function, such as int8's
     quantization, gives the same values before it as after."""
+
+    joins: ClassVar[bool] = False
+    """True when the layer places the values of all its inputs, unchanged, side by side in its
+    one output (a concatenation): an elementwise function applied to each input alike gives
+    the same values as applied to the output."""
 
     plan_class: ClassVar[type | None] = None
     """The class of the plan that ``create`` reads from ``op.plan``; None for layers the

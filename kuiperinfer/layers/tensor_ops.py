@@ -34,6 +34,11 @@ def _tensor_list(inputs: Sequence[Any]) -> Sequence[np.ndarray]:
 
 @register_layer("torch.cat", "torch.concat", "torch.concatenate")
 class Cat(DimLayer):
+    """Join tensors along ``dim``; images joined along their channels stay channels-last, and
+    uint8 values (an int8 graph's, of one form) stay uint8."""
+
+    joins = True
+
     @classmethod
     def create(cls, op: RuntimeOperator, options: BuildOptions) -> Cat:
         layer = cls(op.name, op.param_int("dim", Status.kParameterMissingDim))

@@ -43,7 +43,7 @@ not the optimiser's business: it is the graph's ``kernels`` option.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import fields, replace
 
 import numpy as np
@@ -569,49 +569,65 @@ def select_channels_last(graph: RuntimeGraph) -> int:
 
 def select_uint8_activations(graph: RuntimeGraph) -> int:
     """In int8, let an int8 convolution or linear layer whose output only int8 products read,
-    all of one input range (directly, or through shape-only operators such as reshapes and
-    through max pooling, which picks values without changing them), hand it on as uint8 in
-    their input form, requantized in its epilogue: they take it without quantizing it (the
-    numbers are the same), and the value between them takes a quarter of float32's memory.
-    An int8 convolution may also read it as its residual, which its epilogue dequantizes (the
-    residual is then the quantized value). Any other reader (an addition, average pooling, a
-    graph output) keeps the output float32."""
+    all of one input range (directly, or through shape-only operators such as reshapes,
+    through max pooling, which picks values without changing them, and through
+    concatenations), hand it on as uint8 in their input form, requantized in its epilogue:
+    they take it without quantizing it (the numbers are the same), and the value between them
+    takes a quarter of float32's memory. An int8 convolution may also read it as its
+    residual, which its epilogue dequantizes (the residual is then the quantized value). A
+    concatenation joins uint8 values only where every one of its inputs arrives so, in the
+    same form. Any other reader (an addition, average pooling, a graph output) keeps the
+    output float32."""
     table = graph.options.calibration
-    selected = 0
+    chosen: dict[str, tuple[RuntimeOperator, list[str], list[RuntimeOperator], list[RuntimeOperator]]] = {}
     for op in graph.operators if table is not None else ():
         plan_class = getattr(LayerRegisterer.layer_class(op.type), "plan_class", None)
         if not (isinstance(table.precision_of(op.name), Int8) and len(op.output_operands) == 1
                 and "quantized_for" in {f.name for f in fields(plan_class or object)}):
             continue
         residuals: list[RuntimeOperator] = []
-        readers = _product_readers(op.output_operands[0], residuals)
+        joins: list[RuntimeOperator] = []
+        readers = _product_readers(op.output_operands[0], residuals, joins)
         forms = {table.precision_of(name) for name in readers or ()}
         if len(forms) == 1 and isinstance(forms.pop(), Int8) \
                 and all(isinstance(table.precision_of(reader.name), Int8) for reader in residuals):
-            set_plan(op, replace(op.plan or plan_class(), quantized_for=readers[0]))
-            for reader in residuals:
-                set_plan(reader, replace(reader.plan, residual_quantized_for=readers[0]))
-            selected += 1
-    return selected
+            chosen[op.name] = (op, readers, residuals, joins)
+    while True:    # a join whose inputs do not all arrive as uint8 keeps them all float32
+        dropped = [name for name, (_, _, _, joins) in chosen.items()
+                   if not all(_arrives_quantized(operand, chosen) for join in joins
+                              for operand in join.input_operands_seq)]
+        if not dropped:
+            break
+        for name in dropped:
+            del chosen[name]
+    for op, readers, residuals, _ in chosen.values():
+        set_plan(op, replace(op.plan or LayerRegisterer.layer_class(op.type).plan_class(), quantized_for=readers[0]))
+        for reader in residuals:
+            set_plan(reader, replace(reader.plan, residual_quantized_for=readers[0]))
+    return len(chosen)
 
 
-def _product_readers(operand, residuals: list[RuntimeOperator]) -> list[str] | None:
+def _product_readers(operand, residuals: list[RuntimeOperator], joins: list[RuntimeOperator]) -> list[str] | None:
     """The products (by the names their precisions are asked for) whose activations are
-    ``operand``, read by them directly or through shape-only and monotone operators; the
-    operators that add it as their residual are put in ``residuals``. None if anything else
-    reads it."""
+    ``operand``, read by them directly or through shape-only and monotone operators and
+    joins (which are put in ``joins``); the operators that add it as their residual are put
+    in ``residuals``. None if anything else reads it."""
     found = []
     for reader in operand.consumers:
         layer_class = LayerRegisterer.layer_class(reader.type)
         if layer_class is None or reader.input_operands_seq.count(operand) != 1:
             return None
-        if reader.input_operands_seq[0] is not operand:
+        passes = (layer_class.shape_only or layer_class.monotone or layer_class.joins) \
+            and len(reader.output_operands) == 1
+        if reader.input_operands_seq[0] is not operand and not (passes and layer_class.joins):
             if reader.input_operands_seq.index(operand) != layer_class.residual_input(reader):
                 return None
             residuals.append(reader)
             continue
-        if (layer_class.shape_only or layer_class.monotone) and len(reader.output_operands) == 1:
-            inner = _product_readers(reader.output_operands[0], residuals)
+        if passes:
+            if layer_class.joins:
+                joins.append(reader)
+            inner = _product_readers(reader.output_operands[0], residuals, joins)
         else:
             name = layer_class.input_product(reader)
             inner = None if name is None else [name]
@@ -619,6 +635,19 @@ def _product_readers(operand, residuals: list[RuntimeOperator]) -> list[str] | N
             return None
         found += inner
     return found
+
+
+def _arrives_quantized(operand, chosen: Mapping[str, object]) -> bool:
+    """Whether ``operand`` arrives as uint8: made by an operator of ``chosen``, or by a
+    shape-only or monotone one from such a value."""
+    producer = operand.producer
+    if producer is None:
+        return False
+    if producer.name in chosen:
+        return True
+    layer_class = LayerRegisterer.layer_class(producer.type)
+    return (layer_class is not None and (layer_class.shape_only or layer_class.monotone)
+            and bool(producer.input_operands_seq) and _arrives_quantized(producer.input_operands_seq[0], chosen))
 
 
 PASSES: tuple[Pass, ...] = (fold_batch_norm, fold_zero_padding, fuse_activation, fuse_pointwise_depthwise,
