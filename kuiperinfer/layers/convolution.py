@@ -594,10 +594,11 @@ class Convolution(ParamLayer):
             self.kernel = on_tiles()
             self.packed.drop_gemm()     # the tiles hold the weight in their own packing
         elif compute is Conv2dKernel.winograd:
-            self.kernel = TiledWinograd(self.packed.winograd, self._bias, self.plan.activation,
-                                        self.plan.residual_activation, self.geometry.padding,
-                                        self.precision.float_tiles, on_tiles)
-            if self.packed.holds_gemm:   # Winograd does not pay at the recorded shape (a small image)
+            pays = not self.packed.holds_gemm    # Winograd pays at the recorded shape
+            self.kernel = TiledWinograd(weight_2d, self._bias, self.plan.activation, self.plan.residual_activation,
+                                        self.geometry.padding, self.precision.float_tiles, on_tiles,
+                                        self.packed.winograd if pays else None)
+            if not pays:                         # a small image: its calls go to the columns
                 self.kernel.few_tiles()
             self.packed = self.epilogue = None   # the tiles hold the weights in their own packing
 

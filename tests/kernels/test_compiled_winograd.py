@@ -44,8 +44,8 @@ def convolution(c, k, padding, act=None, residual_act=None):
 
     def few_tiles():
         raise AssertionError("a call with enough tiles went to the columns")
-    tiled = TiledWinograd(winograd_weight(weight), bias, activation(act), activation(residual_act), padding, KERNEL,
-                          few_tiles)
+    tiled = TiledWinograd(weight, bias, activation(act), activation(residual_act), padding, KERNEL, few_tiles,
+                          winograd_weight(weight))
     return weight, bias, tiled
 
 
@@ -97,17 +97,23 @@ def test_tiled_winograd_gives_the_same_numbers_on_any_number_of_threads(n, c, k,
 
 
 def test_calls_of_too_few_tiles_go_to_the_columns():
+    """Calls of too few tiles go to the columns (their convolution made on first need); the
+    transformed weight is packed on the first call that takes Winograd, as if packed at build."""
     weight = RNG.standard_normal((8, 16, 3, 3), dtype=np.float32)
     made = []
 
     def few_tiles():
         made.append(True)
         return lambda x, residual, scale, zero_point: "columns"
-    tiled = TiledWinograd(winograd_weight(weight), None, None, None, ((1, 1), (1, 1)), KERNEL, few_tiles)
-    assert tiled.made_few_tiles is None
+    tiled = TiledWinograd(weight, None, None, None, ((1, 1), (1, 1)), KERNEL, few_tiles)
+    assert tiled.made_few_tiles is None and tiled.nbytes == 0    # packed on the first call that takes Winograd
     assert tiled(RNG.standard_normal((1, 16, 7, 7), dtype=np.float32)) == "columns"    # 4 tiles
     tiled(RNG.standard_normal((1, 16, 7, 7), dtype=np.float32))
     assert made == [True] and tiled.made_few_tiles is not None
+    x = RNG.standard_normal((1, 16, 20, 20), dtype=np.float32)      # 25 tiles
+    eager = TiledWinograd(weight, None, None, None, ((1, 1), (1, 1)), KERNEL, few_tiles, winograd_weight(weight))
+    np.testing.assert_array_equal(nchw(tiled(x)), nchw(eager(x)))
+    assert tiled.packed.nbytes == eager.packed.nbytes
 
 
 @pytest.mark.parametrize("kernel", [FMA512, FMA256])

@@ -1,10 +1,12 @@
 """Winograd F(4x4, 3x3) on the matrix engine's float32 tiles: fp32's 3x3 stride-1
 convolutions with enough output tiles, in compiled parts (:mod:`kuiperinfer.kernels.compiled.winograd`).
 
-The transformed weight's 36 matrices are packed once, at load, as the float32 tiles read
-them; a call cuts the output's tiles and channels into parts (:func:`winograd_parts`) that
-the run's threads take, each transformed, multiplied and transformed back in one compiled
-call, the epilogue fused. A call with too few tiles for Winograd to pay
+The transformed weight's 36 matrices are packed once, as the float32 tiles read them: at
+load where Winograd pays at the shape pnnx recorded, else on the first call that takes it (a
+network's 7 x 7 layers, whose calls go to the columns, never hold them); a call cuts the
+output's tiles and channels into parts (:func:`winograd_parts`) that the run's threads take,
+each transformed, multiplied and transformed back in one compiled call, the epilogue fused.
+A call with too few tiles for Winograd to pay
 (:func:`~kuiperinfer.kernels.winograd.winograd_pays`) goes to the float32 tiles' columns.
 """
 
@@ -24,7 +26,7 @@ from kuiperinfer.kernels.matrix.convolution import ProductConvolution
 from kuiperinfer.kernels.matrix.products import ProductKernel, pack, tile_shape, whole_strips
 from kuiperinfer.kernels.parallel import compiled_parts, kinds_of, threads_for
 from kuiperinfer.kernels.resident import resident
-from kuiperinfer.kernels.winograd import CHANNELS_PER_TILE, tile_counts, winograd_pays
+from kuiperinfer.kernels.winograd import CHANNELS_PER_TILE, tile_counts, winograd_pays, winograd_weight
 
 BLOCK_BYTES = 1 << 20
 """Bytes of transformed tiles (V and M) a part holds at most, where the tile rows allow."""
@@ -63,23 +65,25 @@ def winograd_parts(tiles: int, channels: int, out_channels: int, kernel: Product
 
 
 class TiledWinograd:
-    """A 3x3, stride-1 convolution of ``padding`` by Winograd F(4x4, 3x3), its transformed
-    weight ``u`` (36, C, K; :func:`~kuiperinfer.kernels.winograd.winograd_weight`) packed for
-    the float32 tiles of ``kernel``, then the ``bias``, the ``activation`` and, where a call
-    gives one, the residual and its ``residual_activation``; called as a
-    :class:`~.convolution.ProductConvolution` is. ``few_tiles`` makes the convolution that
-    computes calls of too few tiles (on first need, unless made already)."""
+    """A 3x3, stride-1 convolution of ``padding`` by Winograd F(4x4, 3x3) of its (K, C, 3, 3)
+    ``weight``: the transformed weight (36, C, K; :func:`~kuiperinfer.kernels.winograd.winograd_weight`,
+    ``transformed`` where made already, then packed at once) packed for the float32 tiles of
+    ``kernel``, then the ``bias``, the ``activation`` and, where a call gives one, the residual
+    and its ``residual_activation``; called as a :class:`~.convolution.ProductConvolution`
+    is. ``few_tiles`` makes the convolution that computes calls of too few tiles (on first
+    need, unless made already)."""
 
-    def __init__(self, u: np.ndarray, bias: np.ndarray | None, activation: InplaceActivation | None,
+    def __init__(self, weight: np.ndarray, bias: np.ndarray | None, activation: InplaceActivation | None,
                  residual_activation: InplaceActivation | None, padding: Padding, kernel: ProductKernel,
-                 few_tiles: Callable[[], ProductConvolution]):
+                 few_tiles: Callable[[], ProductConvolution], transformed: np.ndarray | None = None):
         from kuiperinfer.kernels.compiled.products import BLOCKS, epilogue_numbers
         from kuiperinfer.kernels.compiled.winograd import run_winograd_parts
 
-        _, self.in_channels, self.out_channels = u.shape
+        self.out_channels, self.in_channels = weight.shape[:2]
         self.padding, self.kernel, self._few_tiles, self._made = padding, kernel, few_tiles, None
-        self.packed = resident(np.stack([pack(matrix, kernel)[0] for matrix in u])).view(np.float32)
-        """The 36 matrices of the transformed weight, as the float32 tiles read them."""
+        self._weight, self._packed = weight, None
+        if transformed is not None:
+            self._packed = self._pack(transformed)
         self.bias = np.zeros(self.out_channels, np.float32) if bias is None else np.array(bias, np.float32)
         first, second = ActivationCode.of(activation), ActivationCode.of(residual_activation)
         self.codes = np.array([first.code, second.code], np.int64)
@@ -87,17 +91,29 @@ class TiledWinograd:
         self._zeros = whole_strips(np.zeros(self.out_channels, np.float32), kernel)
         self._plain = epilogue_numbers(ActivationCode(), ActivationCode(), 1.0, 0, 1.0, 0)
         rows, no_rows = np.empty((2, 36, self.in_channels), np.float32)[:, 0], np.empty((0, 0), np.float32)
-        self._product = KernelAddress(BLOCKS[kernel.dot], rows, self.packed[0], np.empty((1, 4), np.int64), 0, 0,
-                                      (0, 0), self._zeros, no_rows, rows, self._plain)
+        self._product = KernelAddress(BLOCKS[kernel.dot], rows, np.empty(1, np.float32), np.empty((1, 4), np.int64),
+                                      0, 0, (0, 0), self._zeros, no_rows, rows, self._plain)
         self._parts = compiled_parts(run_winograd_parts, per_thread=True)
         self._plans: dict[int, tuple[np.ndarray, int]] = {}
         self._kinds: dict[bool, object] = {}
         self._no_residual = np.empty((0, 0, 0, 0), np.float32)
 
+    def _pack(self, transformed: np.ndarray) -> np.ndarray:
+        return resident(np.stack([pack(matrix, self.kernel)[0] for matrix in transformed])).view(np.float32)
+
+    @property
+    def packed(self) -> np.ndarray:
+        """The 36 matrices of the transformed weight, as the float32 tiles read them (made on
+        first need; threads asking at once may each make them, all alike)."""
+        packed = self._packed
+        if packed is None:
+            packed = self._packed = self._pack(winograd_weight(self._weight))
+        return packed
+
     @property
     def nbytes(self) -> int:
-        """Bytes of the packed weights (and of the few tiles' convolution, once made)."""
-        return self.packed.nbytes + (0 if self._made is None else self._made.nbytes)
+        """Bytes of the packed weights, once made (and of the few tiles' convolution, once made)."""
+        return (0 if self._packed is None else self._packed.nbytes) + (0 if self._made is None else self._made.nbytes)
 
     @property
     def made_few_tiles(self) -> ProductConvolution | None:
