@@ -138,17 +138,15 @@ def compiled_for(dispatcher: Any, *arguments: Any) -> Callable[..., Any]:
     return dispatcher.compile(tuple(numba.typeof(argument) for argument in arguments))
 
 
-def kernel_array(x: np.ndarray) -> np.ndarray:
-    """``x`` as the C-contiguous, writable float32 array kernels take (a copy only if it is not)."""
-    if x.dtype == np.float32 and x.flags.c_contiguous and x.flags.writeable:
-        return x
-    return np.require(x, np.float32, ("C", "W"))
-
-
 def kernel_operand(x: np.ndarray) -> np.ndarray:
     """``x`` as a C-contiguous, writable array of its own type, as kernels take it (a copy
     only if it is not)."""
     return x if x.flags.c_contiguous and x.flags.writeable else np.require(x, x.dtype, ("C", "W"))
+
+
+def kernel_array(x: np.ndarray) -> np.ndarray:
+    """``x`` as the C-contiguous, writable float32 array kernels take (a copy only if it is not)."""
+    return kernel_operand(np.asarray(x, np.float32))
 
 
 CACHE_LINE = 64

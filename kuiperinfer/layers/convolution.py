@@ -255,11 +255,12 @@ class PackedWeight:
       bias and activation of the compiled ``epilogue``, where ``geometry`` lets it compute
       the convolution (:meth:`ConvGeometry.computes_directly`), else None;
     * :attr:`planar`: the operand of the planar columns, for very few input channels;
-    * :attr:`winograd`: the transformed weight of Winograd, when asked for.
+    * :attr:`winograd`: the transformed weight of Winograd, where :attr:`takes_winograd`.
 
     ``recorded`` is the output's (batch, height, width) at export (0 where unknown). When
     Winograd computes that shape, and so every larger batch, the GEMM operand is made only
-    if a call needs it (a smaller image): the weight is not held twice more than it must be.
+    if a call needs it (a smaller image), else the transformed weight is: the weight is not
+    held twice more than it must be.
     Every form is of ``scale`` times the weight
     (:func:`product_epilogue` says why).
     """
@@ -284,10 +285,12 @@ class PackedWeight:
             self.direct = compiled_direct.CompiledDirect(scaled, epilogue)
         few = groups == 1 and weight.shape[1] <= PLANAR_MAX_CHANNELS and self.direct is None
         self.planar = pack_planar_weight(scaled) if few else None
-        self.winograd = winograd_weight(scaled) if winograd else None
-        self._gemm = None
-        winograd_at_export = (self.winograd is not None and min(recorded) > 0
+        self.takes_winograd = winograd
+        """Whether calls of enough tiles take Winograd."""
+        winograd_at_export = (winograd and min(recorded) > 0
                               and winograd_pays(recorded[0], self.in_channels, recorded[1:]))
+        self._winograd = winograd_weight(scaled) if winograd_at_export else None
+        self._gemm = None
         if self.depthwise is None and self.direct is None and not winograd_at_export:
             self._gemm = pack_weight(scaled, groups)
 
@@ -302,6 +305,19 @@ class PackedWeight:
         if gemm is None:
             gemm = self._gemm = pack_weight(self._scaled(), self._groups)
         return gemm
+
+    @property
+    def winograd(self) -> np.ndarray:
+        """The transformed weight of Winograd (made on first use if not at build time, as :attr:`gemm`)."""
+        transformed = self._winograd
+        if transformed is None:
+            transformed = self._winograd = winograd_weight(self._scaled())
+        return transformed
+
+    @property
+    def holds_winograd(self) -> bool:
+        """Whether the transformed weight is held (made at build, or since on first use)."""
+        return self._winograd is not None
 
     @property
     def holds_gemm(self) -> bool:
@@ -390,9 +406,9 @@ class Conv2dKernel:
         elif weight.direct is not None:
             self.compute = self.direct
         else:
-            self.compute = self.winograd if weight.winograd is not None else self.general
+            self.compute = self.winograd if weight.takes_winograd else self.general
             if geometry.kernel == (1, 1) and geometry.stride == (1, 1) and geometry.groups == 1 \
-                    and geometry.padding == ((0, 0), (0, 0)) and weight.winograd is None:
+                    and geometry.padding == ((0, 0), (0, 0)) and not weight.takes_winograd:
                 self.compute = self.pointwise
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
@@ -594,7 +610,7 @@ class Convolution(ParamLayer):
             self.kernel = on_tiles()
             self.packed.drop_gemm()     # the tiles hold the weight in their own packing
         elif compute is Conv2dKernel.winograd:
-            pays = not self.packed.holds_gemm    # Winograd pays at the recorded shape
+            pays = self.packed.holds_winograd    # Winograd pays at the recorded shape
             self.kernel = TiledWinograd(weight_2d, self._bias, self.plan.activation, self.plan.residual_activation,
                                         self.geometry.padding, self.precision.float_tiles, on_tiles,
                                         self.packed.winograd if pays else None)
