@@ -208,20 +208,17 @@ class SqueezeExcitation(Layer):
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         x, unbatched = as_2d(inputs[0], 2, "squeeze-and-excitation")
         check_channels(x, self.in_channels)
-        if isinstance(self.compiled, CompiledSqueezeExcitation):
-            return [from_2d(nchw(self.compiled(kernel_array(nhwc(x)))), 2, unbatched)]
-        mean = global_avg_pool2d(x.astype(np.float32, copy=False))
         if self.compiled is not None:
-            return [from_2d(nchw(self.compiled(kernel_array(nhwc(x)), mean)), 2, unbatched)]
-        gate = self.expand(self.reduce(mean))
+            return [from_2d(nchw(self.compiled(kernel_array(nhwc(x)))), 2, unbatched)]
+        gate = self.expand(self.reduce(global_avg_pool2d(x.astype(np.float32, copy=False))))
         return [from_2d(x * gate.reshape(*gate.shape, 1, 1), 2, unbatched)]
 
 
 def compiled_gate(plan: SqueezeExcitationPlan, reduce: PointwiseProduct,
                   expand: PointwiseProduct) -> CompiledSqueezeExcitation | CompiledInt8SqueezeExcitation | None:
     """The compiled kernel of a squeeze-and-excitation block whose products compute in one
-    precision, fp32 or int8 on the compiled int8 products (whose numbers it gives to the bit;
-    the mean is NumPy's, as the unfused network's pooling computes it); None for others."""
+    precision, fp32 or int8 on the compiled int8 products (whose numbers it gives to the bit,
+    of the mean the compiled global average pooling gives); None for others."""
     precisions = {reduce.precision.name, expand.precision.name}
     if precisions == {"fp32"}:
         return CompiledSqueezeExcitation(reduce.matrix, reduce.epilogue, expand.matrix, expand.epilogue)

@@ -26,7 +26,7 @@ import numpy as np
 
 from kuiperinfer.errors import InferError, InferStatus
 from kuiperinfer.errors import ParseParameterAttrStatus as Status
-from kuiperinfer.kernels.compiled.pooling import max_pool2d_channels_last
+from kuiperinfer.kernels.compiled.pooling import global_avg_pool2d_channels_last, max_pool2d_channels_last
 from kuiperinfer.kernels.layout import is_channels_last
 from kuiperinfer.kernels.pooling import adaptive_avg_pool2d, adaptive_max_pool2d, avg_pool2d, max_pool2d, pool_output_hw
 from kuiperinfer.kernels.windows import as_batched, avg_pool, max_pool
@@ -134,17 +134,27 @@ class AdaptivePooling(NonParamLayer):
 @register_layer("nn.AdaptiveAvgPool1d", "nn.AdaptiveAvgPool2d", "F.adaptive_avg_pool1d",
                 "F.adaptive_avg_pool2d")
 class AdaptiveAvgPooling(AdaptivePooling):
-    """Adaptive average pooling."""
+    """Adaptive average pooling; ``compiled``, the mean of a float32 input held channels-last
+    (a convolution's output) over all its pixels is the compiled kernel's
+    (:func:`~kuiperinfer.kernels.compiled.pooling.global_avg_pool2d_channels_last`)."""
+
+    def __init__(self, layer_name: str, output_size: tuple[int | None, int | None], rank: int,
+                 compiled: bool = False):
+        super().__init__(layer_name, output_size, rank)
+        self.compiled = compiled
 
     @classmethod
     def create(cls, op: RuntimeOperator, options: BuildOptions) -> AdaptiveAvgPooling:
-        layer = cls(op.name, cls.read_output_size(op), spatial_rank(op))
+        layer = cls(op.name, cls.read_output_size(op), spatial_rank(op), options.compiled)
         layer.batch_independent = batched(op, spatial_rank(op))
         return layer
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         x, unbatched = as_2d(inputs[0], self.rank, f"adaptive_avg_pool{self.rank}d")
-        return [from_2d(adaptive_avg_pool2d(x, self.output_hw(x)), self.rank, unbatched)]
+        out_hw = self.output_hw(x)
+        if self.compiled and out_hw == (1, 1) and x.dtype == np.float32 and is_channels_last(x):
+            return [from_2d(global_avg_pool2d_channels_last(x).reshape(*x.shape[:2], 1, 1), self.rank, unbatched)]
+        return [from_2d(adaptive_avg_pool2d(x, out_hw), self.rank, unbatched)]
 
 
 @register_layer("nn.AdaptiveMaxPool1d", "nn.AdaptiveMaxPool2d", "F.adaptive_max_pool1d",

@@ -5,6 +5,7 @@ and int8."""
 import numpy as np
 import pytest
 
+from kuiperinfer.kernels.compiled.pooling import global_avg_pool2d_channels_last
 from kuiperinfer.kernels.compiled.squeeze_excitation import CompiledInt8SqueezeExcitation, CompiledSqueezeExcitation
 from kuiperinfer.kernels.elementwise import InplaceActivation
 from kuiperinfer.kernels.jit import kernel_array
@@ -58,12 +59,14 @@ def test_int8_squeeze_excitation_is_the_int8_products_to_the_bit(gate, shape, hi
     reduce = PointwiseProduct(plan.reduce.weight, plan.reduce.bias, plan.reduce.activation, True, reduce_precision,
                               expand_precision.requantize if requantized else None)
     expand = PointwiseProduct(plan.expand.weight, plan.expand.bias, gate, True, expand_precision)
-    mean = global_avg_pool2d(x)
+    channels_last = nchw(np.ascontiguousarray(nhwc(x)))
+    mean = global_avg_pool2d_channels_last(channels_last)     # the mean the gate takes, as the unfused pooling's
+    np.testing.assert_allclose(mean, global_avg_pool2d(x), atol=1e-6, rtol=1e-5)
     expected = x * expand(reduce(mean)).reshape(n, c, 1, 1)
     compiled = compiled_gate(plan, reduce, expand)
     assert isinstance(compiled, CompiledInt8SqueezeExcitation)
-    for source in (x, nchw(np.ascontiguousarray(nhwc(x)))):          # row-major, or channels-last
-        np.testing.assert_array_equal(nchw(compiled(kernel_array(nhwc(source)), mean)), expected)
+    for source in (x, channels_last):          # row-major, or channels-last
+        np.testing.assert_array_equal(nchw(compiled(kernel_array(nhwc(source)))), expected)
 
 
 def test_a_gate_of_mixed_precisions_takes_the_reference():

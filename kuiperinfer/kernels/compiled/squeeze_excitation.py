@@ -3,7 +3,8 @@
 The compiled twin of :class:`kuiperinfer.layers.fused.SqueezeExcitation`'s NumPy path
 (:func:`~kuiperinfer.kernels.pooling.global_avg_pool2d`, two products with their
 epilogues, a broadcast multiplication). On channels-last (N, H*W, C) input each step is a
-loop along the contiguous channels: the mean adds the pixels' channel rows, the two
+loop along the contiguous channels: the mean adds the pixels' channel rows as the compiled
+global average pooling does (:func:`~.pooling.channel_means`), the two
 products add rows of the (C, R) and (R, C) weights scaled by one value each, and the gate
 multiplies every pixel's channel row into a fresh output. One call replaces about six
 NumPy calls, which at these sizes (a few thousand values) cost more than the arithmetic.
@@ -21,6 +22,7 @@ import numpy as np
 
 from kuiperinfer.kernels.compiled.activation import ActivationCode, finish_row
 from kuiperinfer.kernels.compiled.epilogue import CompiledEpilogue, requantized
+from kuiperinfer.kernels.compiled.pooling import channel_means
 from kuiperinfer.kernels.elementwise import InplaceActivation
 from kuiperinfer.kernels.jit import inline, kernel, kernel_array
 
@@ -44,19 +46,11 @@ def squeeze_excitation(x: np.ndarray, reduce: np.ndarray, reduce_bias: np.ndarra
     """``out[n] = x[n] * gate[n]`` for every image of ``x`` (N, P, C) with
     ``gate = act2(act1(mean(x[n]) @ reduce + b1) @ expand + b2)``; ``reduce`` is (C, R)."""
     n, pixels, c = x.shape
-    mean = np.empty(c, np.float32)
+    mean, block = np.empty(c, np.float32), np.empty(c, np.float32)
     hidden = np.empty(reduce.shape[1], np.float32)
     gate = np.empty(c, np.float32)
-    scale = np.float32(1) / np.float32(pixels)
     for image in range(n):
-        for q in range(c):
-            mean[q] = 0
-        for p in range(pixels):
-            row = x[image, p]
-            for q in range(c):
-                mean[q] += row[q]
-        for q in range(c):
-            mean[q] *= scale
+        channel_means(x, image, mean, block)
         add_scaled_rows(mean, reduce, hidden)
         finish_row(hidden, reduce_bias, reduce_code, reduce_a, reduce_b)
         add_scaled_rows(hidden, expand, gate)
@@ -105,18 +99,21 @@ def int8_gate(values: np.ndarray, product: tuple, shifted: np.ndarray, sums: np.
 
 
 @kernel
-def int8_squeeze_excitation(x: np.ndarray, mean: np.ndarray, reduce: tuple, expand: tuple, out: np.ndarray) -> None:
-    """``out[n] = x[n] * gate[n]`` for every image of ``x`` (N, P, C), given its channels'
-    ``mean`` (N, C), with the gate's two int8 products (:func:`int8_gate`); the reduced
-    channels go to the expanding product in its input form."""
+def int8_squeeze_excitation(x: np.ndarray, reduce: tuple, expand: tuple, out: np.ndarray) -> None:
+    """``out[n] = x[n] * gate[n]`` for every image of ``x`` (N, P, C), with the gate's two
+    int8 products (:func:`int8_gate`) of its channels' mean (:func:`~.pooling.channel_means`,
+    as the compiled global average pooling computes it); the reduced channels go to the
+    expanding product in its input form."""
     n, pixels, c = x.shape
     r = reduce[2].shape[1]
+    mean, block = np.empty(c, np.float32), np.empty(c, np.float32)
     hidden = np.empty(r, np.float32)
     gate = np.empty(c, np.float32)
     shifted = np.empty(max(c, r), np.int32)
     sums = np.empty(max(c, r), np.int32)
     for image in range(n):
-        int8_gate(mean[image], reduce, shifted, sums[:r], hidden)
+        channel_means(x, image, mean, block)
+        int8_gate(mean, reduce, shifted, sums[:r], hidden)
         int8_gate(hidden, expand, shifted, sums[:c], gate)
         for p in range(pixels):
             source, target = x[image, p], out[image, p]
@@ -146,18 +143,14 @@ class Int8Gate(NamedTuple):
 class CompiledInt8SqueezeExcitation:
     """The gate's two 1x1 convolutions as int8 products, each an int8 weight (K, N) with its
     activations' scale and zero point, the scale of each output column (the activations'
-    times the weight's), bias and activation, for :func:`int8_squeeze_excitation`; the mean
-    is the caller's (as the unfused network computes it, so that both quantize the same
-    values)."""
+    times the weight's), bias and activation, for :func:`int8_squeeze_excitation`."""
 
     def __init__(self, reduce: Int8Gate, expand: Int8Gate):
         self._reduce, self._expand = reduce.arguments(), expand.arguments()
 
-    def __call__(self, x: np.ndarray, mean: np.ndarray) -> np.ndarray:
-        """The gated NHWC ``x`` (N, H, W, C; C-contiguous, writable, float32) as a new array,
-        given its channels' ``mean`` (N, C)."""
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        """The gated NHWC ``x`` (N, H, W, C; C-contiguous, writable, float32) as a new array."""
         n, h, w, c = x.shape
         out = np.empty_like(x)
-        int8_squeeze_excitation(x.reshape(n, h * w, c), kernel_array(mean), self._reduce, self._expand,
-                                out.reshape(n, h * w, c))
+        int8_squeeze_excitation(x.reshape(n, h * w, c), self._reduce, self._expand, out.reshape(n, h * w, c))
         return out
