@@ -198,8 +198,9 @@ class Joined(nn.Module):
 def test_int8_values_stay_uint8_through_concatenations(tmp_path, monkeypatch) -> None:
     """A concatenation whose inputs all arrive as uint8 in the form of the product reading it
     joins them as uint8 (its producers requantize into that form, through max pooling too);
-    one of whose inputs an expression makes keeps every input float32: the same numbers as
-    joining float32 values for the reader to quantize, on 1 and 2 threads."""
+    one of whose inputs an expression makes gets every input as float32 and quantizes them
+    into its reader's form as it joins them: the same numbers as joining float32 values for
+    the reader to quantize, on 1 and 2 threads."""
     torch.manual_seed(0)
     param = export(Joined().eval(), (torch.randn(1, 3, 8, 8),), tmp_path)
     rng = np.random.default_rng(7)
@@ -215,12 +216,52 @@ def test_int8_values_stay_uint8_through_concatenations(tmp_path, monkeypatch) ->
     for threads in (1, 2):
         graph = kuiperinfer.load(param, precision="int8", calibration=table, threads=threads)
         plans = {op.name: op.plan.quantized_for for op in graph.operators if getattr(op.plan, "quantized_for", None)}
-        assert plans == {"cv1": "m1", "m1": "m2", "m2": "cv3", "cv2": "cv3", "cv3": "sppf", "sppf": "after",
-                         "mixed": "fc"}
         joins = [op.name for op in graph.operators if op.type == "torch.cat"]
-        values = graph.run(x, fetch=joins)
-        assert [values[name].dtype for name in joins] == [np.uint8, np.uint8, np.float32]
+        assert plans == {"cv1": "m1", "m1": "m2", "m2": "cv3", "cv2": "cv3", "cv3": "sppf", "sppf": "after",
+                         "mixed": "fc", joins[2]: "mixed"}
+        values = graph.run(x, fetch=[*joins, "after"])
+        assert [values[name].dtype for name in joins] == [np.uint8, np.uint8, np.uint8]
+        assert values["after"].dtype == np.float32     # the expression reads it too
         np.testing.assert_array_equal(graph(x), expected)
+
+
+class Decoder(nn.Module):
+    """U-Net's decoder step: an encoder feature that max pooling also reads (for another
+    product), and a transposed convolution's upsampling of what that reads, joined for a
+    convolution: both inputs of the join arrive as float32."""
+
+    def __init__(self):
+        super().__init__()
+        self.encode, self.down = nn.Conv2d(3, 8, 3, padding=1), nn.Conv2d(8, 16, 3, padding=1)
+        self.up, self.decode = nn.ConvTranspose2d(16, 8, 2, stride=2), nn.Conv2d(16, 8, 3, padding=1)
+
+    def forward(self, x):
+        skip = F.relu(self.encode(x))
+        deep = F.relu(self.down(F.max_pool2d(skip, 2)))
+        return self.decode(torch.cat([self.up(deep), skip], 1))
+
+
+def test_a_join_of_float32_values_quantizes_them_for_its_reader(tmp_path, monkeypatch) -> None:
+    """A join whose inputs arrive as float32 (neither producer can hand uint8 to all its
+    readers) and whose output one int8 convolution reads joins them as uint8 in that
+    convolution's form: the numbers of joining float32 values for it to quantize, compiled
+    and on the NumPy reference kernels, on 1 and 2 threads."""
+    torch.manual_seed(0)
+    param = export(Decoder().eval(), (torch.randn(1, 3, 16, 16),), tmp_path)
+    rng = np.random.default_rng(3)
+    np.save(tmp_path / "calibrate.npy", rng.standard_normal((8, 3, 16, 16)).astype(np.float32))
+    table = calibrate_model(param, tmp_path / "calibrate.npy").table
+    x = rng.standard_normal((2, 3, 16, 16)).astype(np.float32)
+    for kernels in ("compiled", "reference"):
+        with monkeypatch.context() as patched:
+            patched.setattr(Cat, "joins", False)
+            expected = kuiperinfer.load(param, precision="int8", calibration=table, kernels=kernels)(x)
+        for threads in (1, 2):
+            graph = kuiperinfer.load(param, precision="int8", calibration=table, kernels=kernels, threads=threads)
+            (join,) = [op for op in graph.operators if op.type == "torch.cat"]
+            assert join.plan.quantized_for == "decode"
+            assert graph.run(x, fetch=[join.name])[join.name].dtype == np.uint8
+            np.testing.assert_array_equal(graph(x), expected)
 
 
 class Stem(nn.Module):

@@ -6,6 +6,7 @@ Split outputs are views of the input: the pieces share its memory.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -13,7 +14,8 @@ import numpy as np
 from kuiperinfer.errors import InferError, InferStatus
 from kuiperinfer.errors import ParseParameterAttrStatus as Status
 from kuiperinfer.kernels.layout import concatenate_channels, is_channels_last
-from kuiperinfer.layers.base import NonParamLayer, keeps_batch
+from kuiperinfer.kernels.matrix.products import Requantize, quantize_activations
+from kuiperinfer.layers.base import NonParamLayer, keeps_batch, requantize_for
 from kuiperinfer.runtime.operator import RuntimeOperator
 from kuiperinfer.runtime.options import BuildOptions
 from kuiperinfer.runtime.registry import register_layer
@@ -32,21 +34,43 @@ def _tensor_list(inputs: Sequence[Any]) -> Sequence[np.ndarray]:
     return inputs[0] if len(inputs) == 1 and isinstance(inputs[0], (list, tuple)) else inputs
 
 
+@dataclass(frozen=True)
+class JoinPlan:
+    """The optimiser's plan for a concatenation in an int8 graph."""
+
+    quantized_for: str | None = None
+    """The pnnx operator whose int8 product (with any others of the same input range) alone
+    reads the joined value, whose float32 inputs the join quantizes into that product's uint8
+    form as it joins them: the product then takes them as they are (the same numbers)."""
+
+
 @register_layer("torch.cat", "torch.concat", "torch.concatenate")
 class Cat(DimLayer):
     """Join tensors along ``dim``; images joined along their channels stay channels-last, and
-    uint8 values (an int8 graph's, of one form) stay uint8."""
+    uint8 values (an int8 graph's, of one form) stay uint8. With a ``quantize`` form (a
+    :class:`JoinPlan`'s), float32 tensors are quantized into it as they are joined."""
 
     joins = True
+    plan_class = JoinPlan
+
+    def __init__(self, layer_name: str, dim: int, quantize: Requantize | None = None, compiled: bool = False):
+        super().__init__(layer_name, dim)
+        self.quantize, self.compiled = quantize, compiled
 
     @classmethod
     def create(cls, op: RuntimeOperator, options: BuildOptions) -> Cat:
-        layer = cls(op.name, op.param_int("dim", Status.kParameterMissingDim))
+        plan = op.plan or JoinPlan()
+        layer = cls(op.name, op.param_int("dim", Status.kParameterMissingDim),
+                    requantize_for(options, plan.quantized_for), options.compiled)
         layer.batch_independent = keeps_batch(op, layer.dim)
         return layer
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         tensors = _tensor_list(inputs)
+        if self.quantize is not None:   # uint8 tensors arrive in the form already (the optimiser's invariant)
+            form = self.quantize
+            tensors = [t if t.dtype == np.uint8 else quantize_activations(t, form.scale, form.zero_point, self.compiled)
+                       for t in tensors]
         if self.dim in (1, -3) and all(isinstance(t, np.ndarray) and is_channels_last(t) for t in tensors) \
                 and len({(t.dtype, t.shape[0], *t.shape[2:]) for t in tensors}) == 1:
             return [concatenate_channels(tensors)]     # the channels of images, kept channels-last

@@ -577,7 +577,8 @@ def select_uint8_activations(graph: RuntimeGraph) -> int:
     residual, which its epilogue dequantizes (the residual is then the quantized value). A
     concatenation joins uint8 values only where every one of its inputs arrives so, in the
     same form. Any other reader (an addition, average pooling, a graph output) keeps the
-    output float32."""
+    output float32. A join of float32 values whose readers are int8 products of one form
+    quantizes them into it (:func:`_quantizing_joins`)."""
     table = graph.options.calibration
     chosen: dict[str, tuple[RuntimeOperator, list[str], list[RuntimeOperator], list[RuntimeOperator]]] = {}
     for op in graph.operators if table is not None else ():
@@ -604,7 +605,29 @@ def select_uint8_activations(graph: RuntimeGraph) -> int:
         set_plan(op, replace(op.plan or LayerRegisterer.layer_class(op.type).plan_class(), quantized_for=readers[0]))
         for reader in residuals:
             set_plan(reader, replace(reader.plan, residual_quantized_for=readers[0]))
-    return len(chosen)
+    return len(chosen) + _quantizing_joins(graph, chosen)
+
+
+def _quantizing_joins(graph: RuntimeGraph, chosen: Mapping[str, object]) -> int:
+    """Let each join whose inputs arrive as float32 (none of ``chosen`` hands it uint8) and
+    whose output only int8 products of one input range read (directly, or through
+    shape-only and monotone operators; no other join, no residual) quantize its inputs into
+    their uint8 form as it joins them: a quarter of the bytes to write, and the products take
+    the values as they are (``quantize(join(x)) == join(quantize(x))``: the same numbers)."""
+    table, count = graph.options.calibration, 0
+    for join in graph.operators:
+        layer_class = LayerRegisterer.layer_class(join.type)
+        if layer_class is None or not layer_class.joins or len(join.output_operands) != 1 \
+                or any(_arrives_quantized(operand, chosen) for operand in join.input_operands_seq):
+            continue
+        residuals: list[RuntimeOperator] = []
+        joins: list[RuntimeOperator] = []
+        readers = _product_readers(join.output_operands[0], residuals, joins)
+        forms = {table.precision_of(name) for name in readers or ()}
+        if len(forms) == 1 and isinstance(forms.pop(), Int8) and not residuals and not joins:
+            set_plan(join, replace(join.plan or layer_class.plan_class(), quantized_for=readers[0]))
+            count += 1
+    return count
 
 
 def _product_readers(operand, residuals: list[RuntimeOperator], joins: list[RuntimeOperator]) -> list[str] | None:

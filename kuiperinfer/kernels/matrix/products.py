@@ -326,6 +326,19 @@ def in_layout(x: np.ndarray, dtype: type, fill: Callable[[np.ndarray, np.ndarray
     return out.reshape([x.shape[i] for i in order]).transpose(inverse)
 
 
+def quantize_activations(x: np.ndarray, scale: float, zero_point: int, compiled: bool) -> np.ndarray:
+    """float32 ``x`` (any shape and memory layout) quantized to uint8 with ``scale`` and
+    ``zero_point`` as an int8 product's activations are, in the same layout: by the compiled
+    quantizer (large arrays shared among the run's threads), else by NumPy's reference."""
+    x, scale = np.asarray(x, np.float32), np.float32(scale)
+    if not compiled:
+        return int8.quantize(x, scale, zero_point)
+    from kuiperinfer.kernels.compiled.products import quantize_values
+
+    zero = np.float32(zero_point)
+    return in_layout(x, np.uint8, lambda values, out: quantize_values(values, scale, zero, out))
+
+
 ELEMENTWISE_SHARED = 1 << 21
 """Values from which an elementwise pass (quantizing, rounding) is shared among threads: its
 parts are Python's, whose hand-off costs more than a smaller pass (quantizing 150,000 values
@@ -543,13 +556,7 @@ class Int8Product(Product):
         quantized so already, as it is)."""
         if x.dtype == np.uint8:
             return x
-        x = np.asarray(x, np.float32)
-        if self.kernel.dot is None:
-            return int8.quantize(x, self.input_scale, self.zero_point)
-        from kuiperinfer.kernels.compiled.products import quantize_values
-
-        scale, zero_point = self.input_scale, np.float32(self.zero_point)
-        return in_layout(x, np.uint8, lambda values, out: quantize_values(values, scale, zero_point, out))
+        return quantize_activations(x, self.input_scale, self.zero_point, compiled=self.kernel.dot is not None)
 
     def _reference(self, a: np.ndarray, out: np.ndarray, columns: slice, epilogue: ProductEpilogue,
                    residual: np.ndarray | None, residual_scale: float, residual_zero_point: int,
