@@ -218,7 +218,7 @@ def test_int8_values_stay_uint8_through_concatenations(tmp_path, monkeypatch) ->
         plans = {op.name: op.plan.quantized_for for op in graph.operators if getattr(op.plan, "quantized_for", None)}
         joins = [op.name for op in graph.operators if op.type == "torch.cat"]
         assert plans == {"cv1": "m1", "m1": "m2", "m2": "cv3", "cv2": "cv3", "cv3": "sppf", "sppf": "after",
-                         "mixed": "fc", joins[2]: "mixed"}
+                         "mixed": "fc", joins[0]: "cv3", joins[1]: "after", joins[2]: "mixed"}
         values = graph.run(x, fetch=[*joins, "after"])
         assert [values[name].dtype for name in joins] == [np.uint8, np.uint8, np.uint8]
         assert values["after"].dtype == np.float32     # the expression reads it too
@@ -230,10 +230,10 @@ class Decoder(nn.Module):
     product), and a transposed convolution's upsampling of what that reads, joined for a
     convolution: both inputs of the join arrive as float32."""
 
-    def __init__(self):
+    def __init__(self, up: nn.Module):
         super().__init__()
         self.encode, self.down = nn.Conv2d(3, 8, 3, padding=1), nn.Conv2d(8, 16, 3, padding=1)
-        self.up, self.decode = nn.ConvTranspose2d(16, 8, 2, stride=2), nn.Conv2d(16, 8, 3, padding=1)
+        self.up, self.decode = up, nn.Conv2d(16, 8, 3, padding=1)
 
     def forward(self, x):
         skip = F.relu(self.encode(x))
@@ -241,13 +241,18 @@ class Decoder(nn.Module):
         return self.decode(torch.cat([self.up(deep), skip], 1))
 
 
-def test_a_join_of_float32_values_quantizes_them_for_its_reader(tmp_path, monkeypatch) -> None:
-    """A join whose inputs arrive as float32 (neither producer can hand uint8 to all its
-    readers) and whose output one int8 convolution reads joins them as uint8 in that
-    convolution's form: the numbers of joining float32 values for it to quantize, compiled
-    and on the NumPy reference kernels, on 1 and 2 threads."""
+@pytest.mark.parametrize("up", [{"kernel_size": 2},    # blocks of outputs, requantized as they are made
+                                {"kernel_size": 3, "padding": 1, "output_padding": 1}],   # overlapping taps summed
+                         ids=["blockwise", "overlapping"])
+def test_a_join_of_float32_values_quantizes_them_for_its_reader(up, tmp_path, monkeypatch) -> None:
+    """A join whose output one int8 convolution reads quantizes into that convolution's form
+    what arrives as float32 (the encoder's feature, which max pooling reads for another
+    product too) and takes as it is what its producer hands on as uint8 in that form (the
+    transposed convolution's upsampling, requantized in its epilogue): the numbers of joining
+    float32 values for the convolution to quantize, compiled and on the NumPy reference
+    kernels, on 1 and 2 threads."""
     torch.manual_seed(0)
-    param = export(Decoder().eval(), (torch.randn(1, 3, 16, 16),), tmp_path)
+    param = export(Decoder(nn.ConvTranspose2d(16, 8, stride=2, **up)).eval(), (torch.randn(1, 3, 16, 16),), tmp_path)
     rng = np.random.default_rng(3)
     np.save(tmp_path / "calibrate.npy", rng.standard_normal((8, 3, 16, 16)).astype(np.float32))
     table = calibrate_model(param, tmp_path / "calibrate.npy").table
@@ -260,7 +265,8 @@ def test_a_join_of_float32_values_quantizes_them_for_its_reader(tmp_path, monkey
             graph = kuiperinfer.load(param, precision="int8", calibration=table, kernels=kernels, threads=threads)
             (join,) = [op for op in graph.operators if op.type == "torch.cat"]
             assert join.plan.quantized_for == "decode"
-            assert graph.run(x, fetch=[join.name])[join.name].dtype == np.uint8
+            values = graph.run(x, fetch=[join.name, "up", "encode"])
+            assert [values[name].dtype for name in (join.name, "up", "encode")] == [np.uint8, np.uint8, np.float32]
             np.testing.assert_array_equal(graph(x), expected)
 
 

@@ -46,7 +46,7 @@ from kuiperinfer.kernels.layout import is_channels_last, nchw, nhwc, pad_nhwc
 from kuiperinfer.kernels.matrix.convolution import DirectInt8Convolution, ProductConvolution
 from kuiperinfer.kernels.matrix.int8 import weight_scales
 from kuiperinfer.kernels.matrix.precision import FP32, Precision
-from kuiperinfer.kernels.matrix.products import Product, ProductEpilogue, Requantize
+from kuiperinfer.kernels.matrix.products import Product, ProductEpilogue, Requantize, quantize_activations
 from kuiperinfer.kernels.matrix.winograd import TiledWinograd
 from kuiperinfer.kernels.padding import PAD_MODES, pad_last_dims
 from kuiperinfer.kernels.parallel import threads_for
@@ -758,18 +758,20 @@ class ProductTransposedConvolution:
     Cout/groups*kh*kw) weight, whose taps share their output channel's int8 scale. The
     overlapping taps' outputs are then summed as float32 (:func:`fold_columns`); with a
     blockwise geometry (stride equal to the kernel), where none overlap, each input pixel's
-    block of outputs, bias included, is copied into place. Calling it gives NCHW output
-    (channels-last memory for the blockwise geometry)."""
+    block of outputs, bias included, is copied into place, as uint8 in the ``requantize``
+    form where one is given (an int8 product alone reads the output). Calling it gives NCHW
+    output (channels-last memory for the blockwise geometry)."""
 
     def __init__(self, weight: np.ndarray, bias: np.ndarray | None, geometry: ConvGeometry,
-                 output_padding: tuple[int, int], precision: Precision, compiled: bool):
+                 output_padding: tuple[int, int], precision: Precision, compiled: bool,
+                 requantize: Requantize | None = None):
         c_in, width, kh, kw = weight.shape
         self.geometry, self.output_padding, self.bias, self.in_channels = geometry, output_padding, bias, c_in
         self.blockwise = geometry.blockwise_transposed(output_padding)
         scales = weight_scales(weight, axis=1)
         if self.blockwise:   # columns (kh, kw, Cout): each input pixel's block in NHWC order
             matrices, scales = [pack_blockwise_weight(weight)], np.tile(scales, kh * kw)
-            epilogue = ProductEpilogue(None if bias is None else np.tile(bias, kh * kw))
+            epilogue = ProductEpilogue(None if bias is None else np.tile(bias, kh * kw), requantize=requantize)
         else:                # columns (Cout/groups, kh, kw) per group
             matrices = weight.reshape(geometry.groups, c_in // geometry.groups, width * kh * kw)
             scales, epilogue = np.repeat(scales, kh * kw), ProductEpilogue()
@@ -783,7 +785,7 @@ class ProductTransposedConvolution:
         if self.blockwise:
             y = self.products[0](rows)
             k = y.shape[1] // (kh * kw)
-            out = np.empty((n, h, kh, w, kw, k), np.float32)
+            out = np.empty((n, h, kh, w, kw, k), y.dtype)
             np.copyto(out, y.reshape(n, h, w, kh, kw, k).transpose(0, 1, 3, 2, 4, 5))
             return nchw(out.reshape(n, h * kh, w * kw, k))
         group = c // len(self.products)
@@ -816,9 +818,14 @@ class TransposedConvolution(ParamLayer):
 
     def __init__(self, layer_name: str, weight: np.ndarray, bias: np.ndarray | None,
                  geometry: ConvGeometry, output_padding: tuple[int, int], rank: int,
-                 channels_last: bool = False, precision: Precision = FP32, compiled: bool = False):
+                 channels_last: bool = False, precision: Precision = FP32, compiled: bool = False,
+                 requantize: Requantize | None = None):
         super().__init__(layer_name, weight, bias)
         self.geometry, self.output_padding, self.rank, self.compiled = geometry, output_padding, rank, compiled
+        self.requantize = requantize
+        """In int8, the uint8 form of the int8 products reading the output (a plan's
+        ``quantized_for``), in which it is handed on: the blockwise geometry's product
+        requantizes in its epilogue, the others' sums are quantized once summed."""
         depthwise = is_depthwise(weight, geometry.groups)
         self.products = () if depthwise else (layer_name,)
         self.precision = FP32 if depthwise else precision
@@ -838,9 +845,9 @@ class TransposedConvolution(ParamLayer):
         geometry, output_padding = _read_transposed_geometry(op, kernel)
         c_in, c_out = _read_channels(op, geometry)
         weight = op.weight("weight", (c_in, c_out // geometry.groups, *kernel), copy=False)
-        channels_last = op.plan is not None and op.plan.channels_last
-        layer = cls(op.name, weight, _read_bias(op, c_out), geometry, output_padding, rank, channels_last,
-                    options.precision_of(op.name), options.compiled)
+        plan = op.plan or NO_PLAN
+        layer = cls(op.name, weight, _read_bias(op, c_out), geometry, output_padding, rank, plan.channels_last,
+                    options.precision_of(op.name), options.compiled, requantize_for(options, plan.quantized_for))
         layer.batch_independent = batched(op, rank)
         return layer
 
@@ -848,7 +855,7 @@ class TransposedConvolution(ParamLayer):
         weight = self._weight.reshape(*self._weight.shape[:2], *self.geometry.kernel)
         if self.precision.name != "fp32":
             self._kernel = ProductTransposedConvolution(weight, self._bias, self.geometry, self.output_padding,
-                                                        self.precision, self.compiled)
+                                                        self.precision, self.compiled, self.requantize)
             return
         packed = pack_conv_transpose_weight(weight, self.geometry, self.output_padding)
         self._kernel = lambda x: conv_transpose2d(x, packed, self._bias, self.geometry, self.output_padding)
@@ -856,6 +863,8 @@ class TransposedConvolution(ParamLayer):
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         x, unbatched = as_2d(inputs[0], self.rank, f"conv_transpose{self.rank}d")
         out = self._kernel(x)
+        if self.requantize is not None and out.dtype != np.uint8:   # summed overlapping taps, or fp32's
+            out = quantize_activations(out, self.requantize.scale, self.requantize.zero_point, self.compiled)
         if not self.channels_last:
             out = np.ascontiguousarray(out)
         return [from_2d(out, self.rank, unbatched)]

@@ -577,8 +577,9 @@ def select_uint8_activations(graph: RuntimeGraph) -> int:
     residual, which its epilogue dequantizes (the residual is then the quantized value). A
     concatenation joins uint8 values only where every one of its inputs arrives so, in the
     same form. Any other reader (an addition, average pooling, a graph output) keeps the
-    output float32. A join of float32 values whose readers are int8 products of one form
-    quantizes them into it (:func:`_quantizing_joins`)."""
+    output float32. A join whose readers are int8 products of one form quantizes its float32
+    inputs into it (:func:`_quantizing_joins`): its producers then hand it uint8 where they
+    can and float32 where they cannot."""
     table = graph.options.calibration
     chosen: dict[str, tuple[RuntimeOperator, list[str], list[RuntimeOperator], list[RuntimeOperator]]] = {}
     for op in graph.operators if table is not None else ():
@@ -593,9 +594,10 @@ def select_uint8_activations(graph: RuntimeGraph) -> int:
         if len(forms) == 1 and isinstance(forms.pop(), Int8) \
                 and all(isinstance(table.precision_of(reader.name), Int8) for reader in residuals):
             chosen[op.name] = (op, readers, residuals, joins)
-    while True:    # a join whose inputs do not all arrive as uint8 keeps them all float32
+    quantizing = _quantizing_joins(graph)
+    while True:    # a join that does not quantize, and some of whose inputs arrive as float32, keeps them all so
         dropped = [name for name, (_, _, _, joins) in chosen.items()
-                   if not all(_arrives_quantized(operand, chosen) for join in joins
+                   if not all(join in quantizing or _arrives_quantized(operand, chosen) for join in joins
                               for operand in join.input_operands_seq)]
         if not dropped:
             break
@@ -605,29 +607,30 @@ def select_uint8_activations(graph: RuntimeGraph) -> int:
         set_plan(op, replace(op.plan or LayerRegisterer.layer_class(op.type).plan_class(), quantized_for=readers[0]))
         for reader in residuals:
             set_plan(reader, replace(reader.plan, residual_quantized_for=readers[0]))
-    return len(chosen) + _quantizing_joins(graph, chosen)
+    for join, reader in quantizing.items():
+        set_plan(join, replace(join.plan or LayerRegisterer.layer_class(join.type).plan_class(), quantized_for=reader))
+    return len(chosen) + len(quantizing)
 
 
-def _quantizing_joins(graph: RuntimeGraph, chosen: Mapping[str, object]) -> int:
-    """Let each join whose inputs arrive as float32 (none of ``chosen`` hands it uint8) and
-    whose output only int8 products of one input range read (directly, or through
-    shape-only and monotone operators; no other join, no residual) quantize its inputs into
-    their uint8 form as it joins them: a quarter of the bytes to write, and the products take
-    the values as they are (``quantize(join(x)) == join(quantize(x))``: the same numbers)."""
-    table, count = graph.options.calibration, 0
-    for join in graph.operators:
+def _quantizing_joins(graph: RuntimeGraph) -> dict[RuntimeOperator, str]:
+    """The joins whose output only int8 products of one input range read (directly, or
+    through shape-only and monotone operators; no other join, no residual), each with the
+    first of those products: such a join quantizes every float32 input into their uint8 form
+    as it joins it (``quantize(join(x)) == join(quantize(x))``: the same numbers), so that
+    its producers may hand it float32 or uint8 in that form as suits each, a quarter of the
+    bytes to write, and the products take the joined values as they are."""
+    table, found = graph.options.calibration, {}
+    for join in graph.operators if table is not None else ():
         layer_class = LayerRegisterer.layer_class(join.type)
-        if layer_class is None or not layer_class.joins or len(join.output_operands) != 1 \
-                or any(_arrives_quantized(operand, chosen) for operand in join.input_operands_seq):
+        if layer_class is None or not layer_class.joins or len(join.output_operands) != 1:
             continue
         residuals: list[RuntimeOperator] = []
         joins: list[RuntimeOperator] = []
         readers = _product_readers(join.output_operands[0], residuals, joins)
         forms = {table.precision_of(name) for name in readers or ()}
         if len(forms) == 1 and isinstance(forms.pop(), Int8) and not residuals and not joins:
-            set_plan(join, replace(join.plan or layer_class.plan_class(), quantized_for=readers[0]))
-            count += 1
-    return count
+            found[join] = readers[0]
+    return found
 
 
 def _product_readers(operand, residuals: list[RuntimeOperator], joins: list[RuntimeOperator]) -> list[str] | None:
