@@ -14,10 +14,12 @@ Who waits on what (docs/design.md draws it):
   holding the others up. Out of parts, the caller counts its own off the task and waits
   for the count to reach zero: it waits only for parts already under way.
 * A helper waits for its next task by spinning without the GIL (:mod:`.compiled.spin`) for
-  ``Timing.helper_spin_us``, then blocks on its queue. Handed a Python task, it waits
-  ``Timing.settle_us`` for the caller to let go of the GIL, takes parts until none is
-  left, and counts them off the task *inside its next wait*, after letting go of the GIL,
-  so that the caller, spinning on that count, can take the GIL at once.
+  ``Timing.helper_spin_us``, then blocks on its queue, unless a compiled task reached its
+  mailbox while it waited for the GIL to block (callers count it as awake until it blocks).
+  Handed a Python task, it waits ``Timing.settle_us`` for the caller to let go of the GIL,
+  takes parts until none is left, and counts them off the task *inside its next wait*,
+  after letting go of the GIL, so that the caller, spinning on that count, can take the GIL
+  at once.
 * An operator whose parts are one compiled kernel (:class:`CompiledParts`) is handed over
   from compiled code, once the caller has let go of the GIL: the caller writes it into the
   mailboxes of the helpers (one each, in :attr:`ThreadPool.mailboxes`), and a spinning helper
@@ -311,7 +313,13 @@ class _Helper:
             # counts the last Python task's parts off, runs compiled tasks, waits for a Python one
             self.awake = spin.serve_tasks(self._posted, self._mailboxes, self._index, handed, left, taken, ticks,
                                           settle, stashed)
-            taken, task = 0, self._tasks.get()   # a Python task, or None: a wake-up for a compiled one
+            taken, mailbox = 0, self._mailboxes[self._index * MAILBOX_WORDS + spin.STATE]
+            if not self.awake and mailbox in (spin.CLAIMED, spin.READY):
+                # its spin ran out while a caller held the GIL, which handed a compiled task meanwhile,
+                # taking this thread for awake: serve it instead of blocking
+                self.awake = True
+                continue
+            task = self._tasks.get()   # a Python task, or None: a wake-up for a compiled one
             self.awake = True
             handed += task.kind if task is not None else 0
             while not self._tasks.empty():         # behind: the callers of the older tasks ran their parts

@@ -176,6 +176,29 @@ def test_compiled_parts_reach_helpers_that_block_between_tasks(mark_parts):
     assert 2 in {int(value) // 1000 for log in logs for value in log}      # the helper took parts
 
 
+def test_a_helper_whose_spin_ran_out_while_the_caller_held_the_gil_takes_the_next_compiled_task(mark_parts):
+    """A helper's spin runs out while the caller runs Python (the operators between shared
+    ones): the helper returns to Python and waits for the GIL, still counted as awake, so the
+    caller writes the next compiled task into its mailbox without waking it. Once the caller
+    lets go of the GIL (running its own parts), the helper serves that task instead of
+    blocking on its queue (before, it blocked, and the caller ran every part itself)."""
+    pool = parallel.ThreadPool(2, spin="always", timing=parallel.Timing(min_work=0, helper_spin_us=500))
+    helped = 0
+    try:
+        with pool.running():
+            for _ in range(6):
+                mark_all(mark_parts, 2, microseconds=2000)     # a part each: the two end together
+                busy_until = time.perf_counter() + 0.0025      # Python, holding the GIL past the helper's spin
+                while time.perf_counter() < busy_until:
+                    pass
+                log = mark_all(mark_parts, 8, microseconds=1000)
+                assert sorted(set(log % 1000)) == [1]
+                helped += 2 in {int(value) // 1000 for value in log}
+    finally:
+        pool.close()
+    assert helped >= 4
+
+
 def test_a_helper_runs_compiled_tasks_from_its_mailbox_without_going_back_to_python(mark_parts):
     """A helper spinning in ``serve_tasks`` runs each compiled task its caller writes into its
     mailbox (its thread number given to the parts), counts the parts off and empties the
