@@ -16,7 +16,7 @@ to 2-D are shared with the pooling layers.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -854,17 +854,25 @@ class TransposedConvolution(ParamLayer):
     def pack(self) -> None:
         weight = self._weight.reshape(*self._weight.shape[:2], *self.geometry.kernel)
         if self.precision.name != "fp32":
-            self._kernel = ProductTransposedConvolution(weight, self._bias, self.geometry, self.output_padding,
-                                                        self.precision, self.compiled, self.requantize)
+            product = ProductTransposedConvolution(weight, self._bias, self.geometry, self.output_padding,
+                                                   self.precision, self.compiled, self.requantize)
+            self._kernel = self._quantized(product) if not product.blockwise else product
             return
         packed = pack_conv_transpose_weight(weight, self.geometry, self.output_padding)
-        self._kernel = lambda x: conv_transpose2d(x, packed, self._bias, self.geometry, self.output_padding)
+        self._kernel = self._quantized(
+            lambda x: conv_transpose2d(x, packed, self._bias, self.geometry, self.output_padding))
+
+    def _quantized(self, kernel: Callable[[np.ndarray], np.ndarray]) -> Callable[[np.ndarray], np.ndarray]:
+        """``kernel``'s float32 output quantized into the :attr:`requantize` form, if there is one
+        (summed overlapping taps, or fp32's; the blockwise product requantizes in its epilogue)."""
+        form = self.requantize
+        if form is None:
+            return kernel
+        return lambda x: quantize_activations(kernel(x), form.scale, form.zero_point, self.compiled)
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         x, unbatched = as_2d(inputs[0], self.rank, f"conv_transpose{self.rank}d")
         out = self._kernel(x)
-        if self.requantize is not None and out.dtype != np.uint8:   # summed overlapping taps, or fp32's
-            out = quantize_activations(out, self.requantize.scale, self.requantize.zero_point, self.compiled)
         if not self.channels_last:
             out = np.ascontiguousarray(out)
         return [from_2d(out, self.rank, unbatched)]

@@ -590,8 +590,7 @@ def select_uint8_activations(graph: RuntimeGraph) -> int:
         residuals: list[RuntimeOperator] = []
         joins: list[RuntimeOperator] = []
         readers = _product_readers(op.output_operands[0], residuals, joins)
-        forms = {table.precision_of(name) for name in readers or ()}
-        if len(forms) == 1 and isinstance(forms.pop(), Int8) \
+        if _one_int8_form(table, readers) \
                 and all(isinstance(table.precision_of(reader.name), Int8) for reader in residuals):
             chosen[op.name] = (op, readers, residuals, joins)
     quantizing = _quantizing_joins(graph)
@@ -604,12 +603,12 @@ def select_uint8_activations(graph: RuntimeGraph) -> int:
         for name in dropped:
             del chosen[name]
     for op, readers, residuals, _ in chosen.values():
-        set_plan(op, replace(op.plan or LayerRegisterer.layer_class(op.type).plan_class(), quantized_for=readers[0]))
+        quantizing[op] = readers[0]
         for reader in residuals:
             set_plan(reader, replace(reader.plan, residual_quantized_for=readers[0]))
-    for join, reader in quantizing.items():
-        set_plan(join, replace(join.plan or LayerRegisterer.layer_class(join.type).plan_class(), quantized_for=reader))
-    return len(chosen) + len(quantizing)
+    for op, reader in quantizing.items():
+        set_plan(op, replace(op.plan or LayerRegisterer.layer_class(op.type).plan_class(), quantized_for=reader))
+    return len(quantizing)
 
 
 def _quantizing_joins(graph: RuntimeGraph) -> dict[RuntimeOperator, str]:
@@ -627,10 +626,15 @@ def _quantizing_joins(graph: RuntimeGraph) -> dict[RuntimeOperator, str]:
         residuals: list[RuntimeOperator] = []
         joins: list[RuntimeOperator] = []
         readers = _product_readers(join.output_operands[0], residuals, joins)
-        forms = {table.precision_of(name) for name in readers or ()}
-        if len(forms) == 1 and isinstance(forms.pop(), Int8) and not residuals and not joins:
+        if _one_int8_form(table, readers) and not residuals and not joins:
             found[join] = readers[0]
     return found
+
+
+def _one_int8_form(table, readers: list[str] | None) -> bool:
+    """Whether ``readers`` (products, by name) all take their input in one int8 form."""
+    forms = {table.precision_of(name) for name in readers or ()}
+    return len(forms) == 1 and isinstance(forms.pop(), Int8)
 
 
 def _product_readers(operand, residuals: list[RuntimeOperator], joins: list[RuntimeOperator]) -> list[str] | None:
