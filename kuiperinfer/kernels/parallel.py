@@ -14,8 +14,11 @@ Who waits on what (docs/design.md draws it):
   holding the others up. Out of parts, the caller counts its own off the task and waits
   for the count to reach zero: it waits only for parts already under way.
 * A helper waits for its next task by spinning without the GIL (:mod:`.compiled.spin`) for
-  ``Timing.helper_spin_us``, then blocks on its queue, unless a compiled task reached its
-  mailbox while it waited for the GIL to block (callers count it as awake until it blocks).
+  as long as a run of its pool is under way (:attr:`ThreadPool.runs`: within a run the next
+  shared operator comes for sure, however long the ones between take), and for
+  ``Timing.helper_spin_us`` after its last task or the run's end, then blocks on its queue,
+  unless a compiled task reached its mailbox while it waited for the GIL to block (callers
+  count it as awake until it blocks).
   Handed a Python task, it waits ``Timing.settle_us`` for the caller to let go of the GIL,
   takes parts until none is left, and counts them off the task *inside its next wait*,
   after letting go of the GIL, so that the caller, spinning on that count, can take the GIL
@@ -89,9 +92,9 @@ class Timing:
     """The fewest while other processes want the cores: a helper they keep off its core makes
     the caller wait for the parts it took."""
     helper_spin_us: float = 200.0
-    """How long a helper spins for its next task before it blocks: long enough to span an
-    operator or two run whole between shared ones, short enough to leave the core to other
-    processes soon after a run."""
+    """How long a helper spins for its next task, outside a run (and after one ends), before it
+    blocks: long enough for a caller running its graph again at once, short enough to leave the
+    core to other processes soon after a run."""
     settle_us: float = 15.0
     """How long a helper handed a task waits before it takes the GIL, for the caller to have
     let go of it by starting its own part (else the helper sleeps until the caller does)."""
@@ -281,7 +284,7 @@ class _Helper:
         self._affinity = pool.affinity
         self._tasks: queue.SimpleQueue[Task | None] = queue.SimpleQueue()
         self._posted, self._index = pool.posted, index   # its count of Python tasks handed over: posted[index]
-        self._mailboxes = pool.mailboxes
+        self._mailboxes, self._runs = pool.mailboxes, pool.runs
         self._seen = int(pool.posted[index])
         self.awake = True                       # spinning or working, not blocked
         self._pool = weakref.ref(pool)
@@ -290,7 +293,7 @@ class _Helper:
     def start(self, task: Task) -> None:
         """Hand it a Python task."""
         self._tasks.put(task)
-        spin.post(self._posted, self._index, task.kind)
+        spin.add(self._posted, self._index, task.kind)
 
     def wake(self) -> None:
         """Wake it if it blocks, for a compiled task its caller writes into its mailbox."""
@@ -305,14 +308,15 @@ class _Helper:
         while True:
             pool = self._pool()
             if pool is None:
-                spin.serve_tasks(self._posted, self._mailboxes, self._index, handed, left, taken, 0, 0, stashed)
+                spin.serve_tasks(self._posted, self._mailboxes, self._index, handed, left, taken, 0, 0, stashed,
+                                 self._runs)
                 return
             ticks = _ticks(pool.timing.helper_spin_us) if pool.spins() else 0
             settle = _ticks(pool.timing.settle_us)
             del pool
             # counts the last Python task's parts off, runs compiled tasks, waits for a Python one
             self.awake = spin.serve_tasks(self._posted, self._mailboxes, self._index, handed, left, taken, ticks,
-                                          settle, stashed)
+                                          settle, stashed, self._runs)
             taken, mailbox = 0, self._mailboxes[self._index * MAILBOX_WORDS + spin.STATE]
             if not self.awake and mailbox in (spin.CLAIMED, spin.READY):
                 # its spin ran out while a caller held the GIL, which handed a compiled task meanwhile,
@@ -328,7 +332,7 @@ class _Helper:
                     task, handed = newer, handed + newer.kind
                 del newer
             if task is _STOP:
-                spin.serve_tasks(self._posted, self._mailboxes, self._index, handed, left, 0, 0, 0, stashed)
+                spin.serve_tasks(self._posted, self._mailboxes, self._index, handed, left, 0, 0, 0, stashed, self._runs)
                 return
             if task is not None:
                 taken, left = task.work(self._index + 1), task.left
@@ -370,6 +374,9 @@ class ThreadPool:
         """How many Python tasks each helper was handed, read while it spins."""
         self.mailboxes = np.zeros(max(1, threads - 1) * MAILBOX_WORDS, np.int64)
         """Each helper's mailbox, where a caller's compiled code writes a compiled task for it."""
+        self.runs = np.zeros(1, np.int64)
+        """How many runs are under way (those begun while helpers spin, :meth:`spins`): while any
+        is, a spinning helper spins on from task to task, however long it waits."""
         blas_threads.hold(1)
         weakref.finalize(self, _end, self._helpers, self.affinity)
         _POOLS.add(self)
@@ -386,11 +393,14 @@ class ThreadPool:
             self.load.update(1 + sum(helper.awake for helper in self._helpers), min(self.threads, cores()))
         pinned = self.affinity.caller() if self.affinity is not None and not self.load.busy else \
             contextlib.nullcontext()
+        spinning = int(self.threads > 1 and self.spins())
         token = _POOL.set(self)
+        spin.add(self.runs, 0, spinning)
         try:
             with pinned:
                 yield
         finally:
+            spin.add(self.runs, 0, -spinning)
             _POOL.reset(token)
 
     def threads_for(self, work: int) -> int:
@@ -613,7 +623,7 @@ def tick_rate() -> float:
     """Ticks per microsecond of the time-stamp counter the spinning waits count
     (:mod:`.compiled.spin`), measured once per process against the monotonic clock."""
     never = np.ones(1, np.int64)
-    spin.serve_tasks(never, np.zeros(spin.MAILBOX_WORDS, np.int64), 0, 1, never, 0, 0, 0, spin.STASHED)
+    spin.serve_tasks(never, np.zeros(spin.MAILBOX_WORDS, np.int64), 0, 1, never, 0, 0, 0, spin.STASHED, never)
     # the waits compiled or loaded first, not in the middle of a run that happens to need one
     spin.finish_and_wait(never, 0, 0)
     spin.wait_for_helpers(np.zeros(spin.MAILBOX_WORDS, np.int64), 0, 0)

@@ -20,6 +20,8 @@ from kuiperinfer.kernels.layout import nchw
 from kuiperinfer.layers.convolution import ConvGeometry, PackedWeight, conv2d
 
 RNG = np.random.default_rng(0)
+NO_RUN = np.zeros(1, np.int64)
+"""A pool's count of runs under way (``ThreadPool.runs``) with none."""
 
 
 @pytest.fixture
@@ -186,18 +188,36 @@ def test_a_helper_whose_spin_ran_out_while_the_caller_held_the_gil_takes_the_nex
     pool = parallel.ThreadPool(2, spin="always", timing=parallel.Timing(min_work=0, helper_spin_us=500))
     helped = 0
     try:
-        with pool.running():
-            for _ in range(6):
+        for _ in range(6):
+            with pool.running():
                 mark_all(mark_parts, 2, microseconds=2000)     # a part each: the two end together
-                busy_until = time.perf_counter() + 0.0025      # Python, holding the GIL past the helper's spin
-                while time.perf_counter() < busy_until:
-                    pass
+            busy_until = time.perf_counter() + 0.0025          # Python, holding the GIL past the helper's spin
+            while time.perf_counter() < busy_until:            # (between runs: within one it spins on)
+                pass
+            with pool.running():
                 log = mark_all(mark_parts, 8, microseconds=1000)
-                assert sorted(set(log % 1000)) == [1]
-                helped += 2 in {int(value) // 1000 for value in log}
+            assert sorted(set(log % 1000)) == [1]
+            helped += 2 in {int(value) // 1000 for value in log}
     finally:
         pool.close()
     assert helped >= 4
+
+
+def test_a_helper_spins_from_task_to_task_until_its_pools_run_ends(mark_parts):
+    """Within a run the next shared operator comes for sure: a helper keeps spinning however
+    long the operators between shared ones take (waking one that blocked costs tens of
+    microseconds), and after the run ends it spins ``helper_spin_us`` more, then blocks."""
+    pool = parallel.ThreadPool(2, spin="always", timing=parallel.Timing(min_work=0, helper_spin_us=100))
+    try:
+        with pool.running():
+            mark_all(mark_parts, 2)                  # the helper started
+            time.sleep(0.01)                         # 100 times its spin, the GIL let go
+            awake_in_run = pool._helpers[0].awake
+        time.sleep(0.01)
+        awake_after = pool._helpers[0].awake
+    finally:
+        pool.close()
+    assert (awake_in_run, awake_after) == (True, False)
 
 
 def test_a_helper_runs_compiled_tasks_from_its_mailbox_without_going_back_to_python(mark_parts):
@@ -224,7 +244,7 @@ def test_a_helper_runs_compiled_tasks_from_its_mailbox_without_going_back_to_pyt
     assert list(logs[0]) == [1001] * 4 and mailboxes[spin.STATE] == spin.FREE and alone.left[0] == 0
     returned = []
     helper = threading.Thread(target=lambda: returned.append(
-        spin.serve_tasks(posted, mailboxes, 0, 7, left, 0, parallel._ticks(10**7), 0, spin.STASHED)))
+        spin.serve_tasks(posted, mailboxes, 0, 7, left, 0, parallel._ticks(10**7), 0, spin.STASHED, NO_RUN)))
     helper.start()
     tasks = [task(8) for _ in range(3)]
     for shared in tasks:
@@ -397,10 +417,10 @@ def test_the_waits_count_parts_off_and_stop_when_told():
     left = np.array([5], np.int64)
     mailbox = np.zeros(spin.MAILBOX_WORDS, np.int64)
     assert not spin.finish_and_wait(left, 2, 1000)       # 3 parts still under way
-    assert spin.serve_tasks(np.array([7], np.int64), mailbox, 0, 7, left, 3, 1000, 0, spin.STASHED) is False
+    assert spin.serve_tasks(np.array([7], np.int64), mailbox, 0, 7, left, 3, 1000, 0, spin.STASHED, NO_RUN) is False
     assert left[0] == 0 and spin.finish_and_wait(left, 0, 0)   # nothing new, the helper's 3 counted off
     if spin_compiled():
-        assert spin.serve_tasks(np.array([8], np.int64), mailbox, 0, 7, left, 0, 10, 10, spin.STASHED) is True
+        assert spin.serve_tasks(np.array([8], np.int64), mailbox, 0, 7, left, 0, 10, 10, spin.STASHED, NO_RUN) is True
 
 
 def test_the_waits_last_as_long_as_they_are_told():
@@ -412,8 +432,8 @@ def test_the_waits_last_as_long_as_they_are_told():
         return
     left, never, mailbox = np.zeros(1, np.int64), np.ones(1, np.int64), np.zeros(spin.MAILBOX_WORDS, np.int64)
     waits = {"caller's": lambda ticks: spin.finish_and_wait(never, 0, ticks),
-             "helper's": lambda ticks: spin.serve_tasks(never, mailbox, 0, 1, left, 0, ticks, 0, spin.STASHED),
-             "settling": lambda ticks: spin.serve_tasks(never, mailbox, 0, 0, left, 0, 0, ticks, spin.STASHED),
+             "helper's": lambda ticks: spin.serve_tasks(never, mailbox, 0, 1, left, 0, ticks, 0, spin.STASHED, NO_RUN),
+             "settling": lambda ticks: spin.serve_tasks(never, mailbox, 0, 0, left, 0, 0, ticks, spin.STASHED, NO_RUN),
              "for helpers": lambda ticks: spin.wait_for_helpers(mailbox + spin.RUNNING, 1, ticks)}
     for name, wait in waits.items():
         started = time.perf_counter()

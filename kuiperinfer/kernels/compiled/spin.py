@@ -180,9 +180,10 @@ if AVAILABLE:
         return cycle_counter()
 
     @kernel
-    def post(posted: np.ndarray, helper: int, kind: int) -> None:
-        """Hand ``helper`` a Python task (``kind``: :data:`PYTHON_TASK`)."""
-        add_and_fetch(posted, helper, kind)
+    def add(counts: np.ndarray, index: int, by: int) -> None:
+        """Add ``by`` to ``counts[index]`` atomically: hand a helper a Python task (``posted``,
+        by :data:`PYTHON_TASK`), or count a pool's runs under way in or out."""
+        add_and_fetch(counts, index, by)
 
     @kernel
     def finish_and_wait(left: np.ndarray, ran: int, ticks: int) -> bool:
@@ -280,12 +281,14 @@ if AVAILABLE:
 
     @kernel
     def serve_tasks(posted: np.ndarray, mailboxes: np.ndarray, helper: int, seen: int, left: np.ndarray, ran: int,
-                    ticks: int, settle: int, stashed: object) -> bool:
+                    ticks: int, settle: int, stashed: object, runs: np.ndarray) -> bool:
         """A helper's wait: count its ``ran`` parts of the last Python task off ``left``, then spin,
         running each compiled task that arrives in its mailbox in place (its
         :func:`serve_stashed`, of type ``stashed``, without going back to Python), until a Python
         task is posted (``posted[helper]`` passes ``seen``: True, after ``settle`` more ticks for
-        its caller to let go of the GIL) or for ``ticks`` ticks since the last task (False)."""
+        its caller to let go of the GIL) or for ``ticks`` ticks since the last task (False), and
+        while ``runs[0]`` (the pool's runs under way) is not 0, up to ``ticks`` since it was
+        (where ``ticks`` is 0 it does not spin at all)."""
         add_and_fetch(left, 0, -ran)
         at = helper * MAILBOX_WORDS
         start = cycle_counter()
@@ -300,7 +303,9 @@ if AVAILABLE:
                     pass
                 return True
             if cycle_counter() - start >= ticks:
-                return False
+                if ticks == 0 or load_acquire(runs, 0) == 0:
+                    return False
+                start = cycle_counter()
 
 else:
     STASHED = None
@@ -315,13 +320,13 @@ else:
         """Without Numba: nanoseconds of the monotonic clock, for the waits that do not spin."""
         return time.perf_counter_ns()
 
-    def post(posted: np.ndarray, helper: int, kind: int) -> None:
-        """Hand ``helper`` a Python task, without Numba."""
+    def add(counts: np.ndarray, index: int, by: int) -> None:
+        """Add ``by`` to ``counts[index]``, without Numba."""
         with _counting:
-            posted[helper] += kind
+            counts[index] += by
 
     def serve_tasks(posted: np.ndarray, mailboxes: np.ndarray, helper: int, seen: int, left: np.ndarray, ran: int,
-                    ticks: int, settle: int, stashed: object) -> bool:
+                    ticks: int, settle: int, stashed: object, runs: np.ndarray) -> bool:
         """A helper's wait without Numba (which has no compiled tasks): count its parts off and
         return False (block)."""
         _count_off(left, ran)
