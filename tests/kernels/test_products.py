@@ -173,6 +173,17 @@ def test_products_are_cut_the_way_that_reads_least(kernel):   # cutting runs no 
             assert column_blocks == 1
 
 
+@pytest.mark.parametrize("m, n, k", [(1, 1000, 1024), (3136, 16, 16), (1, 768, 1024)])
+def test_a_product_of_about_three_parts_work_is_cut_into_four(m, n, k):
+    """A classifier at batch 1, a 1x1 convolution of few channels: three parts left one of two
+    threads twice the other's work (the second thread then gained 1.3x instead of 2x)."""
+    parts = products.product_parts(m, n, k, products.FMA512)
+    assert 3 * products.PART_WORK <= m * n * k < 4 * products.PART_WORK
+    assert len(parts) == 4
+    sizes = (parts[:, 1] - parts[:, 0]) * (parts[:, 3] - parts[:, 2])
+    assert sizes.max() - sizes.min() <= sizes.max() // 4
+
+
 def test_int8_from_float_quantizes_each_column():
     weight = RNG.standard_normal((20, 6)).astype(np.float32)
     product = Int8Product.from_float(weight, 0.5, 2, kernel=REFERENCE)

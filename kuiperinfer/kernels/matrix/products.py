@@ -276,7 +276,7 @@ def product_parts(m: int, n: int, k: int, kernel: ProductKernel, columns: tuple[
     """The blocks a product of (M, K) by (K, N) (or its ``columns``, start and stop) is cut
     into, as rows (start, stop) and strips (start, stop), along whole tiles: about one per
     :data:`PART_WORK` multiply-adds, at most :data:`MAX_PARTS`, in a multiple of
-    :data:`EVEN_PARTS` from that up, or at least half as many; of those cuts, the one that
+    :data:`EVEN_PARTS` from half of it up, or at least half as many; of those cuts, the one that
     reads the fewest values, since each block of rows reads all of B's columns and each block
     of columns all of A's rows. A convolution's many pixels by few channels is cut along its
     rows; a sentence of tokens by a large weight along its columns, the weight read once.
@@ -287,7 +287,10 @@ def product_parts(m: int, n: int, k: int, kernel: ProductKernel, columns: tuple[
     first = start // lanes
     strip_count = -(-stop // lanes) - first
     count = int(np.clip(m * (stop - start) * k // PART_WORK, 1, MAX_PARTS))
-    count -= count % EVEN_PARTS if count > EVEN_PARTS else 0
+    if count > EVEN_PARTS:
+        count -= count % EVEN_PARTS
+    elif count > EVEN_PARTS // 2:
+        count = EVEN_PARTS          # three parts would leave one of two threads twice the other's work
     row_tiles, panels = -(-m // rows), -(-strip_count // strips)
     cuts = [(r, min(max(1, count // r), panels)) for r in range(1, max(1, min(count, row_tiles)) + 1)]
     wanted = min(count, max(r * c for r, c in cuts))
