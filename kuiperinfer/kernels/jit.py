@@ -46,6 +46,13 @@ else:
 
 AVAILABLE = numba is not None
 """Whether the compiled kernels exist; without them layers run their NumPy references."""
+
+if AVAILABLE:
+    from numba._dispatcher import compute_fingerprint as type_fingerprint
+else:
+    def type_fingerprint(value: object) -> bytes:
+        """Without Numba no value has a type fingerprint."""
+        raise NotImplementedError("no Numba")
 def _sources_key() -> str:
     """A digest of every source a compiled kernel may be made of, and of Numba's version.
 

@@ -461,6 +461,24 @@ def test_a_forked_child_starts_helpers_of_its_own(two_threads):
     pytest.fail("the forked child hung waiting for a helper that did not survive the fork")
 
 
+def test_kinds_tell_apart_the_argument_types_compiled_code_is_made_for():
+    """The key a compiled task's code is looked up by: the same for arguments of one type
+    whatever their values and shapes, another for every change of layout, writability,
+    dtype, dimensions, or a scalar's type (else one task would run code made for another's)."""
+    a = np.zeros((4, 3), np.float32)
+    readonly = a.copy()
+    readonly.flags.writeable = False
+    same = [(a, 1, np.float32(2), (0, 3)), (np.ones((9, 2), np.float32), 5, np.float32(0), (4, 5))]
+    changed = [(a.T, 1, np.float32(2), (0, 3)), (readonly, 1, np.float32(2), (0, 3)),
+               (a.astype(np.float64), 1, np.float32(2), (0, 3)), (a[None], 1, np.float32(2), (0, 3)),
+               (a, 1.0, np.float32(2), (0, 3)), (a, 1, 2.0, (0, 3)), (a, 1, np.float32(2), (0, 3, 6)),
+               (a[:, ::2], 1, np.float32(2), (0, 3))]
+    assert parallel.kinds_of(same[0]) == parallel.kinds_of(same[1])
+    keys = [parallel.kinds_of(arguments) for arguments in [same[0], *changed]]
+    assert len(set(keys)) == len(keys)
+    assert parallel.kinds_of((object(), a)) == parallel.kinds_of((object(), a.copy()))   # no fingerprint: read in Python
+
+
 @pytest.mark.parametrize("length, step, threads, images, expected", [
     (112, 15, 2, 1, 14),    # 8 blocks of 14 rows instead of 7 of 15 and one of 7
     (112, 200, 2, 1, 56),   # one block would leave a thread idle
