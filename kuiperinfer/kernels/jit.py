@@ -53,6 +53,8 @@ else:
     def type_fingerprint(value: object) -> bytes:
         """Without Numba no value has a type fingerprint."""
         raise NotImplementedError("no Numba")
+
+
 def _sources_key() -> str:
     """A digest of every source a compiled kernel may be made of, and of Numba's version.
 
