@@ -137,6 +137,23 @@ def test_int8_epilogue_matches_the_reference(kernel, activation, output, residua
         np.testing.assert_allclose(got, expected, rtol=0, atol=1e-5 * np.abs(expected).max())
 
 
+@pytest.mark.parametrize("kernel", INT8_KERNELS)
+@pytest.mark.parametrize("n", [16, 24, 64])
+@pytest.mark.parametrize("residual_activation", [None, InplaceActivation("clip", (0.0, 6.0))], ids=name_of)
+def test_int8_uint8_residual_added_in_the_clamps_pass_is_the_references(kernel, n, residual_activation):
+    """A uint8 residual added in the pass that clamps and requantizes gives the separate
+    passes' numbers, to the bit, where the rows are one run of memory (16 and 64 columns) and
+    where they are not."""
+    m, k = 300, 144
+    a, w, scales = operands(m, k, n)
+    epilogue = ProductEpilogue(RNG.standard_normal(n).astype(np.float32), None, residual_activation,
+                               Requantize(0.05, 100))
+    added = {"residual": RNG.integers(0, 256, (m, n), dtype=np.uint8), "residual_scale": 0.03,
+             "residual_zero_point": 120}
+    ours, reference = both(kernel, w, scales, 77, epilogue)
+    np.testing.assert_array_equal(ours(a, **added), reference(a, **added))
+
+
 @pytest.mark.parametrize("kernel", INT8_KERNELS + [pytest.param(REFERENCE, id="reference")])
 def test_int8_requantized_output_is_the_reference_quantize(kernel):
     """Requantized outputs are int8.quantize of the float outputs: ties to even, clipped at 0 and 255."""

@@ -148,13 +148,22 @@ def finish(sums: np.ndarray, rows: int, width: int, skip: int, row0: int, column
         for i in range(rounds):
             finish_clamped(sums[i * width + skip:i * width + skip + count], row_bias,
                            row_of(out, row0 + i, columns, count, start, whole), clamp_low, clamp_high, out_form)
-    elif clamps and residual_clamps and as_is:   # so too (a uint8 residual's dequantized value is rounded
-        # before it is added, which one pass would fuse into one FMA)
+    elif clamps and residual_clamps and as_is:   # so too, a float32 residual as it is
         bounds = (clamp_low, clamp_high, residual_clamp_low, residual_clamp_high)
         for i in range(rounds):
             at = row0 + i
             finish_clamped_added(sums[i * width + skip:i * width + skip + count], row_bias,
                                  row_of(residual, at, columns, count, start, whole),
+                                 row_of(out, at, columns, count, start, whole), bounds, out_form)
+    elif clamps and residual_clamps and residual.itemsize == 1:   # a uint8 residual dequantized first,
+        # in a pass of its own (in one, the dequantizing product and the addition would contract into one FMA)
+        bounds = (clamp_low, clamp_high, residual_clamp_low, residual_clamp_high)
+        for i in range(rounds):
+            at = row0 + i
+            added = row_of(residual, at, columns, count, start, whole)
+            for k in range(count):
+                scratch[k] = (np.float32(added[k]) - residual_zero) * residual_scale
+            finish_clamped_added(sums[i * width + skip:i * width + skip + count], row_bias, scratch[:count],
                                  row_of(out, at, columns, count, start, whole), bounds, out_form)
     elif residual.size:
         for i in range(rounds):
