@@ -301,8 +301,7 @@ class DirectInt8Convolution(ProductConvolution):
         from kuiperinfer.kernels.compiled.int8_direct import centred_values
 
         scale = np.float32(product.input_scale)
-        return in_layout(np.asarray(x, np.float32), np.float32,
-                         lambda values, out: centred_values(values, scale, zero_point, out))
+        return in_layout(np.asarray(x, np.float32), np.float32, centred_values, scale, zero_point)
 
 
 @dataclass(frozen=True)
