@@ -46,12 +46,12 @@ count.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cache
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from kuiperinfer.kernels.compiled.activation import ActivationCode
+from kuiperinfer.kernels.compiled.passes import in_parts
 from kuiperinfer.kernels.compiled.tiles import GROUP_BYTES, target_features
 from kuiperinfer.kernels.elementwise import Epilogue, InplaceActivation
 from kuiperinfer.kernels.matrix import int8
@@ -321,21 +321,13 @@ def in_layout(x: np.ndarray, dtype: type, fill: Any, *numbers: Any) -> np.ndarra
     if values.size >= ELEMENTWISE_SHARED:
         count = min(MAX_PARTS, values.size // ELEMENTWISE_PART)
         count = max(2, count - count % 2)    # two threads share an even count evenly
-        _pass_parts(fill).run(count, ELEMENTWISE_WORK * values.size, (values, numbers, -(-values.size // count)),
-                              (out,))
+        step = -(-values.size // count)
+        compiled_parts(in_parts(fill)).run(count, ELEMENTWISE_WORK * values.size, (values, numbers, step), (out,))
     else:
         fill(values, *numbers, out)
     if order is None:
         return out.reshape(x.shape)
     return out.reshape([x.shape[i] for i in order]).transpose(inverse)
-
-
-@cache
-def _pass_parts(fill: Any) -> Any:
-    """The :class:`~kuiperinfer.kernels.parallel.CompiledParts` of an elementwise pass, one per pass."""
-    from kuiperinfer.kernels.compiled.passes import in_parts
-
-    return compiled_parts(in_parts(fill))
 
 
 def quantize_activations(x: np.ndarray, scale: float, zero_point: int, compiled: bool) -> np.ndarray:
