@@ -128,10 +128,15 @@ def finish(sums: np.ndarray, rows: int, width: int, skip: int, row0: int, column
     rows from ``row0`` on, by the ``numbers`` of :func:`epilogue_numbers`; ``out`` (and the
     residual) hold the product's columns from ``first`` on. An empty ``residual`` adds none;
     a uint8 ``out`` is requantized (a float32 one takes the values as they are). Where the
-    rows are ``whole`` (``out``'s are the sums' columns, one run of memory), each step is one
-    pass over all of them (the bias repeated in ``biases``); else each step goes row by row.
+    rows are ``whole`` (``out``'s are the block's columns, one run of memory; the sums' rows
+    packed so first where the last strip's lanes reach past them), each step is one pass over
+    all of them (the bias repeated in ``biases``); else each step goes row by row.
     ``scratch`` holds the dequantized residual. Each case has its own loop over the rows: a
     branch inside one kept LLVM from vectorising the passes (a quarter of the speed)."""
+    if whole and columns < width:   # short rows with a residual (SHORT_ROW)
+        for i in range(1, rows):
+            for k in range(columns):
+                sums[i * columns + k] = sums[i * width + k]
     code, low, high = int(numbers[ACTIVATION]), numbers[ACTIVATION + 1], numbers[ACTIVATION + 2]
     residual_code = int(numbers[RESIDUAL_ACTIVATION])
     residual_low, residual_high = numbers[RESIDUAL_ACTIVATION + 1], numbers[RESIDUAL_ACTIVATION + 2]
@@ -198,6 +203,13 @@ def panel(dot: int, a: np.ndarray, row: int, valid: int, packed: np.ndarray, off
         tile(dot, a, row, valid, packed, offset, strip_bytes, correction, scale, column0, y, y_start, y_stride, rows, 1)
 
 
+SHORT_ROW = 32
+"""Columns below which a pass over one row runs scalar (LLVM's loops take 8 lanes 4 times):
+:func:`finish` packs such rows into one run where a residual is added (EfficientNet-Lite0's
+3136 x 144 x 24 projection with its residual on AMX: 205 -> 132 us; 40 columns and more, or
+no residual, gained nothing or lost)."""
+
+
 CHUNK_ROWS = 96
 """Rows of a block the tiles fill before the epilogue finishes them, while they are in cache."""
 
@@ -218,18 +230,20 @@ def chunk_buffers(parts: np.ndarray, first: int, last: int, lanes: int,
 
 @inline
 def block_columns(block: np.ndarray, lanes: int, columns: tuple[int, int], out_columns: int, bias: np.ndarray,
-                  biases: np.ndarray, tallest: int) -> tuple[int, int, int, bool]:
+                  biases: np.ndarray, tallest: int, packs: bool) -> tuple[int, int, int, bool]:
     """Of a ``block`` of parts (rows start, stop, strips start, stop): its width in columns,
     its first column within the product's ``columns`` and their count, and whether it spans
-    every column of the output (then ``biases`` is filled with ``tallest`` rows of its bias)."""
+    every column of the output (then ``biases`` is filled with ``tallest`` rows of its bias),
+    its sums' rows as wide or, where it ``packs`` them and the output's rows are short, wider:
+    by the lanes of a last strip past the output's columns."""
     start, stop = columns
     width = (block[3] - block[2]) * lanes
     column0 = max(block[2] * lanes, start)
     count = min(block[3] * lanes, stop) - column0
-    whole = column0 == block[2] * lanes and count == width == out_columns
+    whole = column0 == block[2] * lanes and count == out_columns and (count == width or packs and count < SHORT_ROW)
     if whole:
         for i in range(tallest):
-            biases[i * width:(i + 1) * width] = bias[column0:column0 + width]
+            biases[i * count:(i + 1) * count] = bias[column0:column0 + count]
     return width, column0, count, whole
 
 
@@ -247,7 +261,8 @@ def blocks(dot: int, rows: int, strips: int, lanes: int, a: np.ndarray, packed: 
     tallest, sums, biases, scratch = chunk_buffers(parts, first, last, lanes, rows)
     for part in range(first, last):
         row0, row1, strip0, strip1 = parts[part]
-        width, column0, count, whole = block_columns(parts[part], lanes, columns, out.shape[1], bias, biases, tallest)
+        width, column0, count, whole = block_columns(parts[part], lanes, columns, out.shape[1], bias, biases, tallest,
+                                                   residual.size > 0)
         for chunk in range(row0, row1, tallest):
             end = min(row1, chunk + tallest)
             for strip in range(strip0, strip1, strips):
@@ -320,7 +335,8 @@ def amx_blocks(kind: int, a: np.ndarray, packed: np.ndarray, strip_bytes: int, p
     configure_tiles(tile_config())
     for part in range(first, last):
         row0, row1, strip0, strip1 = parts[part]
-        width, column0, count, whole = block_columns(parts[part], lanes, columns, out.shape[1], bias, biases, tallest)
+        width, column0, count, whole = block_columns(parts[part], lanes, columns, out.shape[1], bias, biases, tallest,
+                                                   residual.size > 0)
         for chunk in range(row0, row1, tallest):
             end = min(row1, chunk + tallest)
             for row in range(chunk, end, amx_tiles.ROWS):
