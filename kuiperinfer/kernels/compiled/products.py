@@ -99,6 +99,15 @@ def finish_clamped_added(values: np.ndarray, bias: np.ndarray, added: np.ndarray
 
 
 @inline
+def dequantized(added: np.ndarray, scale: np.float32, zero_point: np.float32, scratch: np.ndarray) -> np.ndarray:
+    """A residual's run of values ``added`` as float32, ``(added - zero_point) * scale``, in the
+    first values of ``scratch`` (as they are where ``added`` is float32 already, scale 1, zero 0)."""
+    for k in range(added.shape[0]):
+        scratch[k] = (np.float32(added[k]) - zero_point) * scale
+    return scratch[:added.shape[0]]
+
+
+@inline
 def stored(values: np.ndarray, target: np.ndarray, out_form: tuple[np.float32, np.float32]) -> None:
     """``values`` into ``target``: as they are, or requantized (``out_form``: scale, zero
     point) into a uint8 one."""
@@ -165,20 +174,18 @@ def finish(sums: np.ndarray, rows: int, width: int, skip: int, row0: int, column
         bounds = (clamp_low, clamp_high, residual_clamp_low, residual_clamp_high)
         for i in range(rounds):
             at = row0 + i
-            added = row_of(residual, at, columns, count, start, whole)
-            for k in range(count):
-                scratch[k] = (np.float32(added[k]) - residual_zero) * residual_scale
-            finish_clamped_added(sums[i * width + skip:i * width + skip + count], row_bias, scratch[:count],
+            added = dequantized(row_of(residual, at, columns, count, start, whole), residual_scale, residual_zero,
+                                scratch)
+            finish_clamped_added(sums[i * width + skip:i * width + skip + count], row_bias, added,
                                  row_of(out, at, columns, count, start, whole), bounds, out_form)
     elif residual.size:
         for i in range(rounds):
             at = row0 + i
             values = sums[i * width + skip:i * width + skip + count]
             finish_row(values, row_bias, code, low, high)
-            added = row_of(residual, at, columns, count, start, whole)
-            for k in range(count):
-                scratch[k] = (np.float32(added[k]) - residual_zero) * residual_scale
-            finish_row(values, scratch[:count], residual_code, residual_low, residual_high)
+            added = dequantized(row_of(residual, at, columns, count, start, whole), residual_scale, residual_zero,
+                                scratch)
+            finish_row(values, added, residual_code, residual_low, residual_high)
             stored(values, row_of(out, at, columns, count, start, whole), out_form)
     else:
         for i in range(rounds):
