@@ -71,6 +71,8 @@ class PointwiseDepthwisePlan:
     TYPE: ClassVar[str] = "kuiper.PointwiseDepthwise"
     pointwise: Pointwise
     depthwise: ConvolutionPlan
+    quantized_for: str | None = None
+    """The int8 product (by name) whose uint8 input form the output is handed on in, if any."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -114,12 +116,19 @@ class PointwiseDepthwise(Layer):
 
     plan_class = PointwiseDepthwisePlan
 
-    def __init__(self, layer_name: str, pointwise: PointwiseProduct, depthwise: Convolution, source: str):
+    def __init__(self, layer_name: str, pointwise: PointwiseProduct, depthwise: Convolution, source: str,
+                 requantize: Requantize | None = None):
         super().__init__(layer_name)
         self.pointwise, self.depthwise = pointwise, depthwise
         """The 1x1 product (in its precision) and the depthwise convolution (fp32: no product)."""
         self.products = (source,)
+        self.requantize = requantize
+        """The uint8 form the output is handed on in (int8), or None for float32."""
         product, compiled = pointwise.product, depthwise.packed.compiled_depthwise
+        self._form = None if requantize is None or compiled is None or not compiled.quantizes else \
+            (np.float32(requantize.scale), np.float32(requantize.zero_point))
+        """The form the compiled depthwise kernel stores the output in, where it can (its
+        activation computed in registers); else the float32 output is quantized after it."""
         tiled = compiled is not None and product is not None and product.kernel.dot is not None
         self._stripe_product = TiledStripes(product.tiles(), compiled) if tiled else \
             self._reduced_rows if product is not None else \
@@ -143,7 +152,7 @@ class PointwiseDepthwise(Layer):
         if pointwise.out_channels != depthwise.packed.in_channels or depthwise.packed.depthwise is None:
             raise op.error(f"the 1x1 convolution makes {pointwise.out_channels} channels, the depthwise "
                            f"one takes {depthwise.packed.in_channels}", Status.kAttrWrongSize)
-        layer = cls(op.name, pointwise, depthwise, plan.pointwise.source)
+        layer = cls(op.name, pointwise, depthwise, plan.pointwise.source, requantize_for(options, plan.quantized_for))
         layer.batch_independent = batched(op, 2)
         return layer
 
@@ -154,7 +163,7 @@ class PointwiseDepthwise(Layer):
         if compiled is not None:
             out = nchw(pointwise_depthwise(nhwc(x if product is None else product.activations(x)),
                                            self._stripe_product, self.pointwise.out_channels, compiled,
-                                           geometry.stride, geometry.padding))
+                                           geometry.stride, geometry.padding, self._form))
         elif product is not None:   # the 1x1 product whole, then the depthwise convolution
             expanded = product(np.ascontiguousarray(nhwc(x)).reshape(-1, x.shape[1]))
             out = nchw(self.depthwise.kernel(nchw(expanded.reshape(*nhwc(x).shape[:3], -1))))
@@ -163,6 +172,8 @@ class PointwiseDepthwise(Layer):
             out = nchw(depthwise_in_stripes(np.ascontiguousarray(nhwc(x)), self.depthwise.packed.depthwise,
                                             geometry.stride, geometry.padding, geometry.output_hw(padded_hw),
                                             self.depthwise.epilogue, self.pointwise.matrix, self.pointwise.epilogue))
+        if self.requantize is not None and out.dtype != np.uint8:
+            out = int8.quantize(out, self.requantize.scale, self.requantize.zero_point)
         out = from_2d(out, 2, unbatched)
         return [out if self.depthwise.plan.channels_last else np.ascontiguousarray(out)]
 

@@ -28,9 +28,10 @@
   (:mod:`kuiperinfer.kernels.winograd`) where it pays.
 * :func:`select_channels_last`: convolutions (and learned 2x upsampling) hand on their
   output in channels-last memory (:mod:`kuiperinfer.kernels.layout`), as they compute it.
-* :func:`select_uint8_activations`: in int8, a convolution or linear layer whose output only
-  int8 products of one input range read (through max pooling too, or as a convolution's
-  residual) hands it on as uint8 in their form, requantized in its epilogue.
+* :func:`select_uint8_activations`: in int8, a convolution, linear layer or fused 1x1 and
+  depthwise convolution whose output only int8 products of one input range read (through
+  max pooling too, or as a convolution's residual) hands it on as uint8 in their form,
+  requantized in its epilogue.
 
 A pass takes the graph and returns how many rewrites it made. It learns what an operator
 is from the :class:`LayerRegisterer`'s classes (:func:`is_a`), without building layers,
@@ -568,7 +569,8 @@ def select_channels_last(graph: RuntimeGraph) -> int:
 
 
 def select_uint8_activations(graph: RuntimeGraph) -> int:
-    """In int8, let an int8 convolution or linear layer whose output only int8 products read,
+    """In int8, let an int8 convolution or linear layer (or fused 1x1 and depthwise
+    convolution whose 1x1 product is int8) whose output only int8 products read,
     all of one input range (directly, or through shape-only operators such as reshapes,
     through max pooling, which picks values without changing them, and through
     concatenations), hand it on as uint8 in their input form, requantized in its epilogue:
@@ -584,7 +586,8 @@ def select_uint8_activations(graph: RuntimeGraph) -> int:
     chosen: dict[str, tuple[RuntimeOperator, list[str], list[RuntimeOperator], list[RuntimeOperator]]] = {}
     for op in graph.operators if table is not None else ():
         plan_class = getattr(LayerRegisterer.layer_class(op.type), "plan_class", None)
-        if not (isinstance(table.precision_of(op.name), Int8) and len(op.output_operands) == 1
+        computed_as = LayerRegisterer.layer_class(op.type).input_product(op) if plan_class else None
+        if not (isinstance(table.precision_of(computed_as or op.name), Int8) and len(op.output_operands) == 1
                 and "quantized_for" in {f.name for f in fields(plan_class or object)}):
             continue
         residuals: list[RuntimeOperator] = []

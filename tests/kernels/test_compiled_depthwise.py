@@ -15,6 +15,7 @@ from kuiperinfer.kernels.depthwise_stripes import depthwise_in_stripes
 from kuiperinfer.kernels.elementwise import Epilogue, InplaceActivation
 from kuiperinfer.kernels.im2col import pack_weight
 from kuiperinfer.kernels.layout import nhwc
+from kuiperinfer.kernels.matrix.int8 import quantize
 from kuiperinfer.kernels.matrix.products import (
     BF16_WIDENED,
     REFERENCE,
@@ -220,6 +221,68 @@ def test_channel_counts_borders_and_kernel_sizes(channels, h, w, kernel, stride,
     ours = compiled(x, stride, pads)
     check(ours, reference(x, weight, bias, act, stride, pads, out_hw((h, w), kernel, stride, pads)))
     assert ours.ctypes.data % 64 == 0
+
+
+IN_REGISTERS = [None, InplaceActivation("relu"), InplaceActivation("clip", (0.0, 6.0)),
+                InplaceActivation("leaky_relu", (0.1,)), InplaceActivation("hardsigmoid"), InplaceActivation("hardswish")]
+FORM = (np.float32(0.043), np.float32(37))
+"""A uint8 form whose range (-1.6 to 9.4) clips some outputs."""
+
+
+@pytest.mark.parametrize("padded_bytes", [0, 1 << 30], ids=["borders", "padded"])
+@pytest.mark.parametrize("act", IN_REGISTERS, ids=lambda a: "none" if a is None else a.name)
+@pytest.mark.parametrize("channels, h, w, kernel, stride, pads", SHAPES[:7])
+def test_depthwise_hands_its_output_on_as_uint8(channels, h, w, kernel, stride, pads, act, padded_bytes,
+                                                monkeypatch):
+    """With a uint8 form the kernel stores each output quantized, as the int8 reference
+    quantizes its float32 output: the same bytes, a vector's tail and fewer channels than a
+    vector included."""
+    monkeypatch.setattr(depthwise, "PADDED_BYTES", padded_bytes)
+    x = RNG.standard_normal((2, h, w, channels), dtype=np.float32) * 3
+    weight = RNG.standard_normal((channels, 1, *kernel), dtype=np.float32)
+    bias = RNG.standard_normal(channels, dtype=np.float32)
+    compiled = depthwise.CompiledDepthwise(weight[:, 0].transpose(1, 2, 0), CompiledEpilogue(bias, channels, act))
+    ours = compiled(x, stride, pads, FORM)
+    assert ours.dtype == np.uint8 and len(np.unique(ours)) > 10
+    np.testing.assert_array_equal(ours, quantize(compiled(x, stride, pads), *FORM))
+
+
+def test_an_activation_after_the_stores_keeps_float32():
+    """SiLU is applied over the stored sums: such a kernel refuses a uint8 form."""
+    weight = RNG.standard_normal((3, 3, 16), dtype=np.float32)
+    compiled = depthwise.CompiledDepthwise(weight, CompiledEpilogue(None, 16, InplaceActivation("silu")))
+    assert not compiled.quantizes
+    with pytest.raises(ValueError, match="float32 only"):
+        compiled(RNG.standard_normal((1, 5, 5, 16), dtype=np.float32), (1, 1), ((1, 1), (1, 1)), FORM)
+
+
+@pytest.mark.parametrize("kind, kernel", [param for param in TILED if param.id.startswith(("int8", "fp32"))])
+@pytest.mark.parametrize("threads, halo_share", [(1, 0.5), (3, 0.25), (3, 100)], ids=["one", "channels", "bands"])
+def test_pointwise_depthwise_hands_its_output_on_as_uint8(kind, kernel, threads, halo_share, monkeypatch):
+    """The fused 1x1 product and depthwise convolution on the tiles, and the stripe loop,
+    store uint8 in a form as the float32 output quantized: in one thread, in blocks of
+    channels and in bands of rows."""
+    monkeypatch.setattr(depthwise, "HALO_SHARE", halo_share)
+    monkeypatch.setattr(depthwise, "PART_WORK", 1)
+    monkeypatch.setattr(depthwise, "STRIPE_BYTES", 3000)
+    channels, stride, pads = 80, *GEOMETRIES[4][1:]
+    x = RNG.standard_normal((2, 19, 14, 12), dtype=np.float32)
+    expand = RNG.standard_normal((channels, 12, 1, 1), dtype=np.float32) / 3
+    weight = RNG.standard_normal((channels, 1, *GEOMETRIES[4][0]), dtype=np.float32)
+    tiled, twin = product_pair(kind, kernel, expand, None, InplaceActivation("relu"))
+    dw = depthwise.CompiledDepthwise(weight[:, 0].transpose(1, 2, 0),
+                                     CompiledEpilogue(None, channels, InplaceActivation("clip", (0.0, 6.0))))
+
+    def stripe_rows(rows, out, block):
+        twin.multiply(twin.activations(rows), out, columns=(block.start, block.stop), shared=False)
+
+    stripes = depthwise.TiledStripes(tiled.tiles(), dw)
+    with intra_op(threads, min_work=0):
+        for pointwise, source in ((stripes, tiled.activations(x)), (stripe_rows, x)):
+            ours = depthwise.pointwise_depthwise(source, pointwise, channels, dw, stride, pads, FORM)
+            floats = depthwise.pointwise_depthwise(source, pointwise, channels, dw, stride, pads)
+            assert ours.dtype == np.uint8
+            np.testing.assert_array_equal(ours, quantize(floats, *FORM))
 
 
 def test_a_block_of_channels_writes_only_its_own():

@@ -13,7 +13,8 @@ padding and take zeros for the taps outside the image, and its interior, whose w
 take every tap without a check; a small image, whose borders are most of its pixels, is
 first copied with its padding into a scratch, so that every pixel is an interior one. The
 input rows the kernel reads may be a block of the image's rows (a stripe buffer), said by
-the row the block starts at.
+the row the block starts at. In int8 the output may be uint8 in the form the next product
+takes (:data:`Form`): each vector is quantized as it is stored.
 
 :func:`pointwise_depthwise` computes a MobileNet/EfficientNet block's expansion and
 filter: the 1x1 product fills a buffer of the input rows a stripe of output rows reads, its
@@ -44,6 +45,7 @@ from kuiperinfer.kernels.compiled.vectors import (
     multiply_add,
     splat,
     store,
+    store_output,
 )
 from kuiperinfer.kernels.jit import AVAILABLE, KernelAddress, empty, inline, kernel, kernel_array, scratch
 from kuiperinfer.kernels.parallel import PART_WORK, compiled_parts, even_step, kinds_of, run_parts, threads_for
@@ -90,7 +92,7 @@ def window(x, p, row, column, held, acc, kh, kw, i_lo, i_hi, j_lo, j_hi):  # noq
 
 @inline
 def rows_in_blocks(x, row0, height, taps, bias, out, channel0, y0, y1, sh, sw, top, left, code, a, b,  # noqa: ANN001, ANN201
-                   kh, kw, taps_count):
+                   scale, zero_point, kh, kw, taps_count):
     """:func:`depthwise_rows`'s kernel for blocks of :data:`LANES` channels (the last one
     overlapping the one before it, whose values it computes again)."""
     c, w, ow, oc = x.shape[2], x.shape[1], out.shape[1], out.shape[2]
@@ -110,18 +112,18 @@ def rows_in_blocks(x, row0, height, taps, bias, out, channel0, y0, y1, sh, sw, t
             q = y * ow * oc + channel0 + c0                          # output (y, 0)
             for ox in range(first, stop):
                 acc = window(x, p + ox * sw * column, row, column, held, start, kh, kw, 0, kh, 0, kw)
-                store(out, q + ox * oc, finish_vector(acc, code, a, b), None)
+                store_output(out, q + ox * oc, finish_vector(acc, code, a, b), None, scale, zero_point)
             for k in range(first + ow - stop):                        # the border columns, left and right
                 ox = k if k < first else k - first + stop
                 ix0 = ox * sw - left
                 acc = window(x, p + ox * sw * column, row, column, held, start, kh, kw, i_lo, i_hi,
                              max(0, -ix0), min(kw, w - ix0))
-                store(out, q + ox * oc, finish_vector(acc, code, a, b), None)
+                store_output(out, q + ox * oc, finish_vector(acc, code, a, b), None, scale, zero_point)
 
 
 @inline
 def rows_padded(x, row0, height, taps, bias, out, channel0, y0, y1, sh, sw, top, left, code, a, b,  # noqa: ANN001, ANN201
-                kh, kw, taps_count, count, padded):
+                scale, zero_point, kh, kw, taps_count, count, padded):
     """:func:`rows_in_blocks` through ``padded``, a (rows, columns, LANES) scratch as large as
     the input the output rows read with its padding: each block of channels of the input is
     copied into it (the padding stays zero), then every pixel takes its window without a
@@ -150,7 +152,7 @@ def rows_padded(x, row0, height, taps, bias, out, channel0, y0, y1, sh, sw, top,
             for ox in range(ow):
                 acc = window(padded, p + ox * sw * LANES, columns * LANES, LANES, held, start, kh, kw,
                              0, kh, 0, kw)
-                store(out, q + ox * oc, finish_vector(acc, code, a, b), count)
+                store_output(out, q + ox * oc, finish_vector(acc, code, a, b), count, scale, zero_point)
 
 
 def padded_shape(rows: int, columns: int, channels: int) -> tuple[int, int, int]:
@@ -173,25 +175,27 @@ def depthwise_rows(kh: int, kw: int) -> Callable[..., None]:
 
     def depthwise(x: np.ndarray, row0: int, height: int, taps: np.ndarray, bias: np.ndarray, out: np.ndarray,
                   channel0: int, y0: int, y1: int, sh: int, sw: int, top: int, left: int, code: int, a: np.float32,
-                  b: np.float32, padded: np.ndarray) -> None:
+                  b: np.float32, scale: np.float32, zero_point: np.float32, padded: np.ndarray) -> None:
         """Output rows ``y0:y1`` of the depthwise convolution of C channels of one image into
         channels ``channel0:channel0 + C`` of ``out`` (OH, OW, C'), then ``activation(out + bias)``.
         ``x`` (R, W, C) holds the image's rows ``row0:row0 + R`` (every row the output rows read
         inside the image, whose height is ``height``); ``taps`` (kh, kw, C') and ``bias`` (C')
         are those of every channel of ``out``, so that a block of channels reads its own in
-        place (no copy per block); the padding above
+        place (no copy per block). A uint8 ``out`` takes the outputs quantized by ``scale`` and
+        ``zero_point`` (:func:`~.vectors.store_output`; only for an activation
+        :func:`~.activation.in_registers` computes); the padding above
         and left of the image is ``top`` and ``left`` (what lies past the image below and right
         is padding too). ``padded`` is empty, or the scratch of :func:`rows_padded`, which then
         computes the rows (it must, for fewer channels than :data:`LANES`)."""
         if x.shape[2] < LANES:
             rows_padded(x, row0, height, taps, bias, out, channel0, y0, y1, sh, sw, top, left, code, a, b,
-                        kh, kw, taps_count, x.shape[2], padded)
+                        scale, zero_point, kh, kw, taps_count, x.shape[2], padded)
         elif padded.size:
             rows_padded(x, row0, height, taps, bias, out, channel0, y0, y1, sh, sw, top, left, code, a, b,
-                        kh, kw, taps_count, None, padded)
+                        scale, zero_point, kh, kw, taps_count, None, padded)
         else:
             rows_in_blocks(x, row0, height, taps, bias, out, channel0, y0, y1, sh, sw, top, left, code, a, b,
-                           kh, kw, taps_count)
+                           scale, zero_point, kh, kw, taps_count)
         if not in_registers(code):      # the sums were stored without their bias: add it, then the activation
             for y in range(y0, y1):
                 for ox in range(out.shape[1]):
@@ -213,7 +217,7 @@ call, so that threads reaching their first call at once compile each once."""
 
 @kernel
 def depthwise_parts(depthwise_at, depthwise_type, x, taps, bias, out, table, sh, sw, top, left, code, a, b,  # noqa: ANN001
-                    first, last) -> None:
+                    scale, zero_point, first, last) -> None:
     """:meth:`CompiledDepthwise.__call__`'s parts ``first:last``, as the pool's threads take them
     (:class:`~kuiperinfer.kernels.parallel.CompiledParts`): each row of ``table`` (image, first
     and stop output rows) through the :func:`depthwise_rows` kernel at ``depthwise_at``."""
@@ -224,7 +228,19 @@ def depthwise_parts(depthwise_at, depthwise_type, x, taps, bias, out, table, sh,
     for part in range(first, last):
         image, y0, y1 = table[part]
         padded = np.empty(compiled_padded_shape((y1 - y0 - 1) * sh + kh, columns_read, c), np.float32)
-        depthwise(x[image], 0, h, taps, bias, out[image], 0, y0, y1, sh, sw, top, left, code, a, b, padded)
+        depthwise(x[image], 0, h, taps, bias, out[image], 0, y0, y1, sh, sw, top, left, code, a, b, scale, zero_point,
+                  padded)
+
+
+Form = tuple[np.float32, np.float32]
+"""The uint8 form int8 hands an output on in: its scale and zero point."""
+NO_FORM: Form = (np.float32(1), np.float32(0))
+"""The numbers a kernel storing float32 takes in place of a form (and does not read)."""
+
+
+def output_array(shape: tuple[int, ...], form: Form | None) -> np.ndarray:
+    """A new output of ``shape``: float32 on a cache line, or uint8 for a ``form``."""
+    return empty(shape) if form is None else np.empty(shape, np.uint8)
 
 
 class CompiledDepthwise:
@@ -234,43 +250,59 @@ class CompiledDepthwise:
     def __init__(self, taps: np.ndarray, epilogue: CompiledEpilogue):
         self.taps = kernel_array(taps)
         self.bias, self.code = epilogue.bias, epilogue.code
+        self.quantizes = bool(in_registers(epilogue.code.code))
+        """Whether the kernel can hand its output on as uint8 (its activation is computed in
+        registers, before the outputs are stored)."""
         self.kernel = depthwise_rows(*taps.shape[:2])
-        self._address: KernelAddress | None = None
+        self._addresses: dict[np.dtype, KernelAddress] = {}
         self._tables: dict[tuple[object, ...], np.ndarray] = {}
 
+    def finish(self, form: Form | None) -> tuple:
+        """The kernel's arguments after the padding: the activation's code, then the output's
+        ``form`` (checked to be one the kernel can store)."""
+        if form is not None and not self.quantizes:
+            raise ValueError(f"a depthwise kernel of activation code {self.code.code} stores float32 only")
+        return (*self.code, *(form or NO_FORM))
+
     def rows(self, x: np.ndarray, row0: int, height: int, out: np.ndarray, channels: slice, y0: int, y1: int,
-             stride: tuple[int, int], padding: Padding) -> None:
-        """Output rows ``y0:y1`` of ``channels`` of one image into ``out`` (OH, OW, C) from the
-        image's rows ``row0:`` in ``x`` (R, W, channels' count): :func:`depthwise_rows`."""
+             stride: tuple[int, int], padding: Padding, form: Form | None = None) -> None:
+        """Output rows ``y0:y1`` of ``channels`` of one image into ``out`` (OH, OW, C; uint8 in
+        ``form``, if given) from the image's rows ``row0:`` in ``x`` (R, W, channels' count):
+        :func:`depthwise_rows`."""
         kh, kw = self.taps.shape[:2]
         padded = empty(padded_shape((y1 - y0 - 1) * stride[0] + kh, (out.shape[1] - 1) * stride[1] + kw,
                                     channels.stop - channels.start))
         self.kernel(x, row0, height, self.taps, self.bias, out, channels.start, y0, y1, stride[0], stride[1],
-                    padding[0][0], padding[1][0], *self.code, padded)
+                    padding[0][0], padding[1][0], *self.finish(form), padded)
 
-    def __call__(self, x: np.ndarray, stride: tuple[int, int], padding: Padding) -> np.ndarray:
+    def __call__(self, x: np.ndarray, stride: tuple[int, int], padding: Padding,
+                 form: Form | None = None) -> np.ndarray:
         """The convolution of NHWC ``x`` (any memory layout); a new contiguous (N, OH, OW, C)
-        array, its images or bands of rows shared among threads as compiled parts
-        (:func:`depthwise_parts`: a part's Python would hold the GIL its neighbour waits for)."""
+        array (uint8 in ``form``, if given), its images or bands of rows shared among threads
+        as compiled parts (:func:`depthwise_parts`: a part's Python would hold the GIL its
+        neighbour waits for)."""
         x = kernel_array(x)
         n, h, w, c = x.shape
         kh, kw = self.taps.shape[:2]
         oh = output_size(h, kh, stride[0], *padding[0])
         ow = output_size(w, kw, stride[1], *padding[1])
-        out = empty((n, oh, ow, c))
+        out = output_array((n, oh, ow, c), form)
         work = n * oh * ow * c * kh * kw
         threads = threads_for(work)
         table = self._tables.get((n, oh, c, threads))
         if table is None:
             parts = parts_of(n, oh, c, work, threads)
             table = self._tables[n, oh, c, threads] = np.array([part[:3] for part in parts], np.int64)
-        if self._address is None:
+        finish = self.finish(form)
+        address = self._addresses.get(out.dtype)
+        if address is None:
             with _MAKING:
-                self._address = self._address or KernelAddress(
-                    self.kernel, x[0], 0, 0, self.taps, self.bias, out[0], 0, 0, 0, 0, 0, 0, 0, *self.code,
+                address = self._addresses.get(out.dtype) or KernelAddress(
+                    self.kernel, x[0], 0, 0, self.taps, self.bias, out[0], 0, 0, 0, 0, 0, 0, 0, *finish,
                     empty((0, 0, LANES)))
-        head = (self._address.address, self._address.type, x, self.taps, self.bias, out, table, *stride,
-                padding[0][0], padding[1][0], *self.code)
+                self._addresses[out.dtype] = address
+        head = (address.address, address.type, x, self.taps, self.bias, out, table, *stride,
+                padding[0][0], padding[1][0], *finish)
         compiled_parts(depthwise_parts).run(len(table), work, head, ())
         return out
 
@@ -355,7 +387,7 @@ def stripes_walk(floats: bool) -> Callable[..., None]:
 
     def part(product_at, product_type, depthwise_at, depthwise_type, x, packed, strip_bytes, correction,  # noqa: ANN001
              scale, product_bias, numbers, lanes, taps, bias, out, first, stop, channel0, kh, sh, sw, top, left,
-             code, a, b, stripe, buffer) -> None:
+             code, a, b, out_scale, out_zero_point, stripe, buffer) -> None:
         """Output rows ``first:stop`` of the channels ``channel0:`` (as many as ``buffer`` has) of
         one image into ``out`` (OH, OW, C) from its input pixels ``x`` (H, W, Cin), ``stripe``
         rows at a time through ``buffer`` (rows, W, channels), as the Python loop of
@@ -385,7 +417,8 @@ def stripes_walk(floats: bool) -> Callable[..., None]:
                             residual, target, numbers)
             held_start, held_stop = start, finish
             padded = np.empty(compiled_padded_shape((end - y - 1) * sh + kh, columns_read, width), np.float32)
-            depthwise(buffer, start, h, taps, bias, out, channel0, y, end, sh, sw, top, left, code, a, b, padded)
+            depthwise(buffer, start, h, taps, bias, out, channel0, y, end, sh, sw, top, left, code, a, b, out_scale,
+                      out_zero_point, padded)
 
     part.__qualname__ = f"{'float' if floats else 'dot'}_stripes_walk"
     return kernel(part)
@@ -394,7 +427,7 @@ def stripes_walk(floats: bool) -> Callable[..., None]:
 @kernel
 def stripes_parts(walk_at, walk_type, product_at, product_type, depthwise_at, depthwise_type, x, packed,  # noqa: ANN001
                   strip_bytes, correction, scale, product_bias, numbers, lanes, taps, bias, out, table, sh, sw, top,
-                  left, code, a, b, buffers, slot, thread, first, last) -> None:
+                  left, code, a, b, out_scale, out_zero_point, buffers, slot, thread, first, last) -> None:
     """:func:`pointwise_depthwise`'s parts ``first:last`` on the matrix engine's tiles, as the
     pool's threads take them (:class:`~kuiperinfer.kernels.parallel.CompiledParts`): each row
     of ``table`` (image, first and stop output rows, first and stop channels, stripe, buffer
@@ -408,7 +441,7 @@ def stripes_parts(walk_at, walk_type, product_at, product_type, depthwise_at, de
         buffer = buffers[thread * slot:thread * slot + rows * w * width].reshape((rows, w, width))
         walk(product_at, product_type, depthwise_at, depthwise_type, x[image], packed, strip_bytes, correction,
              scale, product_bias, numbers, lanes, taps, bias, out[image], y0, y1, c0, kh, sh, sw, top,
-             left, code, a, b, stripe, buffer)
+             left, code, a, b, out_scale, out_zero_point, stripe, buffer)
 
 
 StripesKernels = tuple[KernelAddress, KernelAddress, KernelAddress]
@@ -430,58 +463,62 @@ class TiledStripes:
         self.dot, self.packed, self.strip_bytes, self.correction, self.scale, self.bias, self.numbers = tiles
         self.depthwise = depthwise
         self.lanes = TILES[self.dot][2]
-        self._calls: dict[np.dtype, StripesKernels] = {}
+        self._calls: dict[tuple[np.dtype, np.dtype], StripesKernels] = {}
         self._plans: dict[tuple[object, ...], StripesPlan] = {}
 
     def _call(self, x: np.ndarray, taps: np.ndarray, bias: np.ndarray, out: np.ndarray, buffer: np.ndarray,
-              code: tuple[int, np.float32, np.float32]) -> StripesKernels:
-        """The walk and its two kernels for input of ``x``'s type, made on the first call."""
-        found = self._calls.get(x.dtype)
+              finish: tuple) -> StripesKernels:
+        """The walk and its two kernels for input of ``x``'s type and output of ``out``'s, made on
+        the first call."""
+        key = (x.dtype, out.dtype)
+        found = self._calls.get(key)
         if found is None:
             with _MAKING:       # another thread may have made it while this one waited
-                found = self._calls.get(x.dtype) or self._make(x, taps, bias, out, buffer, code)
+                found = self._calls.get(key) or self._make(x, taps, bias, out, buffer, finish)
         return found
 
     def _make(self, x: np.ndarray, taps: np.ndarray, bias: np.ndarray, out: np.ndarray, buffer: np.ndarray,
-              code: tuple[int, np.float32, np.float32]) -> StripesKernels:
+              finish: tuple) -> StripesKernels:
         rows, parts, stored = np.empty((0, 0), x.dtype), np.empty((1, 4), np.int64), buffer[0]
         floats = self.dot >= len(DOT_BLOCKS)
         product = KernelAddress(BLOCKS[self.dot], rows, self.packed, parts, 0, 0, (0, 0), self.bias, stored, stored,
                                 self.numbers) if floats else \
             KernelAddress(BLOCKS[self.dot], rows, self.packed, self.strip_bytes, parts, 0, 0, (0, 0), self.correction,
                           self.scale, self.bias, stored, stored, self.numbers)
-        depthwise = KernelAddress(self.depthwise.kernel, buffer, 0, 0, taps, bias, out, 0, 0, 0, 0, 0, 0, 0, *code,
+        depthwise = KernelAddress(self.depthwise.kernel, buffer, 0, 0, taps, bias, out, 0, 0, 0, 0, 0, 0, 0, *finish,
                                   empty((0, 0, LANES)))
         walk = KernelAddress(stripes_walk(floats), product.address, product.type, depthwise.address, depthwise.type,
                              x, self.packed, self.strip_bytes, self.correction, self.scale, self.bias, self.numbers, 0,
-                             taps, bias, out, 0, 0, 0, 0, 0, 0, 0, 0, *code, 0, buffer)
-        found = self._calls[x.dtype] = (walk, product, depthwise)
+                             taps, bias, out, 0, 0, 0, 0, 0, 0, 0, 0, *finish, 0, buffer)
+        found = self._calls[x.dtype, out.dtype] = (walk, product, depthwise)
         return found
 
-    def run(self, x: np.ndarray, out: np.ndarray, work: int, stride: tuple[int, int], padding: Padding) -> None:
-        """:func:`pointwise_depthwise` into ``out`` (N, OH, OW, C) from the input pixels ``x``
-        (N, H, W, Cin), each of its parts walked down its stripes in compiled code
-        (:func:`stripes_parts`) by whichever of the run's threads takes it."""
+    def run(self, x: np.ndarray, out: np.ndarray, work: int, stride: tuple[int, int], padding: Padding,
+            form: Form | None = None) -> None:
+        """:func:`pointwise_depthwise` into ``out`` (N, OH, OW, C; uint8 in ``form``, if given)
+        from the input pixels ``x`` (N, H, W, Cin), each of its parts walked down its stripes in
+        compiled code (:func:`stripes_parts`) by whichever of the run's threads takes it."""
         threads = threads_for(work)
-        key = (x.shape, x.dtype, out.shape, threads)
+        key = (x.shape, x.dtype, out.shape, out.dtype, threads)
+        finish = self.depthwise.finish(form)
         plan = self._plans.get(key)
         if plan is None:
-            plan = self._plans[key] = self._plan(x, out, work, threads, stride, padding)
+            plan = self._plans[key] = self._plan(x, out, work, threads, stride, padding, finish)
         table, slot, kernels, kinds = plan
-        head = self._head(x, out, stride, padding, threads, table, slot, kernels)
+        head = self._head(x, out, stride, padding, threads, table, slot, kernels, finish)
         compiled_parts(stripes_parts, per_thread=True).run(len(table), work, head, (), kinds)
 
     def _head(self, x: np.ndarray, out: np.ndarray, stride: tuple[int, int], padding: Padding, threads: int,
-              table: np.ndarray, slot: int, kernels: StripesKernels) -> tuple:
+              table: np.ndarray, slot: int, kernels: StripesKernels, finish: tuple) -> tuple:
         """The arguments of :func:`stripes_parts` before the parts."""
         walk, product, depthwise = kernels
         return (walk.address, walk.type, product.address, product.type, depthwise.address, depthwise.type, x,
                 self.packed, self.strip_bytes, self.correction, self.scale, self.bias, self.numbers, self.lanes,
                 self.depthwise.taps, self.depthwise.bias, out, table, *stride, padding[0][0], padding[1][0],
-                *self.depthwise.code, scratch((min(threads, len(table)) * slot,)), slot, 0)
+                *finish, scratch((min(threads, len(table)) * slot,)), slot, 0)
 
     def _plan(self, x: np.ndarray, out: np.ndarray, work: int, threads: int, stride: tuple[int, int],
-              padding: Padding) -> StripesPlan:
+              padding: Padding, finish: tuple) -> StripesPlan:
         """The parts of a call on ``x`` of this shape and type into ``out`` on ``threads`` threads,
         as a table (:func:`stripes_parts`), the memory of each thread's buffer, and the product
         and depthwise kernels: made once for each."""
@@ -496,17 +533,19 @@ class TiledStripes:
         slot = int((table[:, 6] * w * (table[:, 4] - table[:, 3])).max())
         every = self.depthwise.taps
         buffer = np.empty((table[0, 6], w, every.shape[2]), np.float32)
-        kernels = self._call(x[0], every, self.depthwise.bias, out[0], buffer, self.depthwise.code)
-        kinds = kinds_of(self._head(x, out, stride, padding, threads, table, slot, kernels))
+        kernels = self._call(x[0], every, self.depthwise.bias, out[0], buffer, finish)
+        kinds = kinds_of(self._head(x, out, stride, padding, threads, table, slot, kernels, finish))
         return table, slot, kernels, kinds
 
 
 def pointwise_depthwise(x: np.ndarray, pointwise: PointwiseRows | TiledStripes, channels: int,
-                        depthwise: CompiledDepthwise, stride: tuple[int, int], padding: Padding) -> np.ndarray:
+                        depthwise: CompiledDepthwise, stride: tuple[int, int], padding: Padding,
+                        form: Form | None = None) -> np.ndarray:
     """``depthwise(pointwise(x))`` of NHWC ``x`` (N, H, W, Cin; any memory layout, float32 or
     the form ``pointwise`` multiplies), where the 1x1 convolution makes ``channels`` channels;
-    a new contiguous (N, OH, OW, channels) array. Each part (an image, a band of a single
-    image's rows or a block of its channels) walks down its output rows a stripe at a time:
+    a new contiguous (N, OH, OW, channels) array, float32, or uint8 in ``form`` if given.
+    Each part (an image, a band of a single image's rows or a block of its channels) walks
+    down its output rows a stripe at a time:
     the product fills the buffer with the expanded input rows the stripe reads that the
     previous stripe did not, then the depthwise kernel makes the stripe's rows. A product
     on the tiles with the depthwise kernel (:class:`TiledStripes`) runs each part in one
@@ -517,10 +556,10 @@ def pointwise_depthwise(x: np.ndarray, pointwise: PointwiseRows | TiledStripes, 
     (sh, sw), top = stride, padding[0][0]
     oh = output_size(h, kh, sh, *padding[0])
     ow = output_size(w, kw, sw, *padding[1])
-    out = empty((n, oh, ow, channels))
+    out = output_array((n, oh, ow, channels), form)
     work = n * h * w * c_in * channels + n * oh * ow * channels * kh * kw
     if isinstance(pointwise, TiledStripes):
-        pointwise.run(x, out, work, stride, padding)
+        pointwise.run(x, out, work, stride, padding, form)
         return out
     parts = parts_of(n, oh, channels, work, threads_for(work), max(0, kh - sh), sh, FUSED_PARTS_PER_THREAD)
 
@@ -540,7 +579,7 @@ def pointwise_depthwise(x: np.ndarray, pointwise: PointwiseRows | TiledStripes, 
                 pointwise(source[start + keep:finish].reshape(-1, c_in), buffer[keep:finish - start].reshape(-1, width),
                           block)
             held_start, held_stop = start, finish
-            depthwise.rows(buffer, start, h, out[image], block, y, end, stride, padding)
+            depthwise.rows(buffer, start, h, out[image], block, y, end, stride, padding, form)
 
     run_parts(parts, work, run)
     return out

@@ -11,6 +11,8 @@ float>`` value, which stays in a register across a loop like any local number.
 * :func:`load` and :func:`store` read and write :data:`LANES` consecutive values of a
   C-contiguous array at a flat index (``count``: only the first ``count`` lanes, the
   others read as zero and left alone in memory; None: all of them). No bounds are checked.
+  :func:`store_output` stores into a float32 array as :func:`store` does and into a uint8
+  one quantized, as int8 hands activations on.
 * :func:`load_if` loads only where a condition holds (zeros, else), and
   :func:`load_strided` loads several vectors at once into a tuple, as registers to hold
   (:func:`store_strided` stores them).
@@ -141,6 +143,48 @@ if AVAILABLE:
             _store(context, builder, signature.args[0], args[0], args[1], args[2], signature.args[3], args[3])
             return context.get_dummy_value()
         return types.none(array, types.intp, Vector, count), codegen
+
+    _LLVM_BYTES = ir.VectorType(ir.IntType(8), LANES)
+
+    def _quantized(builder, vector, scale, zero_point):  # noqa: ANN001, ANN202
+        """``clip(rint(vector / scale) + zero_point, 0, 255)`` as a vector of bytes (NaN: 0)."""
+        rint = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_LLVM_VECTOR, [_LLVM_VECTOR]),
+                                              f"llvm.rint.{_LANE_TYPES}")
+        q = builder.call(rint, [builder.fdiv(vector, _repeat(builder, scale, _LLVM_VECTOR))])
+        q = builder.fadd(q, _repeat(builder, zero_point, _LLVM_VECTOR))
+        low, high = ir.Constant(_LLVM_VECTOR, [0.0] * LANES), ir.Constant(_LLVM_VECTOR, [255.0] * LANES)
+        q = builder.select(builder.fcmp_ordered(">", q, low), q, low)
+        q = builder.select(builder.fcmp_ordered("<", q, high), q, high)
+        return builder.fptoui(q, _LLVM_BYTES)
+
+    @intrinsic
+    def store_output(typingctx, array, index, vector, count, scale, zero_point):  # noqa: ANN001, ANN201
+        """:func:`store` into a float32 ``array``; into a uint8 one, ``vector`` quantized first,
+        ``clip(rint(vector / scale) + zero_point, 0, 255)`` (the numbers of
+        :func:`~kuiperinfer.kernels.matrix.int8.quantize`), each lane one byte."""
+        if not isinstance(array, types.Array) or array.dtype not in (types.float32, types.uint8):
+            return None
+
+        def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
+            array_type, count_type = signature.args[0], signature.args[3]
+            if array_type.dtype == types.float32:
+                _store(context, builder, array_type, args[0], args[1], args[2], count_type, args[3])
+                return context.get_dummy_value()
+            scale = context.cast(builder, args[4], signature.args[4], types.float32)
+            zero_point = context.cast(builder, args[5], signature.args[5], types.float32)
+            quantized = _quantized(builder, args[2], scale, zero_point)
+            data = context.make_array(array_type)(context, builder, args[0]).data
+            pointer = builder.bitcast(builder.gep(data, [args[1]]), _LLVM_BYTES.as_pointer())
+            if isinstance(count_type, types.NoneType):
+                builder.store(quantized, pointer, align=1)
+                return context.get_dummy_value()
+            mask = _first_lanes(builder, context.cast(builder, args[3], count_type, types.int64))
+            function = cgutils.get_or_insert_function(builder.module, ir.FunctionType(
+                ir.VoidType(), [_LLVM_BYTES, pointer.type, ir.IntType(32), mask.type]),
+                f"llvm.masked.store.v{LANES}i8.p0")
+            builder.call(function, [quantized, pointer, ir.Constant(ir.IntType(32), 1), mask])
+            return context.get_dummy_value()
+        return types.none(array, types.intp, Vector, count, scale, zero_point), codegen
 
     @intrinsic
     def store_strided(typingctx, array, start, step, vectors, count):  # noqa: ANN001, ANN201
@@ -288,6 +332,14 @@ else:
         """Write ``vector`` to ``array``'s flat elements ``index`` on (``count``: its first ``count`` lanes)."""
         lanes = LANES if count is None else count
         array.reshape(-1)[index:index + lanes] = vector[:lanes]
+
+    def store_output(array: np.ndarray, index: int, vector: np.ndarray, count: int | None, scale: float,
+                     zero_point: float) -> None:
+        """:func:`store` into a float32 ``array``; into a uint8 one, ``vector`` quantized first."""
+        if array.dtype == np.uint8:
+            q = np.rint(vector / np.float32(scale)) + np.float32(zero_point)
+            vector = np.clip(np.nan_to_num(q, nan=0.0), 0, 255).astype(np.uint8)
+        store(array, index, vector, count)
 
     def store_strided(array: np.ndarray, start: int, step: int, vectors: tuple[np.ndarray, ...],
                       count: int | None) -> None:
