@@ -9,6 +9,7 @@ from kuiperinfer.kernels.compiled.activation import ActivationCode, finish_row, 
 from kuiperinfer.kernels.compiled.vectors import (
     LANES,
     load,
+    load_dequantized,
     load_if,
     load_strided,
     multiply_add,
@@ -16,12 +17,14 @@ from kuiperinfer.kernels.compiled.vectors import (
     repeat,
     splat,
     store,
+    store_output,
     where_above,
     where_below,
 )
 from kuiperinfer.kernels.elementwise import InplaceActivation
 from kuiperinfer.kernels.jit import kernel
 from kuiperinfer.kernels.matrix.features import cpu_flags
+from kuiperinfer.kernels.matrix.int8 import dequantize, quantize
 
 
 def test_lanes_fill_the_widest_register():
@@ -53,6 +56,37 @@ def test_a_masked_load_and_store_touch_only_their_lanes(count):
     _copy_all(source, target, LANES + 3)
     expected[LANES + 3:2 * LANES + 3] = source[LANES + 3:2 * LANES + 3]
     np.testing.assert_array_equal(target, expected)
+
+
+@kernel
+def _requantize(source, target, scale, zero_point, count):
+    for k in range(0, source.size - LANES + 1, LANES):
+        store_output(target, k, load(source, k, None), None, scale, zero_point)
+    store_output(target, source.size - count, load(source, source.size - count, count), count, scale, zero_point)
+
+
+@kernel
+def _dequantize(source, target, scale, zero_point, count):
+    for k in range(0, source.size - LANES + 1, LANES):
+        store(target, k, load_dequantized(source, k, None, scale, zero_point), None)
+    store(target, source.size - count, load_dequantized(source, source.size - count, count, scale, zero_point), count)
+
+
+@pytest.mark.parametrize("count", [1, 5, LANES - 1])
+def test_uint8_stored_and_loaded_as_int8_quantizes_and_dequantizes(count):
+    """A vector stored into a uint8 array is int8.quantize's bytes (ties to even, clipped at
+    0 and 255), a masked one only its lanes; loaded back, dequantize's values."""
+    values = np.random.default_rng(count).uniform(-3, 9, 4 * LANES).astype(np.float32)
+    values[:4] = [0.5 * 0.04 - 2 * 0.04, 2.5 * 0.04, -50.0, 50.0]      # ties, and beyond the range
+    scale, zero_point = np.float32(0.04), np.float32(77)
+    q = np.full(4 * LANES, 7, np.uint8)
+    _requantize(values[:3 * LANES + count], q, scale, zero_point, count)
+    np.testing.assert_array_equal(q[:3 * LANES + count], quantize(values[:3 * LANES + count], scale, 77))
+    assert (q[3 * LANES + count:] == 7).all()
+    floats = np.full(4 * LANES, -1, np.float32)
+    _dequantize(q[:3 * LANES + count], floats, scale, zero_point, count)
+    np.testing.assert_array_equal(floats[:3 * LANES + count], dequantize(q[:3 * LANES + count], scale, 77))
+    assert (floats[3 * LANES + count:] == -1).all()
 
 
 @kernel

@@ -138,12 +138,12 @@ def test_int8_epilogue_matches_the_reference(kernel, activation, output, residua
 
 
 @pytest.mark.parametrize("kernel", INT8_KERNELS)
-@pytest.mark.parametrize("n", [16, 24, 64])
+@pytest.mark.parametrize("n", [8, 16, 24, 40, 64])
 @pytest.mark.parametrize("residual_activation", [None, InplaceActivation("clip", (0.0, 6.0))], ids=name_of)
 def test_int8_uint8_residual_added_in_the_clamps_pass_is_the_references(kernel, n, residual_activation):
-    """A uint8 residual added in the pass that clamps and requantizes gives the separate
-    passes' numbers, to the bit, where the rows are one run of memory (16 and 64 columns) and
-    where they are not."""
+    """A uint8 residual added in the pass of vectors that clamps and requantizes gives the
+    separate passes' numbers, to the bit, where the rows are one run of memory (16 and 64
+    columns) and where they are not: shorter than a vector (8), or ending in a part of one."""
     m, k = 300, 144
     a, w, scales = operands(m, k, n)
     epilogue = ProductEpilogue(RNG.standard_normal(n).astype(np.float32), None, residual_activation,

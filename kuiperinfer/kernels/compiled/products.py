@@ -25,13 +25,22 @@ from __future__ import annotations
 import numpy as np
 
 from kuiperinfer.kernels.compiled import amx_tiles
-from kuiperinfer.kernels.compiled.activation import CLIP, NONE, RELU, ActivationCode, clip, finish_row
+from kuiperinfer.kernels.compiled.activation import CLIP, NONE, RELU, ActivationCode, finish_row
 from kuiperinfer.kernels.compiled.amx_tiles import configure_tiles, hold_rows, release_tiles, tile_config, tile_product
 from kuiperinfer.kernels.compiled.epilogue import requantized
 from kuiperinfer.kernels.compiled.float_tiles import FIRST, LAST, RESIDUAL, row_counts
 from kuiperinfer.kernels.compiled.float_tiles import SHAPES as FLOAT_SHAPES
 from kuiperinfer.kernels.compiled.float_tiles import tile as float_tile
 from kuiperinfer.kernels.compiled.tiles import tile
+from kuiperinfer.kernels.compiled.vectors import (
+    LANES,
+    load,
+    load_dequantized,
+    splat,
+    store_output,
+    where_above,
+    where_below,
+)
 from kuiperinfer.kernels.jit import inline, kernel
 
 VNNI, AVX2, BF16, AMX_INT8, AMX_BF16, FMA512, FMA256 = range(7)
@@ -66,36 +75,66 @@ def epilogue_numbers(activation: ActivationCode, residual_activation: Activation
 
 
 @inline
-def finish_clamped(values: np.ndarray, bias: np.ndarray, target: np.ndarray, low: np.float32, high: np.float32,
-                   out_form: tuple[np.float32, np.float32]) -> None:
-    """:func:`finish`'s steps on one run of sums in one pass where the activation is a clamp
-    and no residual is added: ``clamp(y + bias)``, stored as float32 or requantized."""
+def clamped(v, low, high):  # noqa: ANN001, ANN201
+    """The vector ``v`` clamped to ``low`` and ``high`` (vectors), as
+    :func:`~kuiperinfer.kernels.compiled.activation.clip` clamps a value."""
+    return where_above(where_below(v, low, low), high, high)
+
+
+@inline
+def clamped_sums(values: np.ndarray, bias: np.ndarray, at: tuple[int, int], k: int, count, low, high):  # noqa: ANN001, ANN201
+    """``clamp(y + bias)`` of the sums ``values`` and ``bias`` from their flat elements ``at``
+    on, plus ``k``, as a vector (``count``: the first lanes)."""
+    return clamped(load(values, at[0] + k, count) + load(bias, at[1] + k, count), low, high)
+
+
+@inline
+def finish_clamped(values: np.ndarray, bias: np.ndarray, target: np.ndarray, at: tuple[int, int, int], n: int,
+                   low: np.float32, high: np.float32, out_form: tuple[np.float32, np.float32]) -> None:
+    """:func:`finish`'s steps on a run of ``n`` sums in one pass of vectors where the
+    activation is a clamp and no residual is added: ``clamp(y + bias)``, stored as float32 or
+    requantized; the run starts at the flat elements ``at`` of the sums, the bias and the
+    target (the arrays whole, not slices of them, which Numba would count references to on
+    every run). A run's tail is its last whole vector again, overlapping the one before (the
+    same values stored twice), and only a run shorter than a vector takes a masked one: a row
+    of 24 columns takes two vectors, not 24 scalar steps."""
     out_scale, out_zero = out_form
-    if target.itemsize == 1:
-        for k in range(values.shape[0]):
-            target[k] = np.uint8(requantized(clip(values[k] + bias[k], low, high), out_scale, out_zero))
+    lows, highs = splat(low), splat(high)
+    if n < LANES:
+        store_output(target, at[2], clamped_sums(values, bias, at, 0, n, lows, highs), n, out_scale, out_zero)
     else:
-        for k in range(values.shape[0]):
-            target[k] = clip(values[k] + bias[k], low, high)
+        for step in range(-(-n // LANES)):
+            k = min(step * LANES, n - LANES)
+            store_output(target, at[2] + k, clamped_sums(values, bias, at, k, None, lows, highs), None, out_scale,
+                         out_zero)
 
 
 @inline
 def finish_clamped_added(values: np.ndarray, bias: np.ndarray, added: np.ndarray, target: np.ndarray,
+                         at: tuple[int, int, int], n: int,
                          bounds: tuple[np.float32, np.float32, np.float32, np.float32],
-                         out_form: tuple[np.float32, np.float32]) -> None:
-    """:func:`finish`'s steps on one run of sums in one pass where both activations are clamps
-    (``bounds``: low, high, then the residual's) and the residual ``added`` is float32:
-    ``clamp(clamp(y + bias) + added)``, stored as float32 or requantized; the numbers of the
-    separate passes, each step rounded alike."""
+                         added_form: tuple[np.float32, np.float32], out_form: tuple[np.float32, np.float32]) -> None:
+    """:func:`finish`'s steps on a run of ``n`` sums in one pass of vectors where both
+    activations are clamps (``bounds``: low, high, then the residual's):
+    ``clamp(clamp(y + bias) + added)`` with the residual ``added`` (as the target, from its
+    flat element ``at[2]``) float32 as it is or uint8 dequantized by ``added_form``, stored as
+    float32 or requantized; the numbers of the separate passes, each step rounded alike (the
+    vectors' instructions are never fused). The run as :func:`finish_clamped`'s."""
     low, high, residual_low, residual_high = bounds
+    added_scale, added_zero = added_form
     out_scale, out_zero = out_form
-    if target.itemsize == 1:
-        for k in range(values.shape[0]):
-            v = clip(clip(values[k] + bias[k], low, high) + added[k], residual_low, residual_high)
-            target[k] = np.uint8(requantized(v, out_scale, out_zero))
+    lows, highs = splat(low), splat(high)
+    residual_lows, residual_highs = splat(residual_low), splat(residual_high)
+    if n < LANES:
+        v = clamped_sums(values, bias, at, 0, n, lows, highs) + load_dequantized(added, at[2], n, added_scale,
+                                                                                  added_zero)
+        store_output(target, at[2], clamped(v, residual_lows, residual_highs), n, out_scale, out_zero)
     else:
-        for k in range(values.shape[0]):
-            target[k] = clip(clip(values[k] + bias[k], low, high) + added[k], residual_low, residual_high)
+        for step in range(-(-n // LANES)):
+            k = min(step * LANES, n - LANES)
+            v = clamped_sums(values, bias, at, k, None, lows, highs) + load_dequantized(added, at[2] + k, None,
+                                                                                         added_scale, added_zero)
+            store_output(target, at[2] + k, clamped(v, residual_lows, residual_highs), None, out_scale, out_zero)
 
 
 @inline
@@ -137,15 +176,12 @@ def finish(sums: np.ndarray, rows: int, width: int, skip: int, row0: int, column
     rows from ``row0`` on, by the ``numbers`` of :func:`epilogue_numbers`; ``out`` (and the
     residual) hold the product's columns from ``first`` on. An empty ``residual`` adds none;
     a uint8 ``out`` is requantized (a float32 one takes the values as they are). Where the
-    rows are ``whole`` (``out``'s are the block's columns, one run of memory; the sums' rows
-    packed so first where the last strip's lanes reach past them), each step is one pass over
-    all of them (the bias repeated in ``biases``); else each step goes row by row.
-    ``scratch`` holds the dequantized residual. Each case has its own loop over the rows: a
-    branch inside one kept LLVM from vectorising the passes (a quarter of the speed)."""
-    if whole and columns < width:   # short rows with a residual (SHORT_ROW)
-        for i in range(1, rows):
-            for k in range(columns):
-                sums[i * columns + k] = sums[i * width + k]
+    rows are ``whole`` (``out``'s are the block's columns and the sums' rows as wide, one run
+    of memory each), each step is one pass over all of them (the bias repeated in
+    ``biases``); else each step goes row by row. Clamp activations take one pass of vectors
+    (:func:`finish_clamped`, :func:`finish_clamped_added`); other activations take a pass per
+    step, ``scratch`` holding the dequantized residual. Each case has its own loop over the
+    rows: a branch inside one kept LLVM from vectorising the passes (a quarter of the speed)."""
     code, low, high = int(numbers[ACTIVATION]), numbers[ACTIVATION + 1], numbers[ACTIVATION + 2]
     residual_code = int(numbers[RESIDUAL_ACTIVATION])
     residual_low, residual_high = numbers[RESIDUAL_ACTIVATION + 1], numbers[RESIDUAL_ACTIVATION + 2]
@@ -158,26 +194,17 @@ def finish(sums: np.ndarray, rows: int, width: int, skip: int, row0: int, column
     clamps, clamp_low, clamp_high = clamp_of(code, low, high)
     residual_clamps, residual_clamp_low, residual_clamp_high = clamp_of(residual_code, residual_low, residual_high)
     as_is = residual.itemsize == 4 and residual_scale == 1 and residual_zero == 0
+    every_bias, bias_at = (biases, 0) if whole else (bias, column0)
     if clamps and residual.size == 0:   # every step in one pass
         for i in range(rounds):
-            finish_clamped(sums[i * width + skip:i * width + skip + count], row_bias,
-                           row_of(out, row0 + i, columns, count, start, whole), clamp_low, clamp_high, out_form)
-    elif clamps and residual_clamps and as_is:   # so too, a float32 residual as it is
-        bounds = (clamp_low, clamp_high, residual_clamp_low, residual_clamp_high)
+            at = (i * width + skip, bias_at, (row0 + i) * out.shape[1] + start)
+            finish_clamped(sums, every_bias, out, at, count, clamp_low, clamp_high, out_form)
+    elif clamps and residual_clamps and (as_is or residual.itemsize == 1):   # so too, a float32 residual as
+        bounds = (clamp_low, clamp_high, residual_clamp_low, residual_clamp_high)   # it is, or a uint8 one
         for i in range(rounds):
-            at = row0 + i
-            finish_clamped_added(sums[i * width + skip:i * width + skip + count], row_bias,
-                                 row_of(residual, at, columns, count, start, whole),
-                                 row_of(out, at, columns, count, start, whole), bounds, out_form)
-    elif clamps and residual_clamps and residual.itemsize == 1:   # a uint8 residual dequantized first,
-        # in a pass of its own (in one, the dequantizing product and the addition would contract into one FMA)
-        bounds = (clamp_low, clamp_high, residual_clamp_low, residual_clamp_high)
-        for i in range(rounds):
-            at = row0 + i
-            added = dequantized(row_of(residual, at, columns, count, start, whole), residual_scale, residual_zero,
-                                scratch)
-            finish_clamped_added(sums[i * width + skip:i * width + skip + count], row_bias, added,
-                                 row_of(out, at, columns, count, start, whole), bounds, out_form)
+            at = (i * width + skip, bias_at, (row0 + i) * out.shape[1] + start)
+            finish_clamped_added(sums, every_bias, residual, out, at, count, bounds, (residual_scale, residual_zero),
+                                 out_form)
     elif residual.size:
         for i in range(rounds):
             at = row0 + i
@@ -210,13 +237,6 @@ def panel(dot: int, a: np.ndarray, row: int, valid: int, packed: np.ndarray, off
         tile(dot, a, row, valid, packed, offset, strip_bytes, correction, scale, column0, y, y_start, y_stride, rows, 1)
 
 
-SHORT_ROW = 32
-"""Columns below which a pass over one row runs scalar (LLVM's loops take 8 lanes 4 times):
-:func:`finish` packs such rows into one run where a residual is added (EfficientNet-Lite0's
-3136 x 144 x 24 projection with its residual on AMX: 205 -> 132 us; 40 columns and more, or
-no residual, gained nothing or lost)."""
-
-
 CHUNK_ROWS = 96
 """Rows of a block the tiles fill before the epilogue finishes them, while they are in cache."""
 
@@ -237,17 +257,16 @@ def chunk_buffers(parts: np.ndarray, first: int, last: int, lanes: int,
 
 @inline
 def block_columns(block: np.ndarray, lanes: int, columns: tuple[int, int], out_columns: int, bias: np.ndarray,
-                  biases: np.ndarray, tallest: int, packs: bool) -> tuple[int, int, int, bool]:
+                  biases: np.ndarray, tallest: int) -> tuple[int, int, int, bool]:
     """Of a ``block`` of parts (rows start, stop, strips start, stop): its width in columns,
     its first column within the product's ``columns`` and their count, and whether it spans
-    every column of the output (then ``biases`` is filled with ``tallest`` rows of its bias),
-    its sums' rows as wide or, where it ``packs`` them and the output's rows are short, wider:
-    by the lanes of a last strip past the output's columns."""
+    every column of the output, its sums' rows as wide (then ``biases`` is filled with
+    ``tallest`` rows of its bias)."""
     start, stop = columns
     width = (block[3] - block[2]) * lanes
     column0 = max(block[2] * lanes, start)
     count = min(block[3] * lanes, stop) - column0
-    whole = column0 == block[2] * lanes and count == out_columns and (count == width or packs and count < SHORT_ROW)
+    whole = column0 == block[2] * lanes and count == out_columns == width
     if whole:
         for i in range(tallest):
             biases[i * count:(i + 1) * count] = bias[column0:column0 + count]
@@ -268,8 +287,8 @@ def blocks(dot: int, rows: int, strips: int, lanes: int, a: np.ndarray, packed: 
     tallest, sums, biases, scratch = chunk_buffers(parts, first, last, lanes, rows)
     for part in range(first, last):
         row0, row1, strip0, strip1 = parts[part]
-        width, column0, count, whole = block_columns(parts[part], lanes, columns, out.shape[1], bias, biases, tallest,
-                                                   residual.size > 0)
+        width, column0, count, whole = block_columns(parts[part], lanes, columns, out.shape[1], bias, biases,
+                                                   tallest)
         for chunk in range(row0, row1, tallest):
             end = min(row1, chunk + tallest)
             for strip in range(strip0, strip1, strips):
@@ -342,8 +361,8 @@ def amx_blocks(kind: int, a: np.ndarray, packed: np.ndarray, strip_bytes: int, p
     configure_tiles(tile_config())
     for part in range(first, last):
         row0, row1, strip0, strip1 = parts[part]
-        width, column0, count, whole = block_columns(parts[part], lanes, columns, out.shape[1], bias, biases, tallest,
-                                                   residual.size > 0)
+        width, column0, count, whole = block_columns(parts[part], lanes, columns, out.shape[1], bias, biases,
+                                                   tallest)
         for chunk in range(row0, row1, tallest):
             end = min(row1, chunk + tallest)
             for row in range(chunk, end, amx_tiles.ROWS):

@@ -12,7 +12,8 @@ float>`` value, which stays in a register across a loop like any local number.
   C-contiguous array at a flat index (``count``: only the first ``count`` lanes, the
   others read as zero and left alone in memory; None: all of them). No bounds are checked.
   :func:`store_output` stores into a float32 array as :func:`store` does and into a uint8
-  one quantized, as int8 hands activations on.
+  one quantized, as int8 hands activations on; :func:`load_dequantized` loads either back
+  as float32.
 * :func:`load_if` loads only where a condition holds (zeros, else), and
   :func:`load_strided` loads several vectors at once into a tuple, as registers to hold
   (:func:`store_strided` stores them).
@@ -155,7 +156,39 @@ if AVAILABLE:
         low, high = ir.Constant(_LLVM_VECTOR, [0.0] * LANES), ir.Constant(_LLVM_VECTOR, [255.0] * LANES)
         q = builder.select(builder.fcmp_ordered(">", q, low), q, low)
         q = builder.select(builder.fcmp_ordered("<", q, high), q, high)
-        return builder.fptoui(q, _LLVM_BYTES)
+        return builder.trunc(builder.fptosi(q, ir.VectorType(ir.IntType(32), LANES)), _LLVM_BYTES)
+
+    @intrinsic
+    def load_dequantized(typingctx, array, index, count, scale, zero_point):  # noqa: ANN001, ANN201
+        """:func:`load` from a float32 ``array``; from a uint8 one, its values dequantized,
+        ``(q - zero_point) * scale`` (the numbers of
+        :func:`~kuiperinfer.kernels.matrix.int8.dequantize`: each step rounded, the product
+        behind a fence, as :func:`rounded`'s, so that a sum after it does not fuse with it)."""
+        if not isinstance(array, types.Array) or array.dtype not in (types.float32, types.uint8):
+            return None
+
+        def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
+            array_type, count_type = signature.args[0], signature.args[2]
+            if array_type.dtype == types.float32:
+                return _load(context, builder, array_type, args[0], args[1], count_type, args[2])
+            data = context.make_array(array_type)(context, builder, args[0]).data
+            pointer = builder.bitcast(builder.gep(data, [args[1]]), _LLVM_BYTES.as_pointer())
+            if isinstance(count_type, types.NoneType):
+                q = builder.load(pointer, align=1)
+            else:
+                mask = _first_lanes(builder, context.cast(builder, args[2], count_type, types.int64))
+                function = cgutils.get_or_insert_function(builder.module, ir.FunctionType(
+                    _LLVM_BYTES, [pointer.type, ir.IntType(32), mask.type, _LLVM_BYTES]),
+                    f"llvm.masked.load.v{LANES}i8.p0")
+                q = builder.call(function, [pointer, ir.Constant(ir.IntType(32), 1), mask,
+                                            ir.Constant(_LLVM_BYTES, None)])
+            scale = context.cast(builder, args[3], signature.args[3], types.float32)
+            zero_point = context.cast(builder, args[4], signature.args[4], types.float32)
+            shifted = builder.fsub(builder.uitofp(q, _LLVM_VECTOR), _repeat(builder, zero_point, _LLVM_VECTOR))
+            fence = cgutils.get_or_insert_function(builder.module, ir.FunctionType(
+                _LLVM_VECTOR, [_LLVM_VECTOR]), f"llvm.arithmetic.fence.{_LANE_TYPES}")
+            return builder.call(fence, [builder.fmul(shifted, _repeat(builder, scale, _LLVM_VECTOR))])
+        return Vector(array, types.intp, count, scale, zero_point), codegen
 
     @intrinsic
     def store_output(typingctx, array, index, vector, count, scale, zero_point):  # noqa: ANN001, ANN201
@@ -332,6 +365,14 @@ else:
         """Write ``vector`` to ``array``'s flat elements ``index`` on (``count``: its first ``count`` lanes)."""
         lanes = LANES if count is None else count
         array.reshape(-1)[index:index + lanes] = vector[:lanes]
+
+    def load_dequantized(array: np.ndarray, index: int, count: int | None, scale: float,
+                         zero_point: float) -> np.ndarray:
+        """:func:`load` from a float32 ``array``; from a uint8 one, its values dequantized."""
+        vector = load(array, index, count)
+        if array.dtype == np.uint8:
+            vector = (vector - np.float32(zero_point)) * np.float32(scale)
+        return vector
 
     def store_output(array: np.ndarray, index: int, vector: np.ndarray, count: int | None, scale: float,
                      zero_point: float) -> None:
