@@ -319,40 +319,45 @@ def test_int8_values_stay_uint8_through_max_pooling_and_into_residuals(tmp_path)
 
 
 class InvertedResidual(nn.Module):
-    """MobileNetV2/EfficientNet blocks: 1x1 expansion, depthwise convolution, 1x1 projection;
-    the first block's depthwise activation applied in registers (ReLU6), the second's after
-    its sums are stored (SiLU). No residual: int8 would add it quantized, which the graph as
-    pnnx wrote it does not."""
+    """MobileNetV2/EfficientNet blocks: a first one without expansion (a 3x3 convolution, a
+    depthwise convolution alone, a 1x1 projection), then 1x1 expansion, depthwise
+    convolution, 1x1 projection; the depthwise activations applied in registers (ReLU6) or
+    after the sums are stored (SiLU). No residual: int8 would add it quantized, which the graph
+    as pnnx wrote it does not."""
 
     def __init__(self):
         super().__init__()
+        self.stem, self.dw0, self.project0 = nn.Conv2d(8, 16, 3, padding=1), \
+            nn.Conv2d(16, 16, 3, padding=1, groups=16), nn.Conv2d(16, 8, 1)
         self.expand1, self.dw1, self.project1 = nn.Conv2d(8, 48, 1), nn.Conv2d(48, 48, 3, 2, 1, groups=48), \
             nn.Conv2d(48, 16, 1)
         self.expand2, self.dw2, self.project2 = nn.Conv2d(16, 40, 1), nn.Conv2d(40, 40, 5, 1, 2, groups=40), \
             nn.Conv2d(40, 16, 1)
 
     def forward(self, x):
+        x = self.project0(F.relu6(self.dw0(F.relu6(self.stem(x)))))
         y = self.project1(F.relu6(self.dw1(F.relu6(self.expand1(x)))))
         return self.project2(F.silu(self.dw2(F.relu6(self.expand2(y)))))
 
 
 @pytest.mark.parametrize("kernels", ["compiled", "reference"])
-def test_a_fused_expansion_and_depthwise_hands_its_output_on_as_uint8(kernels, tmp_path) -> None:
-    """A 1x1 expansion fused with the depthwise convolution after it hands the depthwise
-    output on as uint8 in the projection's form, quantized as its kernel stores it (ReLU6) or
-    after it (SiLU): the numbers of the graph as pnnx wrote it, where the projection
-    quantizes its own input."""
+def test_depthwise_convolutions_hand_their_output_on_as_uint8(kernels, tmp_path) -> None:
+    """A depthwise convolution (which int8 computes in fp32), alone or fused with the 1x1
+    expansion before it, hands its output on as uint8 in the projection's form, quantized as
+    its kernel stores it (ReLU6) or after it (SiLU): the numbers of the graph as pnnx wrote it,
+    where the projection quantizes its own input."""
     torch.manual_seed(0)
     param = export(InvertedResidual().eval(), (torch.randn(1, 8, 14, 14),), tmp_path)
     rng = np.random.default_rng(7)
     np.save(tmp_path / "calibrate.npy", rng.standard_normal((8, 8, 14, 14)).astype(np.float32))
     table = calibrate_model(param, tmp_path / "calibrate.npy").table
     graph = kuiperinfer.load(param, precision="int8", calibration=table, kernels=kernels)
-    fused = {op.name: op.plan.quantized_for for op in graph.operators if op.type == "kuiper.PointwiseDepthwise"}
-    assert fused == {"dw1": "project1", "dw2": "project2"}
+    plans = {op.name: (op.type, op.plan.quantized_for) for op in graph.operators if op.name.startswith("dw")}
+    assert plans == {"dw0": ("nn.Conv2d", "project0"), "dw1": ("kuiper.PointwiseDepthwise", "project1"),
+                     "dw2": ("kuiper.PointwiseDepthwise", "project2")}
     x = rng.standard_normal((3, 8, 14, 14)).astype(np.float32)
-    values = graph.run(x, fetch=["dw1", "dw2"])
-    assert values["dw1"].dtype == values["dw2"].dtype == np.uint8
+    values = graph.run(x, fetch=list(plans))
+    assert all(value.dtype == np.uint8 for value in values.values())
     unfused = kuiperinfer.load(param, precision="int8", calibration=table, kernels=kernels, optimize=False)
     np.testing.assert_allclose(graph(x), unfused(x), atol=1e-5, rtol=1e-5)
 

@@ -397,8 +397,12 @@ class Conv2dKernel:
     product (:meth:`pointwise`) to them when the call is too large for one thread and block.
     """
 
-    def __init__(self, weight: PackedWeight, geometry: ConvGeometry, epilogue: Epilogue | None = None):
+    def __init__(self, weight: PackedWeight, geometry: ConvGeometry, epilogue: Epilogue | None = None,
+                 form: tuple[np.float32, np.float32] | None = None):
         self.weight, self.geometry, self.epilogue = weight, geometry, epilogue
+        self.form = form
+        """The uint8 form (scale, zero point) the compiled depthwise kernel stores its output
+        in, or None for float32."""
         if weight.compiled_depthwise is not None:
             self.compute = self.compiled_depthwise
         elif weight.depthwise is not None:
@@ -422,7 +426,7 @@ class Conv2dKernel:
 
     def compiled_depthwise(self, x: np.ndarray, hw: tuple[int, int]) -> np.ndarray:
         # the bias and activation are the compiled kernel's own
-        return self.weight.compiled_depthwise(nhwc(x), self.geometry.stride, self.geometry.padding)
+        return self.weight.compiled_depthwise(nhwc(x), self.geometry.stride, self.geometry.padding, self.form)
 
     def direct(self, x: np.ndarray, hw: tuple[int, int]) -> np.ndarray:
         # the bias and activation are the compiled kernel's own
@@ -595,7 +599,10 @@ class Convolution(ParamLayer):
         self.packed = PackedWeight(weight_2d, self.geometry.groups, self.winograd, self.geometry, self.recorded,
                                    scale, epilogue, self.compiled)
         """The weight in the form the kernels take (made again when the weights change)."""
-        self.kernel = Conv2dKernel(self.packed, self.geometry, epilogue)
+        depthwise, form = self.packed.compiled_depthwise, None
+        if self.requantize is not None and not self.plan.residual and depthwise is not None and depthwise.quantizes:
+            form = (np.float32(self.requantize.scale), np.float32(self.requantize.zero_point))
+        self.kernel = Conv2dKernel(self.packed, self.geometry, epilogue, form)
         """The way this convolution computes, chosen for its weight and geometry (in bf16 and
         int8, and in fp32 for an im2col product on the float32 tiles, a
         :class:`~kuiperinfer.kernels.matrix.convolution.ProductConvolution`; Winograd on the
@@ -626,6 +633,8 @@ class Convolution(ParamLayer):
             out = from_2d(nchw(self.kernel(x)), self.rank, unbatched)
             if self.plan.residual:
                 out = add_residual(out, inputs[1], self.plan.residual_activation, self.compiled)
+        if self.requantize is not None and out.dtype != np.uint8:   # an fp32 kernel that does not store uint8
+            out = quantize_activations(out, self.requantize.scale, self.requantize.zero_point, self.compiled)
         if not self.plan.channels_last:
             out = np.ascontiguousarray(out)
         return [out]

@@ -28,8 +28,8 @@
   (:mod:`kuiperinfer.kernels.winograd`) where it pays.
 * :func:`select_channels_last`: convolutions (and learned 2x upsampling) hand on their
   output in channels-last memory (:mod:`kuiperinfer.kernels.layout`), as they compute it.
-* :func:`select_uint8_activations`: in int8, a convolution, linear layer or fused 1x1 and
-  depthwise convolution whose output only int8 products of one input range read (through
+* :func:`select_uint8_activations`: in int8, a convolution (depthwise too), linear layer or
+  fused 1x1 and depthwise convolution whose output only int8 products of one input range read (through
   max pooling too, or as a convolution's residual) hands it on as uint8 in their form,
   requantized in its epilogue.
 
@@ -569,8 +569,9 @@ def select_channels_last(graph: RuntimeGraph) -> int:
 
 
 def select_uint8_activations(graph: RuntimeGraph) -> int:
-    """In int8, let an int8 convolution or linear layer (or fused 1x1 and depthwise
-    convolution whose 1x1 product is int8) whose output only int8 products read,
+    """In int8, let an int8 convolution or linear layer (or a depthwise convolution, which
+    int8 computes in fp32, or a fused 1x1 and depthwise convolution whose 1x1 product is
+    int8) whose output only int8 products read,
     all of one input range (directly, or through shape-only operators such as reshapes,
     through max pooling, which picks values without changing them, and through
     concatenations), hand it on as uint8 in their input form, requantized in its epilogue:
@@ -587,7 +588,9 @@ def select_uint8_activations(graph: RuntimeGraph) -> int:
     for op in graph.operators if table is not None else ():
         plan_class = getattr(LayerRegisterer.layer_class(op.type), "plan_class", None)
         computed_as = LayerRegisterer.layer_class(op.type).input_product(op) if plan_class else None
-        if not (isinstance(table.precision_of(computed_as or op.name), Int8) and len(op.output_operands) == 1
+        in_int8 = isinstance(table.precision_of(computed_as or op.name), Int8) \
+            or _is_depthwise_of(op, op.param_int("in_channels", default=0))   # no product: fp32 in int8
+        if not (in_int8 and len(op.output_operands) == 1
                 and "quantized_for" in {f.name for f in fields(plan_class or object)}):
             continue
         residuals: list[RuntimeOperator] = []
