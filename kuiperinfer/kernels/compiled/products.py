@@ -25,7 +25,15 @@ from __future__ import annotations
 import numpy as np
 
 from kuiperinfer.kernels.compiled import amx_tiles
-from kuiperinfer.kernels.compiled.activation import CLIP, NONE, RELU, ActivationCode, finish_row
+from kuiperinfer.kernels.compiled.activation import (
+    CLIP,
+    NONE,
+    RELU,
+    ActivationCode,
+    finish_row,
+    finish_vector,
+    in_registers,
+)
 from kuiperinfer.kernels.compiled.amx_tiles import configure_tiles, hold_rows, release_tiles, tile_config, tile_product
 from kuiperinfer.kernels.compiled.epilogue import requantized
 from kuiperinfer.kernels.compiled.float_tiles import FIRST, LAST, RESIDUAL, row_counts
@@ -36,10 +44,7 @@ from kuiperinfer.kernels.compiled.vectors import (
     LANES,
     load,
     load_dequantized,
-    splat,
     store_output,
-    where_above,
-    where_below,
 )
 from kuiperinfer.kernels.jit import inline, kernel
 
@@ -75,66 +80,61 @@ def epilogue_numbers(activation: ActivationCode, residual_activation: Activation
 
 
 @inline
-def clamped(v, low, high):  # noqa: ANN001, ANN201
-    """The vector ``v`` clamped to ``low`` and ``high`` (vectors), as
-    :func:`~kuiperinfer.kernels.compiled.activation.clip` clamps a value."""
-    return where_above(where_below(v, low, low), high, high)
+def finished_sums(values: np.ndarray, bias: np.ndarray, at: tuple[int, int], k: int, count,  # noqa: ANN001, ANN201
+                  activation: tuple[int, np.float32, np.float32]):
+    """``activation(y + bias)`` of the sums ``values`` and ``bias`` from their flat elements
+    ``at`` on, plus ``k``, as a vector (``count``: the first lanes)."""
+    code, a, b = activation
+    return finish_vector(load(values, at[0] + k, count) + load(bias, at[1] + k, count), code, a, b)
 
 
 @inline
-def clamped_sums(values: np.ndarray, bias: np.ndarray, at: tuple[int, int], k: int, count, low, high):  # noqa: ANN001, ANN201
-    """``clamp(y + bias)`` of the sums ``values`` and ``bias`` from their flat elements ``at``
-    on, plus ``k``, as a vector (``count``: the first lanes)."""
-    return clamped(load(values, at[0] + k, count) + load(bias, at[1] + k, count), low, high)
-
-
-@inline
-def finish_clamped(values: np.ndarray, bias: np.ndarray, target: np.ndarray, at: tuple[int, int, int], n: int,
-                   low: np.float32, high: np.float32, out_form: tuple[np.float32, np.float32]) -> None:
+def finish_vectors(values: np.ndarray, bias: np.ndarray, target: np.ndarray, at: tuple[int, int, int], n: int,
+                   activation: tuple[int, np.float32, np.float32], out_form: tuple[np.float32, np.float32]) -> None:
     """:func:`finish`'s steps on a run of ``n`` sums in one pass of vectors where the
-    activation is a clamp and no residual is added: ``clamp(y + bias)``, stored as float32 or
-    requantized; the run starts at the flat elements ``at`` of the sums, the bias and the
-    target (the arrays whole, not slices of them, which Numba would count references to on
-    every run). A run's tail is its last whole vector again, overlapping the one before (the
-    same values stored twice), and only a run shorter than a vector takes a masked one: a row
-    of 24 columns takes two vectors, not 24 scalar steps."""
+    activation is one computed in registers (:func:`~.activation.in_registers`: the clamps,
+    leaky ReLU, hardsigmoid, hardswish) and no residual is added: ``activation(y + bias)``,
+    stored as float32 or requantized; the run starts at the flat elements ``at`` of the sums,
+    the bias and the target (the arrays whole, not slices of them, which Numba would count
+    references to on every run). A run's tail is its last whole vector again, overlapping the
+    one before (the same values stored twice), and only a run shorter than a vector takes a
+    masked one: a row of 24 columns takes two vectors, not 24 scalar steps."""
     out_scale, out_zero = out_form
-    lows, highs = splat(low), splat(high)
     if n < LANES:
-        store_output(target, at[2], clamped_sums(values, bias, at, 0, n, lows, highs), n, out_scale, out_zero)
+        store_output(target, at[2], finished_sums(values, bias, at, 0, n, activation), n, out_scale, out_zero)
     else:
         for step in range(-(-n // LANES)):
             k = min(step * LANES, n - LANES)
-            store_output(target, at[2] + k, clamped_sums(values, bias, at, k, None, lows, highs), None, out_scale,
+            store_output(target, at[2] + k, finished_sums(values, bias, at, k, None, activation), None, out_scale,
                          out_zero)
 
 
 @inline
-def finish_clamped_added(values: np.ndarray, bias: np.ndarray, added: np.ndarray, target: np.ndarray,
-                         at: tuple[int, int, int], n: int,
-                         bounds: tuple[np.float32, np.float32, np.float32, np.float32],
+def finish_vectors_added(values: np.ndarray, bias: np.ndarray, added: np.ndarray, target: np.ndarray,
+                         at: tuple[int, int, int], n: int, activations: tuple[int, np.float32, np.float32, int,
+                                                                              np.float32, np.float32],
                          added_form: tuple[np.float32, np.float32], out_form: tuple[np.float32, np.float32]) -> None:
-    """:func:`finish`'s steps on a run of ``n`` sums in one pass of vectors where both
-    activations are clamps (``bounds``: low, high, then the residual's):
-    ``clamp(clamp(y + bias) + added)`` with the residual ``added`` (as the target, from its
-    flat element ``at[2]``) float32 as it is or uint8 dequantized by ``added_form``, stored as
-    float32 or requantized; the numbers of the separate passes, each step rounded alike (the
-    vectors' instructions are never fused). The run as :func:`finish_clamped`'s."""
-    low, high, residual_low, residual_high = bounds
+    """:func:`finish_vectors` where both activations are computed in registers (``activations``:
+    the activation's code and parameters, then the residual's):
+    ``residual_activation(activation(y + bias) + added)`` with the residual ``added`` (as the
+    target, from its flat element ``at[2]``) float32 as it is or uint8 dequantized by
+    ``added_form``, stored as float32 or requantized; the numbers of the separate passes, each
+    step rounded alike (the vectors' instructions are never fused)."""
+    activation = activations[:3]
+    residual_code, residual_a, residual_b = activations[3:]
     added_scale, added_zero = added_form
     out_scale, out_zero = out_form
-    lows, highs = splat(low), splat(high)
-    residual_lows, residual_highs = splat(residual_low), splat(residual_high)
     if n < LANES:
-        v = clamped_sums(values, bias, at, 0, n, lows, highs) + load_dequantized(added, at[2], n, added_scale,
+        v = finished_sums(values, bias, at, 0, n, activation) + load_dequantized(added, at[2], n, added_scale,
                                                                                   added_zero)
-        store_output(target, at[2], clamped(v, residual_lows, residual_highs), n, out_scale, out_zero)
+        store_output(target, at[2], finish_vector(v, residual_code, residual_a, residual_b), n, out_scale, out_zero)
     else:
         for step in range(-(-n // LANES)):
             k = min(step * LANES, n - LANES)
-            v = clamped_sums(values, bias, at, k, None, lows, highs) + load_dequantized(added, at[2] + k, None,
+            v = finished_sums(values, bias, at, k, None, activation) + load_dequantized(added, at[2] + k, None,
                                                                                          added_scale, added_zero)
-            store_output(target, at[2] + k, clamped(v, residual_lows, residual_highs), None, out_scale, out_zero)
+            store_output(target, at[2] + k, finish_vector(v, residual_code, residual_a, residual_b), None, out_scale,
+                         out_zero)
 
 
 @inline
@@ -178,8 +178,8 @@ def finish(sums: np.ndarray, rows: int, width: int, skip: int, row0: int, column
     a uint8 ``out`` is requantized (a float32 one takes the values as they are). Where the
     rows are ``whole`` (``out``'s are the block's columns and the sums' rows as wide, one run
     of memory each), each step is one pass over all of them (the bias repeated in
-    ``biases``); else each step goes row by row. Clamp activations take one pass of vectors
-    (:func:`finish_clamped`, :func:`finish_clamped_added`); other activations take a pass per
+    ``biases``); else each step goes row by row. Activations computed in registers take one
+    pass of vectors (:func:`finish_vectors`, :func:`finish_vectors_added`); others a pass per
     step, ``scratch`` holding the dequantized residual. Each case has its own loop over the
     rows: a branch inside one kept LLVM from vectorising the passes (a quarter of the speed)."""
     code, low, high = int(numbers[ACTIVATION]), numbers[ACTIVATION + 1], numbers[ACTIVATION + 2]
@@ -191,20 +191,18 @@ def finish(sums: np.ndarray, rows: int, width: int, skip: int, row0: int, column
     count = rows * columns if whole else columns
     rounds = 1 if whole else rows
     row_bias = biases[:count] if whole else bias[column0:column0 + columns]
-    clamps, clamp_low, clamp_high = clamp_of(code, low, high)
-    residual_clamps, residual_clamp_low, residual_clamp_high = clamp_of(residual_code, residual_low, residual_high)
     as_is = residual.itemsize == 4 and residual_scale == 1 and residual_zero == 0
     every_bias, bias_at = (biases, 0) if whole else (bias, column0)
-    if clamps and residual.size == 0:   # every step in one pass
+    if in_registers(code) and residual.size == 0:   # every step in one pass
         for i in range(rounds):
             at = (i * width + skip, bias_at, (row0 + i) * out.shape[1] + start)
-            finish_clamped(sums, every_bias, out, at, count, clamp_low, clamp_high, out_form)
-    elif clamps and residual_clamps and (as_is or residual.itemsize == 1):   # so too, a float32 residual as
-        bounds = (clamp_low, clamp_high, residual_clamp_low, residual_clamp_high)   # it is, or a uint8 one
-        for i in range(rounds):
+            finish_vectors(sums, every_bias, out, at, count, (code, low, high), out_form)
+    elif in_registers(code) and in_registers(residual_code) and (as_is or residual.itemsize == 1):   # so too,
+        activations = (code, low, high, residual_code, residual_low, residual_high)   # a float32 residual as it
+        for i in range(rounds):                                                       # is, or a uint8 one
             at = (i * width + skip, bias_at, (row0 + i) * out.shape[1] + start)
-            finish_clamped_added(sums, every_bias, residual, out, at, count, bounds, (residual_scale, residual_zero),
-                                 out_form)
+            finish_vectors_added(sums, every_bias, residual, out, at, count, activations,
+                                 (residual_scale, residual_zero), out_form)
     elif residual.size:
         for i in range(rounds):
             at = row0 + i
@@ -487,18 +485,18 @@ def float_blocks(shape: int, lanes: int, strips: int, counts: tuple[int, ...], a
     start = columns[0]
     n = out.shape[1]
     bias = bias[start:]
-    in_registers, low, high = clamp_of(int(numbers[ACTIVATION]), numbers[ACTIVATION + 1], numbers[ACTIVATION + 2])
+    in_tiles, low, high = clamp_of(int(numbers[ACTIVATION]), numbers[ACTIVATION + 1], numbers[ACTIVATION + 2])
     residual_clamp, residual_low, residual_high = clamp_of(int(numbers[RESIDUAL_ACTIVATION]),
                                                            numbers[RESIDUAL_ACTIVATION + 1],
                                                            numbers[RESIDUAL_ACTIVATION + 2])
     adds_residual = residual.size > 0
-    in_registers = in_registers and (residual_clamp or not adds_residual)
+    in_tiles = in_tiles and (residual_clamp or not adds_residual)
     clamps = np.empty(4, np.float32)
     clamps[0], clamps[1], clamps[2], clamps[3] = low, high, residual_low, residual_high
     last_stage = LAST | (RESIDUAL if adds_residual else 0)
-    if not in_registers:
+    if not in_tiles:
         clamps[0], clamps[1], last_stage = LOWEST_FLOAT, HIGHEST_FLOAT, LAST
-    zeros = np.zeros(0 if in_registers else n, np.float32)
+    zeros = np.zeros(0 if in_tiles else n, np.float32)
     row_block = max(counts[0], ROW_BLOCK_BYTES // (4 * (n + min(k, DEPTH_BLOCK))) // counts[0] * counts[0])
     strip_block = max(strips, COLUMN_BLOCK_BYTES // (4 * lanes * max(1, min(k, DEPTH_BLOCK))) // strips * strips)
     for part in range(first, last):
@@ -519,7 +517,7 @@ def float_blocks(shape: int, lanes: int, strips: int, counts: tuple[int, ...], a
                             width = min(n - column0, count * lanes)
                             float_tile(shape, a, row, rows, k0, depth, packed, strip, count, out, column0, width,
                                        bias, clamps, residual, stage)
-                        if not in_registers and stage & LAST:   # the tiles' rows across their panels at once
+                        if not in_tiles and stage & LAST:   # the tiles' rows across their panels at once
                             column0 = strips0 * lanes - start
                             finish_in_place(out, row, rows, column0, min(n, strips1 * lanes - start) - column0, zeros,
                                             residual, numbers)
