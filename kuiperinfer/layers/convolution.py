@@ -28,7 +28,7 @@ from kuiperinfer.kernels.blockwise_transposed import blockwise_conv_transpose2d,
 from kuiperinfer.kernels.col2im import col2im
 from kuiperinfer.kernels.compiled import direct as compiled_direct
 from kuiperinfer.kernels.compiled import epilogue as compiled_epilogue
-from kuiperinfer.kernels.compiled.depthwise import CompiledDepthwise
+from kuiperinfer.kernels.compiled.depthwise import CompiledDepthwise, Form
 from kuiperinfer.kernels.depthwise import DepthwiseWeight, depthwise_conv2d
 from kuiperinfer.kernels.depthwise_stripes import depthwise_in_stripes
 from kuiperinfer.kernels.elementwise import Epilogue, InplaceActivation
@@ -398,7 +398,7 @@ class Conv2dKernel:
     """
 
     def __init__(self, weight: PackedWeight, geometry: ConvGeometry, epilogue: Epilogue | None = None,
-                 form: tuple[np.float32, np.float32] | None = None):
+                 form: Form | None = None):
         self.weight, self.geometry, self.epilogue = weight, geometry, epilogue
         self.form = form
         """The uint8 form (scale, zero point) the compiled depthwise kernel stores its output
@@ -522,6 +522,22 @@ class ConvolutionPlan:
 NO_PLAN = ConvolutionPlan()
 
 
+def depthwise_form(depthwise: CompiledDepthwise | None, requantize: Requantize | None) -> Form | None:
+    """The uint8 form a compiled ``depthwise`` kernel stores its output in, where int8 hands
+    it on so (``requantize``) and the kernel can (its activation computed in registers)."""
+    if depthwise is None or requantize is None:
+        return None
+    return depthwise.form_of(requantize.scale, requantize.zero_point)
+
+
+def requantized(out: np.ndarray, requantize: Requantize | None, compiled: bool) -> np.ndarray:
+    """``out`` in the uint8 form ``requantize`` says, where a kernel that stores float32 only
+    made it (as it is where it is uint8 already, or without a form)."""
+    if requantize is None or out.dtype == np.uint8:
+        return out
+    return quantize_activations(out, requantize.scale, requantize.zero_point, compiled)
+
+
 @register_layer("nn.Conv1d", "nn.Conv2d")
 class Convolution(ParamLayer):
     """nn.Conv1d / nn.Conv2d with the weight (and bias) stored in the model, computing what
@@ -599,9 +615,7 @@ class Convolution(ParamLayer):
         self.packed = PackedWeight(weight_2d, self.geometry.groups, self.winograd, self.geometry, self.recorded,
                                    scale, epilogue, self.compiled)
         """The weight in the form the kernels take (made again when the weights change)."""
-        depthwise, form = self.packed.compiled_depthwise, None
-        if self.requantize is not None and not self.plan.residual and depthwise is not None and depthwise.quantizes:
-            form = (np.float32(self.requantize.scale), np.float32(self.requantize.zero_point))
+        form = None if self.plan.residual else depthwise_form(self.packed.compiled_depthwise, self.requantize)
         self.kernel = Conv2dKernel(self.packed, self.geometry, epilogue, form)
         """The way this convolution computes, chosen for its weight and geometry (in bf16 and
         int8, and in fp32 for an im2col product on the float32 tiles, a
@@ -633,8 +647,7 @@ class Convolution(ParamLayer):
             out = from_2d(nchw(self.kernel(x)), self.rank, unbatched)
             if self.plan.residual:
                 out = add_residual(out, inputs[1], self.plan.residual_activation, self.compiled)
-        if self.requantize is not None and out.dtype != np.uint8:   # an fp32 kernel that does not store uint8
-            out = quantize_activations(out, self.requantize.scale, self.requantize.zero_point, self.compiled)
+        out = requantized(out, self.requantize, self.compiled)
         if not self.plan.channels_last:
             out = np.ascontiguousarray(out)
         return [out]

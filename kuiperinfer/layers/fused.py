@@ -42,7 +42,9 @@ from kuiperinfer.layers.convolution import (
     PointwiseProduct,
     as_2d,
     check_channels,
+    depthwise_form,
     from_2d,
+    requantized,
 )
 from kuiperinfer.runtime.operator import RuntimeOperator
 from kuiperinfer.runtime.options import BuildOptions
@@ -125,8 +127,7 @@ class PointwiseDepthwise(Layer):
         self.requantize = requantize
         """The uint8 form the output is handed on in (int8), or None for float32."""
         product, compiled = pointwise.product, depthwise.packed.compiled_depthwise
-        self._form = None if requantize is None or compiled is None or not compiled.quantizes else \
-            (np.float32(requantize.scale), np.float32(requantize.zero_point))
+        self._form = depthwise_form(compiled, requantize)
         """The form the compiled depthwise kernel stores the output in, where it can (its
         activation computed in registers); else the float32 output is quantized after it."""
         tiled = compiled is not None and product is not None and product.kernel.dot is not None
@@ -172,9 +173,7 @@ class PointwiseDepthwise(Layer):
             out = nchw(depthwise_in_stripes(np.ascontiguousarray(nhwc(x)), self.depthwise.packed.depthwise,
                                             geometry.stride, geometry.padding, geometry.output_hw(padded_hw),
                                             self.depthwise.epilogue, self.pointwise.matrix, self.pointwise.epilogue))
-        if self.requantize is not None and out.dtype != np.uint8:
-            out = int8.quantize(out, self.requantize.scale, self.requantize.zero_point)
-        out = from_2d(out, 2, unbatched)
+        out = from_2d(requantized(out, self.requantize, compiled is not None), 2, unbatched)
         return [out if self.depthwise.plan.channels_last else np.ascontiguousarray(out)]
 
     def _reduced_rows(self, rows: np.ndarray, out: np.ndarray, channels: slice) -> None:

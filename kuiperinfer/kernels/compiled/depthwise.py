@@ -257,6 +257,11 @@ class CompiledDepthwise:
         self._addresses: dict[np.dtype, KernelAddress] = {}
         self._tables: dict[tuple[object, ...], np.ndarray] = {}
 
+    def form_of(self, scale: float, zero_point: int) -> Form | None:
+        """The uint8 form of ``scale`` and ``zero_point`` for this kernel to store its output in,
+        or None where it stores float32 only."""
+        return (np.float32(scale), np.float32(zero_point)) if self.quantizes else None
+
     def finish(self, form: Form | None) -> tuple:
         """The kernel's arguments after the padding: the activation's code, then the output's
         ``form`` (checked to be one the kernel can store)."""

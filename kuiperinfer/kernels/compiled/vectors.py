@@ -65,10 +65,21 @@ if AVAILABLE:
         def __init__(self, dmm, fe_type):  # noqa: ANN001, ANN204
             super().__init__(dmm, fe_type, _LLVM_VECTOR)
 
-    def _address(context, builder, array_type, array, index):  # noqa: ANN001, ANN202
-        """The address of the flat element ``index`` of a C-contiguous array, as a vector pointer."""
+    _LLVM_BYTES = ir.VectorType(ir.IntType(8), LANES)
+
+    _FLOATS, _BYTES = (_LLVM_VECTOR, _LANE_TYPES, 4), (_LLVM_BYTES, f"v{LANES}i8", 1)
+    """What :func:`_load` and :func:`_store` move: :data:`LANES` float32 values (whatever the
+    array's type, as :func:`load` and :func:`store` take it) or bytes; the LLVM vector, its
+    name in the masked intrinsics' names, its alignment."""
+
+    def _lanes_of(array_type):  # noqa: ANN001, ANN202
+        """:data:`_BYTES` for a uint8 array, else :data:`_FLOATS`."""
+        return _BYTES if array_type.dtype == types.uint8 else _FLOATS
+
+    def _address(context, builder, array_type, array, index, vector=_LLVM_VECTOR):  # noqa: ANN001, ANN202
+        """The address of the flat element ``index`` of a C-contiguous array, as a pointer to ``vector``."""
         data = context.make_array(array_type)(context, builder, array).data
-        return builder.bitcast(builder.gep(data, [index]), _LLVM_VECTOR.as_pointer())
+        return builder.bitcast(builder.gep(data, [index]), vector.as_pointer())
 
     def _repeat(builder, value, vector_type):  # noqa: ANN001, ANN202
         """A vector of ``vector_type`` holding ``value`` in every lane."""
@@ -80,16 +91,15 @@ if AVAILABLE:
         lane_indices = ir.Constant(ir.VectorType(ir.IntType(64), LANES), list(range(LANES)))
         return builder.icmp_unsigned("<", lane_indices, _repeat(builder, count, lane_indices.type))
 
-    def _load(context, builder, array_type, array, index, count_type, count):  # noqa: ANN001, ANN202
-        pointer = _address(context, builder, array_type, array, index)
+    def _load(context, builder, array_type, array, index, count_type, count, lanes=_FLOATS):  # noqa: ANN001, ANN202
+        vector, name, align = lanes
+        pointer = _address(context, builder, array_type, array, index, vector)
         if isinstance(count_type, types.NoneType):
-            return builder.load(pointer, align=4)
+            return builder.load(pointer, align=align)
         mask = _first_lanes(builder, context.cast(builder, count, count_type, types.int64))
         function = cgutils.get_or_insert_function(builder.module, ir.FunctionType(
-            _LLVM_VECTOR, [pointer.type, ir.IntType(32), mask.type, _LLVM_VECTOR]),
-            f"llvm.masked.load.{_LANE_TYPES}.p0")
-        return builder.call(function, [pointer, ir.Constant(ir.IntType(32), 4), mask,
-                                       ir.Constant(_LLVM_VECTOR, None)])
+            vector, [pointer.type, ir.IntType(32), mask.type, vector]), f"llvm.masked.load.{name}.p0")
+        return builder.call(function, [pointer, ir.Constant(ir.IntType(32), align), mask, ir.Constant(vector, None)])
 
     @intrinsic
     def load(typingctx, array, index, count):  # noqa: ANN001, ANN201
@@ -126,16 +136,23 @@ if AVAILABLE:
             return context.make_tuple(builder, loaded, vectors)
         return loaded(array, types.intp, types.intp, n, count), codegen
 
-    def _store(context, builder, array_type, array, index, vector, count_type, count):  # noqa: ANN001, ANN202
-        pointer = _address(context, builder, array_type, array, index)
+    def _store(context, builder, array_type, array, index, vector, count_type, count,  # noqa: ANN001, ANN202
+               lanes=_FLOATS):
+        moved, name, align = lanes
+        pointer = _address(context, builder, array_type, array, index, moved)
         if isinstance(count_type, types.NoneType):
-            builder.store(vector, pointer, align=4)
+            builder.store(vector, pointer, align=align)
             return
         mask = _first_lanes(builder, context.cast(builder, count, count_type, types.int64))
         function = cgutils.get_or_insert_function(builder.module, ir.FunctionType(
-            ir.VoidType(), [_LLVM_VECTOR, pointer.type, ir.IntType(32), mask.type]),
-            f"llvm.masked.store.{_LANE_TYPES}.p0")
-        builder.call(function, [vector, pointer, ir.Constant(ir.IntType(32), 4), mask])
+            ir.VoidType(), [moved, pointer.type, ir.IntType(32), mask.type]), f"llvm.masked.store.{name}.p0")
+        builder.call(function, [vector, pointer, ir.Constant(ir.IntType(32), align), mask])
+
+    def _fenced(builder, vector):  # noqa: ANN001, ANN202
+        """``vector`` behind a fence LLVM fuses no arithmetic across."""
+        function = cgutils.get_or_insert_function(builder.module, ir.FunctionType(
+            _LLVM_VECTOR, [_LLVM_VECTOR]), f"llvm.arithmetic.fence.{_LANE_TYPES}")
+        return builder.call(function, [vector])
 
     @intrinsic
     def store(typingctx, array, index, vector, count):  # noqa: ANN001, ANN201
@@ -144,8 +161,6 @@ if AVAILABLE:
             _store(context, builder, signature.args[0], args[0], args[1], args[2], signature.args[3], args[3])
             return context.get_dummy_value()
         return types.none(array, types.intp, Vector, count), codegen
-
-    _LLVM_BYTES = ir.VectorType(ir.IntType(8), LANES)
 
     def _quantized(builder, vector, scale, zero_point):  # noqa: ANN001, ANN202
         """``clip(rint(vector / scale) + zero_point, 0, 255)`` as a vector of bytes (NaN: 0)."""
@@ -169,25 +184,13 @@ if AVAILABLE:
 
         def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
             array_type, count_type = signature.args[0], signature.args[2]
+            loaded = _load(context, builder, array_type, args[0], args[1], count_type, args[2], _lanes_of(array_type))
             if array_type.dtype == types.float32:
-                return _load(context, builder, array_type, args[0], args[1], count_type, args[2])
-            data = context.make_array(array_type)(context, builder, args[0]).data
-            pointer = builder.bitcast(builder.gep(data, [args[1]]), _LLVM_BYTES.as_pointer())
-            if isinstance(count_type, types.NoneType):
-                q = builder.load(pointer, align=1)
-            else:
-                mask = _first_lanes(builder, context.cast(builder, args[2], count_type, types.int64))
-                function = cgutils.get_or_insert_function(builder.module, ir.FunctionType(
-                    _LLVM_BYTES, [pointer.type, ir.IntType(32), mask.type, _LLVM_BYTES]),
-                    f"llvm.masked.load.v{LANES}i8.p0")
-                q = builder.call(function, [pointer, ir.Constant(ir.IntType(32), 1), mask,
-                                            ir.Constant(_LLVM_BYTES, None)])
+                return loaded
             scale = context.cast(builder, args[3], signature.args[3], types.float32)
             zero_point = context.cast(builder, args[4], signature.args[4], types.float32)
-            shifted = builder.fsub(builder.uitofp(q, _LLVM_VECTOR), _repeat(builder, zero_point, _LLVM_VECTOR))
-            fence = cgutils.get_or_insert_function(builder.module, ir.FunctionType(
-                _LLVM_VECTOR, [_LLVM_VECTOR]), f"llvm.arithmetic.fence.{_LANE_TYPES}")
-            return builder.call(fence, [builder.fmul(shifted, _repeat(builder, scale, _LLVM_VECTOR))])
+            shifted = builder.fsub(builder.uitofp(loaded, _LLVM_VECTOR), _repeat(builder, zero_point, _LLVM_VECTOR))
+            return _fenced(builder, builder.fmul(shifted, _repeat(builder, scale, _LLVM_VECTOR)))
         return Vector(array, types.intp, count, scale, zero_point), codegen
 
     @intrinsic
@@ -199,23 +202,12 @@ if AVAILABLE:
             return None
 
         def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
-            array_type, count_type = signature.args[0], signature.args[3]
-            if array_type.dtype == types.float32:
-                _store(context, builder, array_type, args[0], args[1], args[2], count_type, args[3])
-                return context.get_dummy_value()
-            scale = context.cast(builder, args[4], signature.args[4], types.float32)
-            zero_point = context.cast(builder, args[5], signature.args[5], types.float32)
-            quantized = _quantized(builder, args[2], scale, zero_point)
-            data = context.make_array(array_type)(context, builder, args[0]).data
-            pointer = builder.bitcast(builder.gep(data, [args[1]]), _LLVM_BYTES.as_pointer())
-            if isinstance(count_type, types.NoneType):
-                builder.store(quantized, pointer, align=1)
-                return context.get_dummy_value()
-            mask = _first_lanes(builder, context.cast(builder, args[3], count_type, types.int64))
-            function = cgutils.get_or_insert_function(builder.module, ir.FunctionType(
-                ir.VoidType(), [_LLVM_BYTES, pointer.type, ir.IntType(32), mask.type]),
-                f"llvm.masked.store.v{LANES}i8.p0")
-            builder.call(function, [quantized, pointer, ir.Constant(ir.IntType(32), 1), mask])
+            array_type, count_type, vector = signature.args[0], signature.args[3], args[2]
+            if array_type.dtype == types.uint8:
+                scale = context.cast(builder, args[4], signature.args[4], types.float32)
+                zero_point = context.cast(builder, args[5], signature.args[5], types.float32)
+                vector = _quantized(builder, vector, scale, zero_point)
+            _store(context, builder, array_type, args[0], args[1], vector, count_type, args[3], _lanes_of(array_type))
             return context.get_dummy_value()
         return types.none(array, types.intp, Vector, count, scale, zero_point), codegen
 
@@ -295,9 +287,7 @@ if AVAILABLE:
         """``vector`` as it is, behind a fence LLVM fuses nothing across: the product that made
         it is rounded on its own, not fused with a sum that follows into one FMA."""
         def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
-            function = cgutils.get_or_insert_function(builder.module, ir.FunctionType(
-                _LLVM_VECTOR, [_LLVM_VECTOR]), f"llvm.arithmetic.fence.{_LANE_TYPES}")
-            return builder.call(function, args)
+            return _fenced(builder, args[0])
         return Vector(Vector), codegen
 
     def _lanewise(instruction: str):  # noqa: ANN202
