@@ -58,6 +58,20 @@ class InvertedResidual(nn.Module):
         return x + self.project(self.activation(self.depthwise(self.activation(self.expand(x)))))
 
 
+class StemBlock(nn.Module):
+    """MobileNet's and EfficientNet's start: a stem on RGB (stride 2, hardswish) read only by a
+    depthwise convolution (ReLU6), then a 1x1 projection."""
+
+    def __init__(self, channels: int = 16):
+        super().__init__()
+        self.stem = nn.Conv2d(3, channels, 3, stride=2, padding=1)
+        self.depthwise = nn.Conv2d(channels, channels, 3, padding=1, groups=channels)
+        self.project = nn.Conv2d(channels, 24, 1)
+
+    def forward(self, x):
+        return self.project(F.relu6(self.depthwise(F.hardswish(self.stem(x)))))
+
+
 class ResidualConvolutions(nn.Module):
     """Zero padding before a convolution, activations after, a residual added to a convolution's
     output, and 3x3 convolutions wide enough for Winograd."""
@@ -93,6 +107,7 @@ class TransformerBlock(nn.Module):
 BLOCKS = {
     "squeeze_excitation": (SqueezeExcitation, (2, 64, 14, 14), {"kuiper.SqueezeExcitation"}),
     "pointwise_depthwise": (InvertedResidual, (2, 16, 12, 12), {"kuiper.PointwiseDepthwise"}),
+    "stem_depthwise": (StemBlock, (2, 3, 30, 26), {"kuiper.StemDepthwise"}),
     "convolution_plans": (ResidualConvolutions, (2, 32, 16, 16), {"nn.Conv2d"}),
     "transformer": (TransformerBlock, (2, 10, 32), {"kuiper.Attention", "nn.Linear", "nn.LayerNorm"}),
 }
@@ -184,3 +199,29 @@ def test_fused_pointwise_depthwise_stripes_on_float_tiles_in_fp32(tmp_path, monk
             inputs = random_inputs(tiles, batch, seed=batch)
             assert_matches(kuiperinfer.load(param, threads=threads).run(*inputs), blas.run(*inputs), atol=1e-5,
                            rtol=1e-5)
+
+
+def test_stem_and_depthwise_in_fp32_match_pytorch_and_fuse_only_where_the_depthwise_alone_reads(tmp_path):
+    """The fused stem and depthwise convolution match PyTorch at batch 1, 3 and 8 on 1, 2 and 4
+    threads; a stem whose output something else reads too stays an operator of its own."""
+    torch.manual_seed(0)
+    model = StemBlock(32).eval()
+    param = export(model, (torch.rand(1, 3, 33, 31),), tmp_path)
+
+    def expected(inputs):
+        return torch_outputs(model, [torch.from_numpy(x) for x in inputs])
+    graph = assert_same_at_every_batch(param, threads=(2, 4), expected=expected)
+    (fused,) = [op.layer for op in graph.operators if op.type == "kuiper.StemDepthwise"]
+    assert fused.walk is not None
+
+    class Shared(StemBlock):
+        def forward(self, x):
+            stem = F.hardswish(self.stem(x))
+            return self.project(F.relu6(self.depthwise(stem))), stem
+    shared = Shared(32).eval()
+    (tmp_path / "shared").mkdir()
+    param = export(shared, (torch.rand(1, 3, 33, 31),), tmp_path / "shared")
+    graph = kuiperinfer.load(param)
+    assert "kuiper.StemDepthwise" not in {op.type for op in graph.operators}
+    x = np.random.default_rng(2).standard_normal((2, 3, 33, 31)).astype(np.float32)
+    assert_matches(graph.run(x), torch_outputs(shared, [torch.from_numpy(x)]))

@@ -6,6 +6,11 @@ Each reads its operator's plan, defined beside it, which says what the operator 
   alone reads it (the expansion and filter of a MobileNet/EfficientNet block), computed
   a stripe of rows at a time (:mod:`kuiperinfer.kernels.depthwise_stripes`), so the
   expanded tensor never exists whole.
+* ``kuiper.StemDepthwise``: a convolution of few input channels computed directly (a
+  network's stem) and the depthwise convolution that alone reads it, computed a stripe of
+  rows at a time (:mod:`kuiperinfer.kernels.compiled.stem_depthwise`) where both run compiled
+  kernels of their own (an int8 stem), so that the stem's output, the largest value of a
+  MobileNet or EfficientNet, never exists whole; else one after the other.
 * ``kuiper.SqueezeExcitation``: a squeeze-and-excitation gate (MobileNetV3, EfficientNet):
   ``x * expand(reduce(mean of x over H and W))``, where ``reduce`` and ``expand`` are 1x1
   convolutions with their activations. pnnx writes it as five operators on (N, C, 1, 1)
@@ -28,15 +33,18 @@ from kuiperinfer.kernels.compiled.squeeze_excitation import (
     CompiledSqueezeExcitation,
     Int8Gate,
 )
+from kuiperinfer.kernels.compiled.stem_depthwise import StemDepthwise as StemDepthwiseWalk
 from kuiperinfer.kernels.depthwise_stripes import depthwise_in_stripes
 from kuiperinfer.kernels.elementwise import InplaceActivation
 from kuiperinfer.kernels.jit import kernel_array
 from kuiperinfer.kernels.layout import nchw, nhwc
 from kuiperinfer.kernels.matrix import int8
+from kuiperinfer.kernels.matrix.convolution import DirectInt8Convolution
 from kuiperinfer.kernels.matrix.products import Int8Product, Requantize
 from kuiperinfer.kernels.pooling import global_avg_pool2d
 from kuiperinfer.layers.base import Layer, batched, requantize_for
 from kuiperinfer.layers.convolution import (
+    ConvGeometry,
     Convolution,
     ConvolutionPlan,
     PointwiseProduct,
@@ -72,6 +80,33 @@ class PointwiseDepthwisePlan:
 
     TYPE: ClassVar[str] = "kuiper.PointwiseDepthwise"
     pointwise: Pointwise
+    depthwise: ConvolutionPlan
+    quantized_for: str | None = None
+    """The int8 product (by name) whose uint8 input form the output is handed on in, if any."""
+
+
+@dataclass(frozen=True, eq=False)
+class Stem:
+    """A convolution of few input channels, computed directly, folded into a fused operator."""
+
+    source: str
+    """The name of its operator before the optimiser fused it (its precision's and calibration's)."""
+    weight: np.ndarray
+    """(out, in, kh, kw)."""
+    bias: np.ndarray | None
+    geometry: ConvGeometry
+    plan: ConvolutionPlan
+    """Its own plan: the activation and padding passes folded into it."""
+
+
+@dataclass(frozen=True, eq=False)
+class StemDepthwisePlan:
+    """The plan of a ``kuiper.StemDepthwise`` operator, ``depthwise(stem(x))``: the operator is
+    the depthwise nn.Conv2d (its parameters and weight are the operator's own), reading the
+    stem's input."""
+
+    TYPE: ClassVar[str] = "kuiper.StemDepthwise"
+    stem: Stem
     depthwise: ConvolutionPlan
     quantized_for: str | None = None
     """The int8 product (by name) whose uint8 input form the output is handed on in, if any."""
@@ -180,6 +215,69 @@ class PointwiseDepthwise(Layer):
         """A stripe's 1x1 convolution on the bf16 or int8 product's reference
         (:data:`~kuiperinfer.kernels.compiled.depthwise.PointwiseRows`)."""
         self.pointwise.product.multiply(rows, out, columns=(channels.start, channels.stop), shared=False)
+
+
+@register_layer(StemDepthwisePlan.TYPE)
+class StemDepthwise(Layer):
+    """``depthwise(stem(x))`` of two nn.Conv2d layers, each with its bias and activation: the
+    stem and the depthwise convolution, :attr:`stem` and :attr:`depthwise`."""
+
+    plan_class = StemDepthwisePlan
+
+    def __init__(self, layer_name: str, stem: Convolution, depthwise: Convolution,
+                 requantize: Requantize | None = None):
+        super().__init__(layer_name)
+        self.stem, self.depthwise = stem, depthwise
+        """The stem (in its precision) and the depthwise convolution (fp32: no product)."""
+        self.products = stem.products
+        self.requantize = requantize
+        """The uint8 form the output is handed on in (int8), or None for float32."""
+        compiled = depthwise.packed.compiled_depthwise
+        self._form = depthwise_form(compiled, requantize)
+        """The form the compiled depthwise kernel stores the output in, where it can."""
+        self.walk: StemDepthwiseWalk | None = None
+        """The two in stripes, where both run compiled kernels (a stem computed directly, in
+        fp32 or int8); else None, and they run one after the other."""
+        self._centred = stem.kernel.centred if isinstance(stem.kernel, DirectInt8Convolution) else None
+        """The int8 stem's input as its kernel takes it, centred on its zero point."""
+        if compiled is None:
+            return
+        if self._centred is not None:
+            direct = stem.kernel
+            self.walk = StemDepthwiseWalk(direct.direct, direct.stride, direct.dilation, direct.padding, compiled,
+                                          direct.products[0].epilogue_numbers())
+        elif stem.packed is not None and stem.packed.direct is not None:
+            swept = stem.geometry
+            self.walk = StemDepthwiseWalk(stem.packed.direct, swept.stride, swept.dilation, swept.padding, compiled)
+
+    @classmethod
+    def input_product(cls, op: RuntimeOperator) -> str | None:
+        return op.plan.stem.source if isinstance(op.plan, StemDepthwisePlan) else None
+
+    @classmethod
+    def create(cls, op: RuntimeOperator, options: BuildOptions) -> StemDepthwise:
+        plan = plan_of(op, StemDepthwisePlan)
+        depthwise = Convolution.create_planned(op, options, plan.depthwise)
+        stem = plan.stem
+        if stem.weight.ndim != 4 or stem.weight.shape[0] != depthwise.packed.in_channels:
+            raise op.error(f"the stem's weight has shape {stem.weight.shape}, the depthwise convolution takes "
+                           f"{depthwise.packed.in_channels} channels", Status.kAttrWrongSize)
+        stem_layer = Convolution(stem.source, stem.weight, stem.bias, stem.geometry, 2, stem.plan,
+                                 compiled=options.compiled, precision=options.precision_of(stem.source))
+        layer = cls(op.name, stem_layer, depthwise, requantize_for(options, plan.quantized_for))
+        layer.batch_independent = batched(op, 2)
+        return layer
+
+    def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
+        if self.walk is None:
+            out = self.depthwise.forward(self.stem.forward(inputs[:1]))[0]
+            return [requantized(out, self.requantize, self.depthwise.compiled)]
+        x, unbatched = as_2d(inputs[0], 2, "conv2d")
+        check_channels(x, self.stem.kernel.in_channels if self._centred else self.stem.packed.in_channels)
+        geometry = self.depthwise.geometry
+        out = nchw(self.walk(self._centred(x) if self._centred else x, geometry.stride, geometry.padding, self._form))
+        out = from_2d(requantized(out, self.requantize, True), 2, unbatched)
+        return [out if self.depthwise.plan.channels_last else np.ascontiguousarray(out)]
 
 
 @register_layer(SqueezeExcitationPlan.TYPE)

@@ -11,6 +11,9 @@
 * :func:`fuse_pointwise_depthwise`: a 1x1 convolution whose output only a depthwise
   convolution reads becomes one operator with it, computed a stripe of rows at a time
   (:mod:`kuiperinfer.kernels.depthwise_stripes`).
+* :func:`fuse_stem_depthwise`: a convolution of few input channels that computes directly (a
+  stem) whose output only a depthwise convolution reads becomes one operator with it,
+  computed a stripe of rows at a time where its kernels allow.
 * :func:`fuse_squeeze_excitation`: global average pooling, two 1x1 convolutions and the
   multiplication of the pooled input by their result (a squeeze-and-excitation gate)
   become one operator.
@@ -63,7 +66,7 @@ from kuiperinfer.layers.convolution import (
     spatial_rank,
 )
 from kuiperinfer.layers.expression import ExpressionLayer
-from kuiperinfer.layers.fused import Pointwise, PointwiseDepthwisePlan, SqueezeExcitationPlan
+from kuiperinfer.layers.fused import Pointwise, PointwiseDepthwisePlan, SqueezeExcitationPlan, Stem, StemDepthwisePlan
 from kuiperinfer.layers.linalg import MatMul
 from kuiperinfer.layers.linear import Linear
 from kuiperinfer.layers.normalization import BatchNorm, LayerNorm, LayerNormPlan
@@ -279,6 +282,28 @@ def fuse_pointwise_depthwise(graph: RuntimeGraph) -> int:
         plan = PointwiseDepthwisePlan(_pointwise(pointwise), convolution_plan(depthwise))
         set_plan(depthwise, plan, plan.TYPE)
         absorb_producer(graph, depthwise, pointwise)
+        fused += 1
+    return fused
+
+
+def fuse_stem_depthwise(graph: RuntimeGraph) -> int:
+    """stem conv (few input channels, computed directly) -> depthwise conv becomes one
+    ``kuiper.StemDepthwise`` operator: the depthwise operator, reading the stem's input."""
+    fused = 0
+    for stem in list(graph.operators):
+        if not is_conv2d(stem) or convolution_plan(stem).residual:
+            continue
+        swept, channels = geometry(stem), stem.param_int("out_channels", default=0)
+        depthwise = sole_consumer(stem)
+        if not (swept.computes_directly(stem.param_int("in_channels", default=0), channels)
+                and _is_depthwise_of(depthwise, channels)):
+            continue
+        bias = stem.weight("bias", copy=False) if stem.param_bool("bias", default=stem.has_weight("bias")) else None
+        plan = StemDepthwisePlan(Stem(stem.name, stem.weight("weight", copy=False), bias,
+                                      ConvGeometry.from_operator(stem, swept.kernel), convolution_plan(stem)),
+                                 convolution_plan(depthwise))
+        set_plan(depthwise, plan, plan.TYPE)
+        absorb_producer(graph, depthwise, stem)
         fused += 1
     return fused
 
@@ -560,7 +585,7 @@ def select_channels_last(graph: RuntimeGraph) -> int:
     for op in graph.operators:
         if is_a(op, Convolution) or is_a(op, TransposedConvolution):
             set_plan(op, replace(convolution_plan(op), channels_last=True))
-        elif isinstance(op.plan, PointwiseDepthwisePlan):
+        elif isinstance(op.plan, (PointwiseDepthwisePlan, StemDepthwisePlan)):
             set_plan(op, replace(op.plan, depthwise=replace(op.plan.depthwise, channels_last=True)))
         else:
             continue
@@ -589,7 +614,8 @@ def select_uint8_activations(graph: RuntimeGraph) -> int:
         plan_class = getattr(LayerRegisterer.layer_class(op.type), "plan_class", None)
         computed_as = LayerRegisterer.layer_class(op.type).input_product(op) if plan_class else None
         in_int8 = isinstance(table.precision_of(computed_as or op.name), Int8) \
-            or _is_depthwise_of(op, op.param_int("in_channels", default=0))   # no product: fp32 in int8
+            or _is_depthwise_of(op, op.param_int("in_channels", default=0)) \
+            or isinstance(op.plan, StemDepthwisePlan)     # a depthwise convolution is no product: fp32 in int8
         if not (in_int8 and len(op.output_operands) == 1
                 and "quantized_for" in {f.name for f in fields(plan_class or object)}):
             continue
@@ -687,8 +713,8 @@ def _arrives_quantized(operand, chosen: Mapping[str, object]) -> bool:
 
 
 PASSES: tuple[Pass, ...] = (fold_batch_norm, fold_zero_padding, fuse_activation, fuse_pointwise_depthwise,
-                            fuse_squeeze_excitation, fuse_residual_add, fuse_attention, fuse_add_layer_norm,
-                            select_winograd, select_channels_last, select_uint8_activations)
+                            fuse_stem_depthwise, fuse_squeeze_excitation, fuse_residual_add, fuse_attention,
+                            fuse_add_layer_norm, select_winograd, select_channels_last, select_uint8_activations)
 
 
 def optimize(graph: RuntimeGraph, passes: tuple[Pass, ...] = PASSES) -> dict[str, int]:

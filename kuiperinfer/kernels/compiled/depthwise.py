@@ -385,6 +385,17 @@ compiled_stripe_rows = inline(stripe_rows)
 """:func:`stripe_rows` as the compiled stripes call it."""
 
 
+@inline
+def kept_rows(pixels: np.ndarray, w: int, start: int, held_start: int, held_stop: int) -> int:
+    """Of the image rows ``held_start:held_stop`` a stripe buffer holds (``pixels``, its rows of
+    ``w`` pixels), those the stripe reading from row ``start`` on shares, moved to its top: how
+    many."""
+    keep = max(0, held_stop - start) if held_start <= start else 0
+    for i in range(keep * w):
+        pixels[i] = pixels[(start - held_start) * w + i]
+    return keep
+
+
 @cache
 def stripes_walk(floats: bool) -> Callable[..., None]:
     """The kernel of a part of :func:`pointwise_depthwise` whose 1x1 product runs on the
@@ -412,9 +423,7 @@ def stripes_walk(floats: bool) -> Callable[..., None]:
         held_start = held_stop = 0          # the image rows the buffer holds, from its top
         for y in range(first, stop, stripe):
             end, start, finish = compiled_stripe_rows(y, stripe, stop, sh, top, kh, h)
-            keep = max(0, held_stop - start) if held_start <= start else 0
-            for i in range(keep * w):       # the rows this stripe shares with the last move up
-                expanded[i] = expanded[(start - held_start) * w + i]
+            keep = kept_rows(expanded, w, start, held_start, held_stop)
             if finish > start + keep:
                 parts[0, 1] = (finish - start - keep) * w
                 source, target = pixels[(start + keep) * w:finish * w], expanded[keep * w:(finish - start) * w]

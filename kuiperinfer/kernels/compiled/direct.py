@@ -119,23 +119,24 @@ def settled(sums, scaled: bool, factor, finished: bool, added):  # noqa: ANN001,
 
 @kernel
 def direct_rows(x: np.ndarray, offsets: np.ndarray, weight: np.ndarray, bias: np.ndarray, out: np.ndarray,
-                y0: int, y1: int, sh: int, sw: int, dh: int, top: int, left: int, rows: np.ndarray,
+                y0: int, y1: int, base: int, sh: int, sw: int, dh: int, top: int, left: int, rows: np.ndarray,
                 code: int, a: np.float32, b: np.float32) -> None:
     """Output rows ``y0:y1`` of the convolution of one image ``x`` (C, H, W) into ``out`` (OH,
-    OW, K), then ``activation(out + bias)``. ``weight`` (C*kh*kw, K; K at least :data:`LANES`)
-    holds a row per tap, channel by channel, each row by row; ``rows`` is the (C, kh, padded
-    width) scratch, and ``offsets`` the flat offset in it of each tap from its window's
-    corner. The strides are (``sh``, ``sw``), the dilation along the height ``dh``; the padding
-    above and left of the image ``top`` and ``left``."""
+    OW, K; or its rows from output row ``base`` on), then ``activation(out + bias)``.
+    ``weight`` (C*kh*kw, K; K at least :data:`LANES`) holds a row per tap, channel by channel,
+    each row by row; ``rows`` is the (C, kh, padded width) scratch, and ``offsets`` the flat
+    offset in it of each tap from its window's corner. The strides are (``sh``, ``sw``), the
+    dilation along the height ``dh``; the padding above and left of the image ``top`` and
+    ``left``."""
     ow, k = out.shape[1], out.shape[2]
     finished = in_registers(code)
     rows[:] = 0
     for y in range(y0, y1):
         padded_rows(x, rows, y, sh, dh, top, left)
-        row_sums(rows, offsets, weight, finished, bias, out, y * ow * k, ow, sw, code, a, b, NO_SCALE)
+        row_sums(rows, offsets, weight, finished, bias, out, (y - base) * ow * k, ow, sw, code, a, b, NO_SCALE)
         if not finished:
             for ox in range(ow):
-                finish_row(out[y, ox], bias, code, a, b)
+                finish_row(out[y - base, ox], bias, code, a, b)
 
 
 class DirectWeight:
@@ -213,5 +214,5 @@ def direct_parts(x: np.ndarray, offsets: np.ndarray, weight: np.ndarray, bias: n
     oh = out.shape[1]
     for part in range(first, last):
         image, y0 = part // bands, part % bands * step
-        direct_rows(x[image], offsets, weight, bias, out[image], y0, min(oh, y0 + step), sh, sw, dh, top, left,
+        direct_rows(x[image], offsets, weight, bias, out[image], y0, min(oh, y0 + step), 0, sh, sw, dh, top, left,
                     rows[thread], code, a, b)

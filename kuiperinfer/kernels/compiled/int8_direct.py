@@ -21,8 +21,8 @@ from kuiperinfer.kernels.parallel import compiled_parts, threads_for
 
 @kernel
 def int8_direct_rows(x: np.ndarray, offsets: np.ndarray, weight: np.ndarray, scale: np.ndarray,
-                     bias: np.ndarray, residual: np.ndarray, out: np.ndarray, y0: int, y1: int, sh: int, sw: int,
-                     dh: int, top: int, left: int, rows: np.ndarray, sums: np.ndarray, numbers: np.ndarray,
+                     bias: np.ndarray, residual: np.ndarray, out: np.ndarray, y0: int, y1: int, base: int, sh: int,
+                     sw: int, dh: int, top: int, left: int, rows: np.ndarray, sums: np.ndarray, numbers: np.ndarray,
                      biases: np.ndarray, scratch: np.ndarray) -> None:
     """:func:`~.direct.direct_rows` for int8: ``x`` holds the image's uint8 activations less their zero
     point and ``weight`` the int8 weight, both as float32, whose sums (at most 2^24 in
@@ -32,7 +32,9 @@ def int8_direct_rows(x: np.ndarray, offsets: np.ndarray, weight: np.ndarray, sca
     empty array, ``biases`` the bias repeated OW times, ``scratch`` OW*K values): in registers
     too where the output is float32, without a residual, and the activation one that
     :func:`~.activation.in_registers` applies, else from ``sums`` (OW*K): the numbers of the
-    int8 product of the convolution's columns, to the bit."""
+    int8 product of the convolution's columns, to the bit. ``out``'s (and the residual's) first
+    row is output row ``base``'s first pixel (0: the image's whole output; else a block of its
+    rows, as :mod:`.direct_depthwise` fills its buffer, without a residual)."""
     k = out.shape[1]
     ow = sums.shape[0] // k
     code, a, b = int(numbers[ACTIVATION]), numbers[ACTIVATION + 1], numbers[ACTIVATION + 2]
@@ -41,10 +43,10 @@ def int8_direct_rows(x: np.ndarray, offsets: np.ndarray, weight: np.ndarray, sca
     for y in range(y0, y1):
         padded_rows(x, rows, y, sh, dh, top, left)
         if in_place:
-            row_sums(rows, offsets, weight, True, bias, out, y * ow * k, ow, sw, code, a, b, scale)
+            row_sums(rows, offsets, weight, True, bias, out, (y - base) * ow * k, ow, sw, code, a, b, scale)
             continue
         row_sums(rows, offsets, weight, False, bias, sums, 0, ow, sw, NONE, ZERO, ZERO, scale)
-        finish(sums, ow, k, 0, y * ow, 0, k, 0, bias, residual, out, numbers, True, biases, scratch)
+        finish(sums, ow, k, 0, (y - base) * ow, 0, k, 0, bias, residual, out, numbers, True, biases, scratch)
 
 
 @kernel
@@ -62,8 +64,8 @@ def int8_direct_parts(x: np.ndarray, offsets: np.ndarray, weight: np.ndarray, sc
     for part in range(first, last):
         image, y0 = part // bands, part % bands * step
         added = residual[image] if residual.size else residual[0]
-        int8_direct_rows(x[image], offsets, weight, scale, bias, added, out[image], y0, min(oh, y0 + step), sh, sw,
-                         dh, top, left, rows[thread], sums[thread], numbers, biases, scratch[thread])
+        int8_direct_rows(x[image], offsets, weight, scale, bias, added, out[image], y0, min(oh, y0 + step), 0, sh,
+                         sw, dh, top, left, rows[thread], sums[thread], numbers, biases, scratch[thread])
 
 
 @kernel

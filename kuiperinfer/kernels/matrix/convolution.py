@@ -287,11 +287,11 @@ class DirectInt8Convolution(ProductConvolution):
                   zip((h + top + bottom, w + left + right), self.kernel, self.stride, self.dilation))
         rows = Product.NO_RESIDUAL if residual is None else \
             np.ascontiguousarray(nhwc(residual)).reshape(n, oh * ow, self.out_channels)
-        out = self.direct(self._centred(x), (oh, ow), self.stride, self.dilation, self.padding,
+        out = self.direct(self.centred(x), (oh, ow), self.stride, self.dilation, self.padding,
                           product.epilogue_numbers(residual_scale, residual_zero_point), rows, product.out_dtype)
         return out.reshape(n, oh, ow, self.out_channels)
 
-    def _centred(self, x: np.ndarray) -> np.ndarray:
+    def centred(self, x: np.ndarray) -> np.ndarray:
         """The product's uint8 activations of ``x`` (float32, or uint8 quantized so already)
         less their zero point, as float32: float32 ``x`` quantized in the same pass."""
         product = self.products[0]
