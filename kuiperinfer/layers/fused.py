@@ -9,8 +9,8 @@ Each reads its operator's plan, defined beside it, which says what the operator 
 * ``kuiper.StemDepthwise``: a convolution of few input channels computed directly (a
   network's stem) and the depthwise convolution that alone reads it, computed a stripe of
   rows at a time (:mod:`kuiperinfer.kernels.compiled.stem_depthwise`) where both run compiled
-  kernels of their own (an int8 stem), so that the stem's output, the largest value of a
-  MobileNet or EfficientNet, never exists whole; else one after the other.
+  kernels (the stem computed directly, in fp32 or int8), so that the stem's output, the
+  largest value of a MobileNet or EfficientNet, never exists whole; else one after the other.
 * ``kuiper.SqueezeExcitation``: a squeeze-and-excitation gate (MobileNetV3, EfficientNet):
   ``x * expand(reduce(mean of x over H and W))``, where ``reduce`` and ``expand`` are 1x1
   convolutions with their activations. pnnx writes it as five operators on (N, C, 1, 1)

@@ -37,11 +37,12 @@ from kuiperinfer.kernels.compiled.depthwise import (
     stripe_of,
 )
 from kuiperinfer.kernels.compiled.direct import CompiledDirect, direct_rows
-from kuiperinfer.kernels.jit import AVAILABLE, KernelAddress, empty, function_at, inline, kernel, kernel_array, scratch
+from kuiperinfer.kernels.jit import AVAILABLE, KernelAddress, empty, inline, kernel, kernel_array, scratch
 from kuiperinfer.kernels.parallel import compiled_parts, threads_for
 
-if AVAILABLE:   # the int8 stem finishes its sums with the products' epilogue, which exists compiled only
+if AVAILABLE:   # the walk exists compiled only, and the int8 stem finishes its sums by the products' epilogue
     from kuiperinfer.kernels.compiled.int8_direct import int8_direct_rows
+    from kuiperinfer.kernels.jit import function_at
 if TYPE_CHECKING:
     from kuiperinfer.kernels.compiled.int8_direct import CompiledInt8Direct
 
