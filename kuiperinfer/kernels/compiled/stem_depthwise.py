@@ -47,24 +47,34 @@ if TYPE_CHECKING:
     from kuiperinfer.kernels.compiled.int8_direct import CompiledInt8Direct
 
 
+@inline
+def float_stem_rows(x: np.ndarray, offsets: np.ndarray, weight: np.ndarray, bias: np.ndarray, finish: tuple,
+                    buffer: np.ndarray, pixels: np.ndarray, y0: int, y1: int, base: int, geometry: tuple,
+                    rows: np.ndarray, thread: int) -> None:
+    """The float32 stem's rows ``y0:y1`` into the ``buffer`` (rows from ``base`` on), ``finish``
+    its activation (:func:`~.direct.direct_rows`)."""
+    sh, sw, dh, top, left = geometry
+    code, a, b = finish
+    direct_rows(x, offsets, weight, bias, buffer, y0, y1, base, sh, sw, dh, top, left, rows, code, a, b)
+
+
+@inline
+def int8_stem_rows(x: np.ndarray, offsets: np.ndarray, weight: np.ndarray, bias: np.ndarray, finish: tuple,
+                   buffer: np.ndarray, pixels: np.ndarray, y0: int, y1: int, base: int, geometry: tuple,
+                   rows: np.ndarray, thread: int) -> None:
+    """The int8 stem's rows ``y0:y1`` into the buffer's ``pixels`` (rows from ``base`` on),
+    ``finish`` its scales, epilogue numbers, biases and each thread's sums and values
+    (:func:`~.int8_direct.int8_direct_rows`)."""
+    sh, sw, dh, top, left = geometry
+    scale, numbers, biases, sums, values = finish
+    int8_direct_rows(x, offsets, weight, scale, bias, np.empty((0, 0), np.float32), pixels, y0, y1, base, sh, sw, dh,
+                     top, left, rows, sums[thread], numbers, biases, values[thread])
+
+
 @cache
 def stem_depthwise_parts(floats: bool) -> Callable[..., None]:
     """The kernel of :class:`StemDepthwise`'s parts, for a float32 stem (:func:`~.direct.direct_rows`)
     where ``floats``, else an int8 one (:func:`~.int8_direct.int8_direct_rows`)."""
-
-    def made(x, offsets, weight, bias, finish, buffer, pixels, y0, y1, base, geometry, rows, thread):  # noqa: ANN001, ANN202
-        """The stem's rows ``y0:y1`` into the ``buffer`` (rows from ``base`` on; ``pixels``, its
-        rows of pixels)."""
-        sh, sw, dh, top, left = geometry
-        if floats:
-            code, a, b = finish
-            direct_rows(x, offsets, weight, bias, buffer, y0, y1, base, sh, sw, dh, top, left, rows, code, a, b)
-        else:
-            scale, numbers, biases, sums, values = finish
-            int8_direct_rows(x, offsets, weight, scale, bias, np.empty((0, 0), np.float32), pixels, y0, y1, base,
-                             sh, sw, dh, top, left, rows, sums[thread], numbers, biases, values[thread])
-
-    made = inline(made)
 
     def parts(depthwise_at, depthwise_type, x, offsets, weight, bias, finish, rows, stem, taps,  # noqa: ANN001
               depthwise_bias, out, table, sh, sw, top, left, code, a, b, out_scale, out_zero_point, buffers, slot,
@@ -90,9 +100,14 @@ def stem_depthwise_parts(floats: bool) -> Callable[..., None]:
             for y in range(y0, y1, stripe):
                 end, start, stop = compiled_stripe_rows(y, stripe, y1, sh, top, kh, h)
                 keep = kept_rows(pixels, w, start, held_start, held_stop)
+                geometry = (ssh, ssw, sdh, stem_top, stem_left)
                 if stop > start + keep:
-                    made(x[image], offsets, weight, bias, finish, buffer, pixels, start + keep, stop, start,
-                         (ssh, ssw, sdh, stem_top, stem_left), rows[thread], thread)
+                    if floats:
+                        float_stem_rows(x[image], offsets, weight, bias, finish, buffer, pixels, start + keep, stop,
+                                        start, geometry, rows[thread], thread)
+                    else:
+                        int8_stem_rows(x[image], offsets, weight, bias, finish, buffer, pixels, start + keep, stop,
+                                       start, geometry, rows[thread], thread)
                 held_start, held_stop = start, stop
                 padded = np.empty(compiled_padded_shape((end - y - 1) * sh + kh, columns_read, k), np.float32)
                 depthwise(buffer, start, h, taps, depthwise_bias, out[image], 0, y, end, sh, sw, top, left, code, a,
