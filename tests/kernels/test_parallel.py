@@ -168,15 +168,20 @@ def test_compiled_parts_each_run_once_by_the_caller_and_a_helper_with_their_thre
 
 def test_compiled_parts_reach_helpers_that_block_between_tasks(mark_parts):
     """On a busy machine helpers block on their queues instead of spinning: a compiled task
-    still wakes one (the hand-off from compiled code only bumps a counter it is not watching)."""
+    still wakes one (the hand-off from compiled code only bumps a counter it is not watching).
+    Tasks come until the helper takes parts of one, for up to 5 s: in the whole suite, threads
+    other tests leave may hold the GIL or a core longer than a task's 16 ms."""
     pool = parallel.ThreadPool(2, spin="never", timing=parallel.Timing(min_work=0, min_work_busy=0))
+    helped, deadline = False, time.perf_counter() + 5
     try:
         with pool.running():
-            logs = [mark_all(mark_parts, 8, microseconds=2000) for _ in range(3)]
+            while not helped and time.perf_counter() < deadline:
+                log = mark_all(mark_parts, 8, microseconds=2000)
+                assert sorted(set(log % 1000)) == [1]
+                helped = 2 in {int(value) // 1000 for value in log}
     finally:
         pool.close()
-    assert all(sorted(set(log % 1000)) == [1] for log in logs)
-    assert 2 in {int(value) // 1000 for log in logs for value in log}      # the helper took parts
+    assert helped
 
 
 def test_a_helper_whose_spin_ran_out_while_the_caller_held_the_gil_takes_the_next_compiled_task(mark_parts):
