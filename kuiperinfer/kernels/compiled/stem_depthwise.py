@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
@@ -117,6 +117,24 @@ def stem_depthwise_parts(floats: bool) -> Callable[..., None]:
     return kernel(parts)
 
 
+class _Plan(NamedTuple):
+    """What a :class:`StemDepthwise` call on images of one shape needs beside its arrays."""
+
+    table: np.ndarray
+    """The parts (bands of rows: the stem makes every channel): image, first and end output row,
+    the output rows of a stripe and the stem rows of its buffer (:func:`~.depthwise.stripe_of`)."""
+    slot: int
+    """Each thread's share of the depthwise kernel's scratch."""
+    used: int
+    """The threads that take parts."""
+    offsets: np.ndarray
+    """The stem's tap offsets into the image."""
+    scratch_shape: tuple[int, ...]
+    """Each thread's buffer of the stem's gathered rows."""
+    biases: np.ndarray
+    """The stem's bias repeated across a row (the int8 stem's epilogue)."""
+
+
 class StemDepthwise:
     """A stem computed directly (a float32 :class:`~.direct.CompiledDirect` or an int8
     :class:`~.int8_direct.CompiledInt8Direct` with its epilogue ``numbers``, float32 out), with
@@ -130,7 +148,7 @@ class StemDepthwise:
         self.depthwise = depthwise
         self.floats = isinstance(stem, CompiledDirect)
         self._addresses: dict[np.dtype, KernelAddress] = {}
-        self._plans: dict[tuple[object, ...], tuple[np.ndarray, int, int]] = {}
+        self._plans: dict[tuple[object, ...], _Plan] = {}
 
     def __call__(self, x: np.ndarray, stride: tuple[int, int], padding: Padding,
                  form: Form | None = None) -> np.ndarray:
@@ -150,35 +168,35 @@ class StemDepthwise:
         key = (x.shape, threads, stride, padding)
         plan = self._plans.get(key)
         if plan is None:
-            plan = self._plans[key] = self._plan(n, stem_hw, out.shape, work, threads, stride)
-        table, slot, used = plan
-        _, _, offsets, scratch_shape = self.stem.bands(x, stem_hw, self.stride, self.dilation)
-        rows = np.empty((used, *scratch_shape), np.float32)
+            plan = self._plans[key] = self._plan(x, stem_hw, out.shape, work, threads, stride)
+        table, slot, used = plan.table, plan.slot, plan.used
+        rows = np.empty((used, *plan.scratch_shape), np.float32)
         if self.floats:
             finish = tuple(self.stem.code)
         else:
             values = stem_hw[1] * k
-            finish = (self.stem.scale, self.numbers, np.tile(self.stem.bias, stem_hw[1]),
-                      np.empty((used, values), np.float32), np.empty((used, values), np.float32))
+            finish = (self.stem.scale, self.numbers, plan.biases, np.empty((used, values), np.float32),
+                      np.empty((used, values), np.float32))
         finished = self.depthwise.finish(form)
         (top, _), (left, _) = self.padding
-        head = (*self._address(out, finished), x, offsets, self.stem.weight, self.stem.bias, finish, rows,
+        head = (*self._address(out, finished), x, plan.offsets, self.stem.weight, self.stem.bias, finish, rows,
                 (*stem_hw, *self.stride, self.dilation[0], top, left), self.depthwise.taps, self.depthwise.bias, out,
                 table, *stride, padding[0][0], padding[1][0], *finished, scratch((used * slot,)), slot, 0)
         compiled_parts(stem_depthwise_parts(self.floats), per_thread=True).run(len(table), work, head, ())
         return out
 
-    def _plan(self, n: int, stem_hw: tuple[int, int], shape: tuple[int, ...], work: int, threads: int,
-              stride: tuple[int, int]) -> tuple[np.ndarray, int, int]:
-        """The parts' table of a call on ``n`` images whose stem makes ``stem_hw`` pixels into an
-        output of ``shape`` (bands of rows: the stem makes every channel), each thread's buffer
-        size and the threads that take parts: made once for each."""
+    def _plan(self, x: np.ndarray, stem_hw: tuple[int, int], shape: tuple[int, ...], work: int, threads: int,
+              stride: tuple[int, int]) -> _Plan:
+        """The plan of a call on images of ``x``'s shape, whose stem makes ``stem_hw`` pixels
+        into an output of ``shape``: made once for each."""
         (h, w), k, kh = stem_hw, shape[3], self.depthwise.taps.shape[0]
-        parts = parts_of(n, shape[1], k, work, threads, 0, stride[0], FUSED_PARTS_PER_THREAD)
+        parts = parts_of(x.shape[0], shape[1], k, work, threads, 0, stride[0], FUSED_PARTS_PER_THREAD)
         table = np.empty((len(parts), 5), np.int64)
         for row, (image, y0, y1, _) in zip(table, parts):
             row[:] = image, y0, y1, *stripe_of(w, k, kh, stride[0], h, y1 - y0)
-        return table, int(table[:, 4].max()) * w * k, min(threads, len(table))
+        _, _, offsets, scratch_shape = self.stem.bands(x, stem_hw, self.stride, self.dilation)
+        return _Plan(table, int(table[:, 4].max()) * w * k, min(threads, len(table)), offsets, scratch_shape,
+                     np.tile(self.stem.bias, w))
 
     def _address(self, out: np.ndarray, finished: tuple) -> tuple[int, object]:
         """The depthwise kernel's address and type for an output of ``out``'s type, found once."""
