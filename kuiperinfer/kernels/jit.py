@@ -47,6 +47,9 @@ else:
 AVAILABLE = numba is not None
 """Whether the compiled kernels exist; without them layers run their NumPy references."""
 
+NumbaType: type | tuple[()] = numba.types.Type if AVAILABLE else ()
+"""The class of Numba's types (a kernel's type is an argument of the kernels that call it)."""
+
 if AVAILABLE:
     from numba._dispatcher import compute_fingerprint as type_fingerprint
 else:

@@ -64,7 +64,7 @@ import numpy as np
 
 from kuiperinfer.kernels.compiled import spin
 from kuiperinfer.kernels.compiled.spin import MAILBOX_WORDS
-from kuiperinfer.kernels.jit import type_fingerprint
+from kuiperinfer.kernels.jit import NumbaType, type_fingerprint
 
 Part = TypeVar("Part")
 SPIN = ("auto", "always", "never")
@@ -595,13 +595,14 @@ def kinds_of(value: Any) -> Any:
 
 
 def _kinds(value: Any) -> Any:
-    """:func:`kinds_of` read in Python: each array's dtype, dimensions and flags."""
+    """:func:`kinds_of` read in Python: each array's dtype, dimensions and flags, and a
+    kernel's type (:class:`~.jit.KernelAddress`) itself, since its signature counts."""
     kind = type(value)
     if kind is np.ndarray:
         return value.dtype, value.ndim, value.flags.num   # the flags: layout, writeable, aligned
     if kind is tuple:
         return tuple(map(_kinds, value))
-    return kind
+    return value if isinstance(value, NumbaType) else kind
 
 
 def even_step(length: int, step: int, threads: int, images: int = 1) -> int:

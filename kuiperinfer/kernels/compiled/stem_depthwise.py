@@ -38,7 +38,7 @@ from kuiperinfer.kernels.compiled.depthwise import (
 )
 from kuiperinfer.kernels.compiled.direct import CompiledDirect, direct_rows
 from kuiperinfer.kernels.jit import AVAILABLE, KernelAddress, empty, inline, kernel, kernel_array, scratch
-from kuiperinfer.kernels.parallel import compiled_parts, threads_for
+from kuiperinfer.kernels.parallel import compiled_parts, kinds_of, threads_for
 
 if AVAILABLE:   # the walk exists compiled only, and the int8 stem finishes its sums by the products' epilogue
     from kuiperinfer.kernels.compiled.int8_direct import int8_direct_rows
@@ -133,6 +133,9 @@ class _Plan(NamedTuple):
     """Each thread's buffer of the stem's gathered rows."""
     biases: np.ndarray
     """The stem's bias repeated across a row (the int8 stem's epilogue)."""
+    kinds: object
+    """:func:`~kuiperinfer.kernels.parallel.kinds_of` the parts' arguments (which hold the
+    depthwise kernel's type, for which Numba's own dispatch takes 90 us)."""
 
 
 class StemDepthwise:
@@ -165,38 +168,46 @@ class StemDepthwise:
         out = output_array((n, oh, ow, k), form)
         work = self.stem.work(x, stem_hw) + n * oh * ow * k * kh * kw
         threads = threads_for(work)
-        key = (x.shape, threads, stride, padding)
+        key = (x.shape, out.dtype, threads, stride, padding)
         plan = self._plans.get(key)
         if plan is None:
-            plan = self._plans[key] = self._plan(x, stem_hw, out.shape, work, threads, stride)
-        table, slot, used = plan.table, plan.slot, plan.used
+            plan = self._plans[key] = self._plan(x, stem_hw, out, work, threads, stride, padding, form)
+        head = self._head(x, stem_hw, out, plan, stride, padding, form)
+        compiled_parts(stem_depthwise_parts(self.floats), per_thread=True).run(len(plan.table), work, head, (),
+                                                                             plan.kinds)
+        return out
+
+    def _head(self, x: np.ndarray, stem_hw: tuple[int, int], out: np.ndarray, plan: _Plan, stride: tuple[int, int],
+              padding: Padding, form: Form | None) -> tuple:
+        """The arguments of :func:`stem_depthwise_parts` before the parts."""
+        used = plan.used
         rows = np.empty((used, *plan.scratch_shape), np.float32)
         if self.floats:
             finish = tuple(self.stem.code)
         else:
-            values = stem_hw[1] * k
+            values = stem_hw[1] * out.shape[3]
             finish = (self.stem.scale, self.numbers, plan.biases, np.empty((used, values), np.float32),
                       np.empty((used, values), np.float32))
         finished = self.depthwise.finish(form)
         (top, _), (left, _) = self.padding
-        head = (*self._address(out, finished), x, plan.offsets, self.stem.weight, self.stem.bias, finish, rows,
+        return (*self._address(out, finished), x, plan.offsets, self.stem.weight, self.stem.bias, finish, rows,
                 (*stem_hw, *self.stride, self.dilation[0], top, left), self.depthwise.taps, self.depthwise.bias, out,
-                table, *stride, padding[0][0], padding[1][0], *finished, scratch((used * slot,)), slot, 0)
-        compiled_parts(stem_depthwise_parts(self.floats), per_thread=True).run(len(table), work, head, ())
-        return out
+                plan.table, *stride, padding[0][0], padding[1][0], *finished, scratch((used * plan.slot,)), plan.slot,
+                0)
 
-    def _plan(self, x: np.ndarray, stem_hw: tuple[int, int], shape: tuple[int, ...], work: int, threads: int,
-              stride: tuple[int, int]) -> _Plan:
+    def _plan(self, x: np.ndarray, stem_hw: tuple[int, int], out: np.ndarray, work: int, threads: int,
+              stride: tuple[int, int], padding: Padding, form: Form | None) -> _Plan:
         """The plan of a call on images of ``x``'s shape, whose stem makes ``stem_hw`` pixels
-        into an output of ``shape``: made once for each."""
-        (h, w), k, kh = stem_hw, shape[3], self.depthwise.taps.shape[0]
-        parts = parts_of(x.shape[0], shape[1], k, work, threads, 0, stride[0], FUSED_PARTS_PER_THREAD)
+        into ``out``: made once for each."""
+        (h, w), k, kh = stem_hw, out.shape[3], self.depthwise.taps.shape[0]
+        parts = parts_of(x.shape[0], out.shape[1], k, work, threads, 0, stride[0], FUSED_PARTS_PER_THREAD)
         table = np.empty((len(parts), 5), np.int64)
         for row, (image, y0, y1, _) in zip(table, parts):
             row[:] = image, y0, y1, *stripe_of(w, k, kh, stride[0], h, y1 - y0)
         _, _, offsets, scratch_shape = self.stem.bands(x, stem_hw, self.stride, self.dilation)
-        return _Plan(table, int(table[:, 4].max()) * w * k, min(threads, len(table)), offsets, scratch_shape,
-                     np.tile(self.stem.bias, w))
+        plan = _Plan(table, int(table[:, 4].max()) * w * k, min(threads, len(table)), offsets, scratch_shape,
+                     np.tile(self.stem.bias, w), None)
+        return plan._replace(kinds=kinds_of(self._head(x, stem_hw, out, plan, stride, padding, form)))
 
     def _address(self, out: np.ndarray, finished: tuple) -> tuple[int, object]:
         """The depthwise kernel's address and type for an output of ``out``'s type, found once."""

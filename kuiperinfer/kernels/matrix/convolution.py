@@ -40,7 +40,7 @@ from kuiperinfer.kernels.matrix.products import (
     in_layout,
     tile_shape,
 )
-from kuiperinfer.kernels.parallel import compiled_parts, even_step, run_parts, threads_for
+from kuiperinfer.kernels.parallel import compiled_parts, even_step, kinds_of, run_parts, threads_for
 
 BLOCK_BYTES = 1 << 20
 """Bytes of columns made and multiplied at a time: a stripe of an image's output rows."""
@@ -204,6 +204,9 @@ class ColumnStripes:
         self._addresses: dict[tuple[np.dtype, np.dtype], KernelAddress] = {}
         self._parts = compiled_parts(column_stripes, per_thread=True)
         self._tables: dict[tuple[int, int, int], np.ndarray] = {}
+        self._kinds: dict[tuple[object, ...], object] = {}
+        """:func:`~kuiperinfer.kernels.parallel.kinds_of` the parts' arguments, per type of residual
+        and output (they hold the product's type, for which Numba's own dispatch takes 90 us)."""
 
     def run(self, a: np.ndarray, out_hw: tuple[int, int], top_left: tuple[int, int], rows: np.ndarray,
             residual: Residual | None, step: int, work: int) -> None:
@@ -226,7 +229,11 @@ class ColumnStripes:
         buffers = scratch((-(-threads * slot * a.itemsize // 4),)).view(a.dtype)[:threads * slot]
         head = (product.address, product.type, kernel_operand(a), out_hw, *self.geometry, top_left, self.fill,
                 self.before, self.after, added, rows, numbers, self.strips, table, buffers, slot, 0)
-        self._parts.run(len(table), work, head, ())
+        key = (added.dtype, added.ndim, rows.dtype, rows.ndim)
+        kinds = self._kinds.get(key)
+        if kinds is None:
+            kinds = self._kinds[key] = kinds_of(head)
+        self._parts.run(len(table), work, head, (), kinds)
 
     def _address(self, residual: np.ndarray, rows: np.ndarray) -> KernelAddress:
         """The product's compiled blocks for a residual and an output of these types, found once."""
