@@ -135,7 +135,7 @@ class _Plan(NamedTuple):
     """The stem's bias repeated across a row (the int8 stem's epilogue)."""
     kinds: object
     """:func:`~kuiperinfer.kernels.parallel.kinds_of` the parts' arguments (which hold the
-    depthwise kernel's type, for which Numba's own dispatch takes 90 us)."""
+    depthwise kernel's type, which Numba's own dispatch types in Python on every call)."""
 
 
 class StemDepthwise:

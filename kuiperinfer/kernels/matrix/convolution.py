@@ -206,7 +206,7 @@ class ColumnStripes:
         self._tables: dict[tuple[int, int, int], np.ndarray] = {}
         self._kinds: dict[tuple[object, ...], object] = {}
         """:func:`~kuiperinfer.kernels.parallel.kinds_of` the parts' arguments, per type of residual
-        and output (they hold the product's type, for which Numba's own dispatch takes 90 us)."""
+        and output (they hold the product's type, which Numba's own dispatch types in Python on every call)."""
 
     def run(self, a: np.ndarray, out_hw: tuple[int, int], top_left: tuple[int, int], rows: np.ndarray,
             residual: Residual | None, step: int, work: int) -> None:
