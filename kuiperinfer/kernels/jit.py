@@ -161,6 +161,13 @@ def kernel_array(x: np.ndarray) -> np.ndarray:
     return kernel_operand(np.asarray(x, np.float32))
 
 
+@kernel
+def data_address(x: np.ndarray) -> int:
+    """Where ``x``'s data starts in memory: ``x.ctypes.data``, which costs 1.5 us in Python
+    (it makes a ctypes object), 0.2 compiled."""
+    return x.ctypes.data
+
+
 CACHE_LINE = 64
 """Bytes of a cache line on x86 CPUs, and of an AVX-512 vector."""
 
@@ -172,7 +179,7 @@ def empty(shape: tuple[int, ...]) -> np.ndarray:
     size = math.prod(shape)
     lanes = CACHE_LINE // 4
     memory = np.empty(size + lanes, np.float32)
-    start = (-memory.ctypes.data % CACHE_LINE) // 4
+    start = (-data_address(memory) % CACHE_LINE) // 4
     return memory[start:start + size].reshape(shape)
 
 

@@ -73,6 +73,12 @@ def test_empty_starts_on_a_cache_line():
         assert array.ctypes.data % 64 == 0
 
 
+def test_data_address_is_where_numpy_says_the_data_starts():
+    memory = np.empty(100, np.float32)
+    for view in (memory, memory[3:], memory[7:90].reshape(1, 83)):
+        assert jit.data_address(view) == view.ctypes.data
+
+
 def test_a_threads_scratch_is_its_own_and_kept_for_its_next_call():
     first = jit.scratch((4, 1000))
     again = jit.scratch((10, 10))
