@@ -66,6 +66,8 @@ class ProductConvolution:
         self.pointwise = (kernel == (1, 1) and stride == (1, 1) and len(self.products) == 1
                           and padding == ((0, 0), (0, 0)))
         """Whether the input pixels are the columns."""
+        self._pixel_rows = self.pointwise and compiled and first.kernel.dot is not None
+        """Whether the pixels go to the compiled tiles as they are (:meth:`Product.multiply_rows`)."""
         self._fill = first.in_dtype(first.zero)
         """Padding in the products' form."""
         tap_bytes = self.in_channels * np.dtype(first.in_dtype).itemsize
@@ -90,6 +92,8 @@ class ProductConvolution:
     def __call__(self, x: np.ndarray, residual: np.ndarray | None = None, residual_scale: float = 1.0,
                  residual_zero_point: int = 0) -> np.ndarray:
         first = self.products[0]
+        if self._pixel_rows:
+            return self._pointwise(x, residual, residual_scale, residual_zero_point)
         a, padding = first.activations(x), self.padding
         if self.padding_mode not in ("zeros", "constant") or not self.compiled:
             a, padding = nchw(pad_nhwc(a, padding, self.padding_mode, self._fill)), ((0, 0), (0, 0))
@@ -133,6 +137,19 @@ class ProductConvolution:
             block = slice((image * oh + row0) * ow, (image * oh + row0 + count) * ow)
             self._multiply(columns, rows[block], residual and residual.rows(block), shared=False)
         run_parts([(image, row0) for image in range(n) for row0 in range(0, oh, step)], work, stripe)
+        return out
+
+    def _pointwise(self, x: np.ndarray, residual: np.ndarray | None, residual_scale: float,
+                   residual_zero_point: int) -> np.ndarray:
+        """:meth:`__call__` of a 1x1 convolution on the compiled tiles: the pixels are the columns."""
+        first = self.products[0]
+        a = channels_last(first.activations(x))
+        n, h, w, c = a.shape
+        out = np.empty((n, h, w, self.out_channels), first.out_dtype)
+        rows = out.reshape(-1, self.out_channels)
+        if residual is not None:
+            residual = np.ascontiguousarray(nhwc(residual)).reshape(rows.shape)
+        first.multiply_rows(a.reshape(-1, c), rows, residual, residual_scale, residual_zero_point)
         return out
 
     def _tap_offsets(self, shape: tuple[int, int, int, int], top_left: tuple[int, int],

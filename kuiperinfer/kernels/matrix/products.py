@@ -57,7 +57,7 @@ from kuiperinfer.kernels.elementwise import Epilogue, InplaceActivation
 from kuiperinfer.kernels.matrix import int8
 from kuiperinfer.kernels.matrix.bf16 import round_bf16
 from kuiperinfer.kernels.matrix.features import MatrixFeatures, detect, request_tile_state
-from kuiperinfer.kernels.parallel import PART_WORK, compiled_parts, run_parts
+from kuiperinfer.kernels.parallel import PART_WORK, CompiledParts, compiled_parts, run_parts
 from kuiperinfer.kernels.resident import resident
 
 INT8_ACCUMULATION_LIMIT = (2**31 - 1) // (int8.ACTIVATION_STEPS * int8.WEIGHT_LIMIT)
@@ -370,6 +370,17 @@ class IndirectRows(NamedTuple):
         return len(self.offsets), self.offsets.shape[1] * self.tap_bytes // self.source.itemsize
 
 
+class _Blocks(NamedTuple):
+    """How a product of so many rows into so many columns is computed, made once for each."""
+
+    parts: np.ndarray
+    """Its blocks (:func:`product_parts`)."""
+    work: int
+    """Its multiply-adds, as many as the kernel does in the time of one."""
+    shared: CompiledParts
+    """The kernel over its blocks, shared among the run's threads."""
+
+
 class Product:
     """What the products share: the epilogue's arrays, the kernel's call over the blocks of a
     product, shared among the run's threads."""
@@ -393,7 +404,7 @@ class Product:
         self._numbers = (ActivationCode.of(epilogue.activation), ActivationCode.of(epilogue.residual_activation),
                          requantize.scale, requantize.zero_point)
         self.out_dtype = np.float32 if epilogue.requantize is None else np.uint8
-        self._parts: dict[tuple[int, int, int], np.ndarray] = {}
+        self._blocks: dict[tuple[int, int, int], _Blocks] = {}
         self._epilogue_numbers: dict[tuple[float, int], np.ndarray] = {}
         if kernel.dot is not None:
             from kuiperinfer.kernels.compiled import products as compiled_products
@@ -473,18 +484,33 @@ class Product:
         elif not (residual.flags.c_contiguous and residual.flags.writeable):
             residual = residual.copy()
         numbers = self.epilogue_numbers(residual_scale, residual_zero_point)
-        kernel = self.kernel if m >= NARROW_ROWS or self.kernel.narrow is None else self.kernel.narrow
         key = (m, *columns)
-        parts = self._parts.get(key)
-        if parts is None:
-            parts = self._parts[key] = product_parts(m, self.out_features, k, kernel, columns)
-        work = m * (columns[1] - columns[0]) * k // kernel.speedup
-        head, tail = self._block_arguments(a, parts, columns, residual, out, numbers)
-        blocks = self._compiled_products.BLOCKS[kernel.dot]
+        blocks = self._blocks.get(key)
+        if blocks is None:
+            blocks = self._blocks[key] = self._blocks_of(m, k, columns)
+        head, tail = self._block_arguments(a, blocks.parts, columns, residual, out, numbers)
         if shared:
-            compiled_parts(blocks).run(len(parts), work, head, tail)
+            blocks.shared.run(len(blocks.parts), blocks.work, head, tail)
         else:
-            blocks(*head, 0, len(parts), *tail)
+            blocks.shared.dispatcher(*head, 0, len(blocks.parts), *tail)
+
+    def multiply_rows(self, a: np.ndarray, out: np.ndarray, residual: np.ndarray | None = None,
+                      residual_scale: float = 1.0, residual_zero_point: int = 0) -> None:
+        """:meth:`multiply` of all the columns on the compiled tiles, its blocks shared, without
+        its checks, for a caller that made ``out`` (M, N) itself, new and C-contiguous, of
+        the product's type, from a C-contiguous ``a`` (M, K) in the form :meth:`activations`
+        gives, with a C-contiguous ``residual`` of ``out``'s shape, float32 or uint8, or none
+        (a 1x1 convolution's pixels, whose Python before the kernel is most of a small one's
+        time)."""
+        self._compiled(a, out, (0, self.out_features), residual, residual_scale, residual_zero_point, True)
+
+    def _blocks_of(self, m: int, k: int, columns: tuple[int, int]) -> _Blocks:
+        """The blocks of a product of ``m`` rows into ``columns`` and their kernel (the narrow
+        one for few rows, where there is one)."""
+        kernel = self.kernel if m >= NARROW_ROWS or self.kernel.narrow is None else self.kernel.narrow
+        return _Blocks(product_parts(m, self.out_features, k, kernel, columns),
+                       m * (columns[1] - columns[0]) * k // kernel.speedup,
+                       compiled_parts(self._compiled_products.BLOCKS[kernel.dot]))
 
     def epilogue_numbers(self, residual_scale: float = 1.0, residual_zero_point: int = 0) -> np.ndarray:
         """The compiled epilogue's numbers (:func:`~kuiperinfer.kernels.compiled.products.epilogue_numbers`)
