@@ -49,8 +49,7 @@ if TYPE_CHECKING:
 
 @inline
 def float_stem_rows(x: np.ndarray, offsets: np.ndarray, weight: np.ndarray, bias: np.ndarray, finish: tuple,
-                    buffer: np.ndarray, pixels: np.ndarray, y0: int, y1: int, base: int, geometry: tuple,
-                    rows: np.ndarray, thread: int) -> None:
+                    buffer: np.ndarray, y0: int, y1: int, base: int, geometry: tuple, rows: np.ndarray) -> None:
     """The float32 stem's rows ``y0:y1`` into the ``buffer`` (rows from ``base`` on), ``finish``
     its activation (:func:`~.direct.direct_rows`)."""
     sh, sw, dh, top, left = geometry
@@ -60,8 +59,8 @@ def float_stem_rows(x: np.ndarray, offsets: np.ndarray, weight: np.ndarray, bias
 
 @inline
 def int8_stem_rows(x: np.ndarray, offsets: np.ndarray, weight: np.ndarray, bias: np.ndarray, finish: tuple,
-                   buffer: np.ndarray, pixels: np.ndarray, y0: int, y1: int, base: int, geometry: tuple,
-                   rows: np.ndarray, thread: int) -> None:
+                   pixels: np.ndarray, y0: int, y1: int, base: int, geometry: tuple, rows: np.ndarray,
+                   thread: int) -> None:
     """The int8 stem's rows ``y0:y1`` into the buffer's ``pixels`` (rows from ``base`` on),
     ``finish`` its scales, epilogue numbers, biases and each thread's sums and values
     (:func:`~.int8_direct.int8_direct_rows`)."""
@@ -92,6 +91,7 @@ def stem_depthwise_parts(floats: bool) -> Callable[..., None]:
         h, w, ssh, ssw, sdh, stem_top, stem_left = stem
         k, kh, kw = taps.shape[2], taps.shape[0], taps.shape[1]
         columns_read = (out.shape[2] - 1) * sw + kw
+        geometry = (ssh, ssw, sdh, stem_top, stem_left)
         for part in range(first, last):
             image, y0, y1, stripe, height = table[part]
             buffer = buffers[thread * slot:thread * slot + height * w * k].reshape((height, w, k))
@@ -100,14 +100,13 @@ def stem_depthwise_parts(floats: bool) -> Callable[..., None]:
             for y in range(y0, y1, stripe):
                 end, start, stop = compiled_stripe_rows(y, stripe, y1, sh, top, kh, h)
                 keep = kept_rows(pixels, w, start, held_start, held_stop)
-                geometry = (ssh, ssw, sdh, stem_top, stem_left)
                 if stop > start + keep:
                     if floats:
-                        float_stem_rows(x[image], offsets, weight, bias, finish, buffer, pixels, start + keep, stop,
-                                        start, geometry, rows[thread], thread)
+                        float_stem_rows(x[image], offsets, weight, bias, finish, buffer, start + keep, stop, start,
+                                        geometry, rows[thread])
                     else:
-                        int8_stem_rows(x[image], offsets, weight, bias, finish, buffer, pixels, start + keep, stop,
-                                       start, geometry, rows[thread], thread)
+                        int8_stem_rows(x[image], offsets, weight, bias, finish, pixels, start + keep, stop, start,
+                                       geometry, rows[thread], thread)
                 held_start, held_stop = start, stop
                 padded = np.empty(compiled_padded_shape((end - y - 1) * sh + kh, columns_read, k), np.float32)
                 depthwise(buffer, start, h, taps, depthwise_bias, out[image], 0, y, end, sh, sw, top, left, code, a,
