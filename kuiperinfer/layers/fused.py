@@ -27,7 +27,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from kuiperinfer.errors import ParseParameterAttrStatus as Status
-from kuiperinfer.kernels.compiled.depthwise import TiledStripes, float_pointwise, pointwise_depthwise
+from kuiperinfer.kernels.compiled.depthwise import StripesCall, TiledStripes, float_pointwise, pointwise_depthwise
 from kuiperinfer.kernels.compiled.squeeze_excitation import (
     CompiledInt8SqueezeExcitation,
     CompiledSqueezeExcitation,
@@ -171,6 +171,10 @@ class PointwiseDepthwise(Layer):
             float_pointwise(pointwise.matrix, pointwise.epilogue) if pointwise.matrix is not None else None
         """How the stripes compute the 1x1 product, chosen once: on its compiled tiles with the
         compiled depthwise kernel, through the bf16 or int8 product's reference, or through BLAS."""
+        self._steps: dict[tuple[object, ...], tuple[StripesCall, bool]] = {}
+        """For each shape, strides and type of channels-last input, the tiled stripes' call and
+        whether the input goes to it in the product's form (float32 quantized to uint8): a run
+        plan's step, made on the first call."""
 
     @classmethod
     def input_product(cls, op: RuntimeOperator) -> str | None:
@@ -193,6 +197,10 @@ class PointwiseDepthwise(Layer):
         return layer
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
+        step = self._steps.get((inputs[0].shape, inputs[0].strides, inputs[0].dtype))
+        if step is not None:
+            call, convert = step
+            return [nchw(call(nhwc(self.pointwise.product.activations(inputs[0]) if convert else inputs[0])))]
         (x, unbatched), geometry = as_2d(inputs[0], 2, "conv2d"), self.depthwise.geometry
         check_channels(x, self.pointwise.in_channels)
         compiled, product = self.depthwise.packed.compiled_depthwise, self.pointwise.product
@@ -209,7 +217,19 @@ class PointwiseDepthwise(Layer):
                                             geometry.stride, geometry.padding, geometry.output_hw(padded_hw),
                                             self.depthwise.epilogue, self.pointwise.matrix, self.pointwise.epilogue))
         out = from_2d(requantized(out, self.requantize, compiled is not None), 2, unbatched)
+        self._plan_step(inputs[0])
         return [out if self.depthwise.plan.channels_last else np.ascontiguousarray(out)]
+
+    def _plan_step(self, x: np.ndarray) -> None:
+        """Keep the step for input like ``x`` where the tiled stripes take its pixels as they lie
+        and their output is the layer's (channels-last, in the form handed on)."""
+        stripes, geometry = self._stripe_product, self.depthwise.geometry
+        if (isinstance(stripes, TiledStripes) and x.ndim == 4 and nhwc(x).flags.c_contiguous
+                and self.depthwise.plan.channels_last and (self.requantize is None or self._form is not None)):
+            form = self.pointwise.product.in_dtype
+            call = stripes.call(nhwc(x).shape, np.dtype(form), self.pointwise.out_channels, geometry.stride,
+                                geometry.padding, self._form)
+            self._steps[x.shape, x.strides, x.dtype] = (call, x.dtype != form)
 
     def _reduced_rows(self, rows: np.ndarray, out: np.ndarray, channels: slice) -> None:
         """A stripe's 1x1 convolution on the bf16 or int8 product's reference

@@ -168,8 +168,11 @@ def test_pointwise_depthwise_on_the_tiles_matches_the_stripe_loop(kind, kernel, 
         expected = depthwise.pointwise_depthwise(x, stripe_rows, channels, dw, stride, pads)
     exact = kind == "int8"                              # integer sums: the same bits, but the epilogue's order
     np.testing.assert_allclose(ours, expected, atol=1e-5 if exact else 1e-4, rtol=1e-5 if exact else 1e-4)
-    (table, _, *rest), = stripes._plans.values()
-    assert not any(isinstance(held, np.ndarray) for held in rest)     # the taps once: every part reads dw's
+    (call,) = stripes._calls.values()
+    (head,) = call._heads.values()
+    own = [stripes.packed, stripes.correction, stripes.scale, stripes.bias, stripes.numbers, dw.taps, dw.bias]
+    held = [value for value in (*head.before, *head.between) if isinstance(value, np.ndarray)]
+    assert held and all(any(value is mine for mine in own) for value in held)   # the taps once: every part reads dw's
 
 
 @pytest.mark.parametrize("kernel", FP32_KERNELS)

@@ -31,6 +31,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from functools import cache
+from typing import NamedTuple
 
 import numpy as np
 
@@ -461,12 +462,26 @@ def stripes_parts(walk_at, walk_type, product_at, product_type, depthwise_at, de
              left, code, a, b, out_scale, out_zero_point, stripe, buffer)
 
 
+_STRIPES_PARTS = compiled_parts(stripes_parts, per_thread=True)
+
 StripesKernels = tuple[KernelAddress, KernelAddress, KernelAddress]
 """The kernels :class:`TiledStripes` runs: the walk (:func:`stripes_walk`), its product and
 its depthwise kernel."""
-StripesPlan = tuple[np.ndarray, int, StripesKernels, object]
-"""How :class:`TiledStripes` runs on input of one shape: its parts' table, each thread's buffer
-size, the kernels, and the arguments' kinds."""
+
+
+class _StripesHead(NamedTuple):
+    """:func:`stripes_parts`'s arguments before the parts that stay the same from call to call
+    of a :class:`StripesCall` on some number of threads: those around the input
+    (:attr:`before`, :attr:`between`) and the output (:attr:`after`), the scratch each thread
+    keeps a buffer in, the parts' count and the arguments' kinds."""
+
+    before: tuple
+    between: tuple
+    after: tuple
+    scratch: tuple[int]
+    slot: int
+    count: int
+    kinds: object
 
 
 class TiledStripes:
@@ -480,18 +495,28 @@ class TiledStripes:
         self.dot, self.packed, self.strip_bytes, self.correction, self.scale, self.bias, self.numbers = tiles
         self.depthwise = depthwise
         self.lanes = TILES[self.dot][2]
-        self._calls: dict[tuple[np.dtype, np.dtype], StripesKernels] = {}
-        self._plans: dict[tuple[object, ...], StripesPlan] = {}
+        self._kernels: dict[tuple[np.dtype, np.dtype], StripesKernels] = {}
+        self._calls: dict[tuple[object, ...], StripesCall] = {}
 
-    def _call(self, x: np.ndarray, taps: np.ndarray, bias: np.ndarray, out: np.ndarray, buffer: np.ndarray,
-              finish: tuple) -> StripesKernels:
+    def call(self, shape: tuple[int, int, int, int], dtype: np.dtype, channels: int, stride: tuple[int, int],
+             padding: Padding, form: Form | None = None) -> StripesCall:
+        """The :class:`StripesCall` on contiguous input of ``shape`` (N, H, W, Cin) and
+        ``dtype`` making ``channels`` channels, made once for each."""
+        key = (shape, dtype, channels, stride, padding, form)
+        found = self._calls.get(key)
+        if found is None:
+            found = self._calls[key] = StripesCall(self, shape, channels, stride, padding, form)
+        return found
+
+    def kernels(self, x: np.ndarray, taps: np.ndarray, bias: np.ndarray, out: np.ndarray, buffer: np.ndarray,
+                finish: tuple) -> StripesKernels:
         """The walk and its two kernels for input of ``x``'s type and output of ``out``'s, made on
         the first call."""
         key = (x.dtype, out.dtype)
-        found = self._calls.get(key)
+        found = self._kernels.get(key)
         if found is None:
             with _MAKING:       # another thread may have made it while this one waited
-                found = self._calls.get(key) or self._make(x, taps, bias, out, buffer, finish)
+                found = self._kernels.get(key) or self._make(x, taps, bias, out, buffer, finish)
         return found
 
     def _make(self, x: np.ndarray, taps: np.ndarray, bias: np.ndarray, out: np.ndarray, buffer: np.ndarray,
@@ -507,52 +532,69 @@ class TiledStripes:
         walk = KernelAddress(stripes_walk(floats), product.address, product.type, depthwise.address, depthwise.type,
                              x, self.packed, self.strip_bytes, self.correction, self.scale, self.bias, self.numbers, 0,
                              taps, bias, out, 0, 0, 0, 0, 0, 0, 0, 0, *finish, 0, buffer)
-        found = self._calls[x.dtype, out.dtype] = (walk, product, depthwise)
+        found = self._kernels[x.dtype, out.dtype] = (walk, product, depthwise)
         return found
 
-    def run(self, x: np.ndarray, out: np.ndarray, work: int, stride: tuple[int, int], padding: Padding,
-            form: Form | None = None) -> None:
-        """:func:`pointwise_depthwise` into ``out`` (N, OH, OW, C; uint8 in ``form``, if given)
-        from the input pixels ``x`` (N, H, W, Cin), each of its parts walked down its stripes in
-        compiled code (:func:`stripes_parts`) by whichever of the run's threads takes it."""
-        threads = threads_for(work)
-        key = (x.shape, x.dtype, out.shape, out.dtype, threads)
-        finish = self.depthwise.finish(form)
-        plan = self._plans.get(key)
-        if plan is None:
-            plan = self._plans[key] = self._plan(x, out, work, threads, stride, padding, finish)
-        table, slot, kernels, kinds = plan
-        head = self._head(x, out, stride, padding, threads, table, slot, kernels, finish)
-        compiled_parts(stripes_parts, per_thread=True).run(len(table), work, head, (), kinds)
 
-    def _head(self, x: np.ndarray, out: np.ndarray, stride: tuple[int, int], padding: Padding, threads: int,
-              table: np.ndarray, slot: int, kernels: StripesKernels, finish: tuple) -> tuple:
-        """The arguments of :func:`stripes_parts` before the parts."""
-        walk, product, depthwise = kernels
-        return (walk.address, walk.type, product.address, product.type, depthwise.address, depthwise.type, x,
-                self.packed, self.strip_bytes, self.correction, self.scale, self.bias, self.numbers, self.lanes,
-                self.depthwise.taps, self.depthwise.bias, out, table, *stride, padding[0][0], padding[1][0],
-                *finish, scratch((min(threads, len(table)) * slot,)), slot, 0)
+class StripesCall:
+    """:func:`pointwise_depthwise` through :class:`TiledStripes` on input of one shape and type
+    (a run plan's step): the output's shape and form and the work, and for each number of
+    threads the parts and :func:`stripes_parts`' other arguments, made once, so that a call
+    costs a new output and the hand-off."""
 
-    def _plan(self, x: np.ndarray, out: np.ndarray, work: int, threads: int, stride: tuple[int, int],
-              padding: Padding, finish: tuple) -> StripesPlan:
-        """The parts of a call on ``x`` of this shape and type into ``out`` on ``threads`` threads,
-        as a table (:func:`stripes_parts`), the memory of each thread's buffer, and the product
-        and depthwise kernels: made once for each."""
+    def __init__(self, stripes: TiledStripes, shape: tuple[int, int, int, int], channels: int,
+                 stride: tuple[int, int], padding: Padding, form: Form | None):
+        self.out_shape, self.work = stripes_geometry(shape, stripes.depthwise.taps.shape[:2], channels, stride,
+                                                     padding)
+        self.form = form
+        self._stripes, self._stride, self._padding = stripes, stride, padding
+        self._finish = stripes.depthwise.finish(form)
+        self._heads: dict[int, _StripesHead] = {}
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        """The new output (N, OH, OW, C) from the contiguous input pixels ``x``, each part
+        walked down its stripes in compiled code by whichever of the run's threads takes it."""
+        out = output_array(self.out_shape, self.form)
+        threads = threads_for(self.work)
+        head = self._heads.get(threads) or self._head(x, out, threads)
+        _STRIPES_PARTS.run(head.count, self.work, (*head.before, x, *head.between, out, *head.after,
+                                                   scratch(head.scratch), head.slot, 0), (), head.kinds)
+        return out
+
+    def _head(self, x: np.ndarray, out: np.ndarray, threads: int) -> _StripesHead:
+        """The parts on ``threads`` threads, as a table (:func:`stripes_parts`), the memory of
+        each thread's buffer, the kernels and the arguments' kinds."""
+        stripes, (sh, sw), padding = self._stripes, self._stride, self._padding
         n, h, w, c_in = x.shape
-        kh = self.depthwise.taps.shape[0]
-        parts = parts_of(n, out.shape[1], out.shape[3], work, threads, max(0, kh - stride[0]), stride[0],
+        taps = stripes.depthwise.taps
+        kh = taps.shape[0]
+        parts = parts_of(n, out.shape[1], out.shape[3], self.work, threads, max(0, kh - sh), sh,
                          FUSED_PARTS_PER_THREAD)
         table = np.empty((len(parts), 7), np.int64)
         for row, (image, first, stop, block) in zip(table, parts):
-            stripe, rows = stripe_of(w, block.stop - block.start, kh, stride[0], h, stop - first)
+            stripe, rows = stripe_of(w, block.stop - block.start, kh, sh, h, stop - first)
             row[:] = image, first, stop, block.start, block.stop, stripe, rows
         slot = int((table[:, 6] * w * (table[:, 4] - table[:, 3])).max())
-        every = self.depthwise.taps
-        buffer = np.empty((table[0, 6], w, every.shape[2]), np.float32)
-        kernels = self._call(x[0], every, self.depthwise.bias, out[0], buffer, finish)
-        kinds = kinds_of(self._head(x, out, stride, padding, threads, table, slot, kernels, finish))
-        return table, slot, kernels, kinds
+        buffer = np.empty((table[0, 6], w, taps.shape[2]), np.float32)
+        walk, product, depthwise = stripes.kernels(x[0], taps, stripes.depthwise.bias, out[0], buffer, self._finish)
+        before = (walk.address, walk.type, product.address, product.type, depthwise.address, depthwise.type)
+        between = (stripes.packed, stripes.strip_bytes, stripes.correction, stripes.scale, stripes.bias,
+                   stripes.numbers, stripes.lanes, taps, stripes.depthwise.bias)
+        after = (table, sh, sw, padding[0][0], padding[1][0], *self._finish)
+        size = (min(threads, len(table)) * slot,)
+        kinds = kinds_of((*before, x, *between, out, *after, scratch(size), slot, 0))
+        head = self._heads[threads] = _StripesHead(before, between, after, size, slot, len(table), kinds)
+        return head
+
+
+def stripes_geometry(shape: tuple[int, int, int, int], kernel_size: tuple[int, int], channels: int,
+                     stride: tuple[int, int], padding: Padding) -> tuple[tuple[int, int, int, int], int]:
+    """The output's shape (N, OH, OW, ``channels``) of :func:`pointwise_depthwise` on input of
+    ``shape`` (N, H, W, Cin), and its work in multiply-adds."""
+    n, h, w, c_in = shape
+    (kh, kw), (sh, sw) = kernel_size, stride
+    oh, ow = output_size(h, kh, sh, *padding[0]), output_size(w, kw, sw, *padding[1])
+    return (n, oh, ow, channels), n * h * w * c_in * channels + n * oh * ow * channels * kh * kw
 
 
 def pointwise_depthwise(x: np.ndarray, pointwise: PointwiseRows | TiledStripes, channels: int,
@@ -568,16 +610,13 @@ def pointwise_depthwise(x: np.ndarray, pointwise: PointwiseRows | TiledStripes, 
     on the tiles with the depthwise kernel (:class:`TiledStripes`) runs each part in one
     compiled call; another (:data:`PointwiseRows`) is called per stripe."""
     x = np.ascontiguousarray(x)
-    n, h, w, c_in = x.shape
-    kh, kw = depthwise.taps.shape[:2]
-    (sh, sw), top = stride, padding[0][0]
-    oh = output_size(h, kh, sh, *padding[0])
-    ow = output_size(w, kw, sw, *padding[1])
-    out = output_array((n, oh, ow, channels), form)
-    work = n * h * w * c_in * channels + n * oh * ow * channels * kh * kw
     if isinstance(pointwise, TiledStripes):
-        pointwise.run(x, out, work, stride, padding, form)
-        return out
+        return pointwise.call(x.shape, x.dtype, channels, stride, padding, form)(x)
+    n, h, w, c_in = x.shape
+    kh = depthwise.taps.shape[0]
+    sh, top = stride[0], padding[0][0]
+    out_shape, work = stripes_geometry(x.shape, depthwise.taps.shape[:2], channels, stride, padding)
+    oh, out = out_shape[1], output_array(out_shape, form)
     parts = parts_of(n, oh, channels, work, threads_for(work), max(0, kh - sh), sh, FUSED_PARTS_PER_THREAD)
 
     def run(part: Part) -> None:
