@@ -227,23 +227,32 @@ def test_stem_and_depthwise_in_fp32_match_pytorch_and_fuse_only_where_the_depthw
     assert_matches(graph.run(x), torch_outputs(shared, [torch.from_numpy(x)]))
 
 
+STEPPED = {   # a fused operator that keeps steps, in a model whose input it reads as it keeps them
+    "kuiper.PointwiseDepthwise": (lambda: nn.Sequential(nn.Conv2d(16, 16, 3, padding=1), InvertedResidual(16, 48)),
+                                  (16, 12, 12)),
+    "kuiper.StemDepthwise": (StemBlock, (3, 30, 26)),
+}
+
+
 @pytest.mark.skipif(fp32_kernel() is REFERENCE, reason="this CPU (or Numba's target) has no FMA")
 @pytest.mark.parametrize("precision", ["fp32", "int8"])
-def test_a_planned_step_gives_the_bits_of_the_first_call(tmp_path, precision):
-    """The fused 1x1-depthwise operator keeps a step per shape of channels-last input from its
-    first call on the tiles; the step's calls give what the first call gave, bit for bit, as
-    the batch changes, on 1 and 2 threads, in fp32 and in int8 (float32 input quantized on the way in)."""
+@pytest.mark.parametrize("kind", STEPPED)
+def test_a_planned_step_gives_the_bits_of_the_first_call(tmp_path, kind, precision):
+    """The fused operators on compiled kernels keep a step per shape of input (the 1x1 and
+    depthwise one, of channels-last input) from its first call; the step's calls give what
+    the first call gave, bit for bit, as the batch changes, on 1 and 2 threads, in fp32 and
+    in int8 (float32 input quantized on the way in)."""
+    make, shape = STEPPED[kind]
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Conv2d(16, 16, 3, padding=1), InvertedResidual(16, 48)).eval()
-    param = export(model, (torch.rand(1, 16, 12, 12),), tmp_path, inputs2=(torch.rand(2, 16, 12, 12),))
-    x = np.random.default_rng(3).standard_normal((2, 16, 12, 12)).astype(np.float32)
+    param = export(make().eval(), (torch.rand(1, *shape),), tmp_path, inputs2=(torch.rand(2, *shape),))
+    x = np.random.default_rng(3).standard_normal((2, *shape)).astype(np.float32)
     options = {"precision": precision}
     if precision == "int8":
         np.save(tmp_path / "calibrate.npy", x)
         options["calibration"] = kuiperinfer.quantize(param, tmp_path / "calibrate.npy", method="minmax").table
     for threads in (1, 2):
         graph = kuiperinfer.load(param, threads=threads, **options)
-        (layer,) = [op.layer for op in graph.operators if op.type == "kuiper.PointwiseDepthwise"]
+        (layer,) = [op.layer for op in graph.operators if op.type == kind]
         firsts = [graph.run(x[:batch]) for batch in (2, 1)]
         assert len(layer._steps) == 2 or threads > 1 and layer._steps   # 2 threads may run a batch in chunks
         for _ in range(2):

@@ -34,6 +34,7 @@ from kuiperinfer.kernels.compiled.squeeze_excitation import (
     Int8Gate,
 )
 from kuiperinfer.kernels.compiled.stem_depthwise import StemDepthwise as StemDepthwiseWalk
+from kuiperinfer.kernels.compiled.stem_depthwise import StemDepthwiseCall
 from kuiperinfer.kernels.depthwise_stripes import depthwise_in_stripes
 from kuiperinfer.kernels.elementwise import InplaceActivation
 from kuiperinfer.kernels.jit import kernel_array
@@ -269,6 +270,9 @@ class StemDepthwise(Layer):
         elif stem.packed is not None and stem.packed.direct is not None:
             swept = stem.geometry
             self.walk = StemDepthwiseWalk(stem.packed.direct, swept.stride, swept.dilation, swept.padding, compiled)
+        self._steps: dict[tuple[object, ...], StemDepthwiseCall] = {}
+        """The walk's call for each shape, strides and type of input: a run plan's step, made on
+        the first call."""
 
     @classmethod
     def input_product(cls, op: RuntimeOperator) -> str | None:
@@ -289,6 +293,9 @@ class StemDepthwise(Layer):
         return layer
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
+        step = self._steps.get((inputs[0].shape, inputs[0].strides, inputs[0].dtype))
+        if step is not None:
+            return [nchw(step(self._centred(inputs[0]) if self._centred else kernel_array(inputs[0])))]
         if self.walk is None:
             out = self.depthwise.forward(self.stem.forward(inputs[:1]))[0]
             return [requantized(out, self.requantize, self.depthwise.compiled)]
@@ -297,6 +304,10 @@ class StemDepthwise(Layer):
         geometry = self.depthwise.geometry
         out = nchw(self.walk(self._centred(x) if self._centred else x, geometry.stride, geometry.padding, self._form))
         out = from_2d(requantized(out, self.requantize, True), 2, unbatched)
+        if x.ndim == inputs[0].ndim and self.depthwise.plan.channels_last and (self.requantize is None
+                                                                               or self._form is not None):
+            self._steps[x.shape, x.strides, x.dtype] = self.walk.call(x.shape, geometry.stride, geometry.padding,
+                                                                      self._form)
         return [out if self.depthwise.plan.channels_last else np.ascontiguousarray(out)]
 
 

@@ -116,22 +116,30 @@ def stem_depthwise_parts(floats: bool) -> Callable[..., None]:
     return kernel(parts)
 
 
-class _Plan(NamedTuple):
-    """What a :class:`StemDepthwise` call on images of one shape needs beside its arrays."""
+class _StemHead(NamedTuple):
+    """:func:`stem_depthwise_parts`' arguments that stay the same from call to call of a
+    :class:`StemDepthwiseCall` on some number of threads, around those each call makes (the
+    image, the stem's ``finish`` and ``rows``, the output, the depthwise kernel's scratch)."""
 
-    table: np.ndarray
-    """The parts (bands of rows: the stem makes every channel): image, first and end output row,
-    the output rows of a stripe and the stem rows of its buffer (:func:`~.depthwise.stripe_of`)."""
+    before: tuple
+    """The depthwise kernel's address and type."""
+    stem: tuple
+    """The stem's tap offsets into the image, weight and bias."""
+    finish: tuple
+    """The float32 stem's activation; the int8 stem's scale, epilogue numbers and tiled bias,
+    to which each call adds each thread's sums and values (:attr:`values` each)."""
+    values: int
+    rows: tuple[int, ...]
+    """The shape of the stem's gathered rows, a buffer for each thread."""
+    around: tuple
+    """The stem's geometry, the depthwise taps and bias."""
+    after: tuple
+    """The parts' table (image, first and end output row, the output rows of a stripe and the
+    stem rows of its buffer), the depthwise stride, padding and finish."""
+    scratch: tuple[int]
     slot: int
     """Each thread's share of the depthwise kernel's scratch."""
-    used: int
-    """The threads that take parts."""
-    offsets: np.ndarray
-    """The stem's tap offsets into the image."""
-    scratch_shape: tuple[int, ...]
-    """Each thread's buffer of the stem's gathered rows."""
-    biases: np.ndarray
-    """The stem's bias repeated across a row (the int8 stem's epilogue)."""
+    count: int
     kinds: object
     """:func:`~kuiperinfer.kernels.parallel.kinds_of` the parts' arguments (which hold the
     depthwise kernel's type, which Numba's own dispatch types in Python on every call)."""
@@ -149,8 +157,9 @@ class StemDepthwise:
         self.stem, self.stride, self.dilation, self.padding, self.numbers = stem, stride, dilation, padding, numbers
         self.depthwise = depthwise
         self.floats = isinstance(stem, CompiledDirect)
+        self.parts = compiled_parts(stem_depthwise_parts(self.floats), per_thread=True)
         self._addresses: dict[np.dtype, KernelAddress] = {}
-        self._plans: dict[tuple[object, ...], _Plan] = {}
+        self._calls: dict[tuple[object, ...], StemDepthwiseCall] = {}
 
     def __call__(self, x: np.ndarray, stride: tuple[int, int], padding: Padding,
                  form: Form | None = None) -> np.ndarray:
@@ -158,57 +167,19 @@ class StemDepthwise:
         image ``x`` (N, C, H, W; float32, as the stem takes it: the int8 stem's centred values);
         a new contiguous (N, OH, OW, K) array, float32, or uint8 in ``form``."""
         x = kernel_array(x)
-        n = x.shape[0]
-        stem_hw = tuple(output_size(size, d * (taps - 1) + 1, s, *pads) for size, taps, s, d, pads in
-                        zip(x.shape[2:], self.stem.kernel_size, self.stride, self.dilation, self.padding))
-        kh, kw, k = self.depthwise.taps.shape
-        oh = output_size(stem_hw[0], kh, stride[0], *padding[0])
-        ow = output_size(stem_hw[1], kw, stride[1], *padding[1])
-        out = output_array((n, oh, ow, k), form)
-        work = self.stem.work(x, stem_hw) + n * oh * ow * k * kh * kw
-        threads = threads_for(work)
-        key = (x.shape, out.dtype, threads, stride, padding)
-        plan = self._plans.get(key)
-        if plan is None:
-            plan = self._plans[key] = self._plan(x, stem_hw, out, work, threads, stride, padding, form)
-        head = self._head(x, stem_hw, out, plan, stride, padding, form)
-        compiled_parts(stem_depthwise_parts(self.floats), per_thread=True).run(len(plan.table), work, head, (),
-                                                                             plan.kinds)
-        return out
+        return self.call(x.shape, stride, padding, form)(x)
 
-    def _head(self, x: np.ndarray, stem_hw: tuple[int, int], out: np.ndarray, plan: _Plan, stride: tuple[int, int],
-              padding: Padding, form: Form | None) -> tuple:
-        """The arguments of :func:`stem_depthwise_parts` before the parts."""
-        used = plan.used
-        rows = np.empty((used, *plan.scratch_shape), np.float32)
-        if self.floats:
-            finish = tuple(self.stem.code)
-        else:
-            values = stem_hw[1] * out.shape[3]
-            finish = (self.stem.scale, self.numbers, plan.biases, np.empty((used, values), np.float32),
-                      np.empty((used, values), np.float32))
-        finished = self.depthwise.finish(form)
-        (top, _), (left, _) = self.padding
-        return (*self._address(out, finished), x, plan.offsets, self.stem.weight, self.stem.bias, finish, rows,
-                (*stem_hw, *self.stride, self.dilation[0], top, left), self.depthwise.taps, self.depthwise.bias, out,
-                plan.table, *stride, padding[0][0], padding[1][0], *finished, scratch((used * plan.slot,)), plan.slot,
-                0)
+    def call(self, shape: tuple[int, int, int, int], stride: tuple[int, int], padding: Padding,
+             form: Form | None = None) -> StemDepthwiseCall:
+        """The :class:`StemDepthwiseCall` on C-contiguous float32 images of ``shape``, made once
+        for each."""
+        key = (shape, stride, padding, form)
+        found = self._calls.get(key)
+        if found is None:
+            found = self._calls[key] = StemDepthwiseCall(self, shape, stride, padding, form)
+        return found
 
-    def _plan(self, x: np.ndarray, stem_hw: tuple[int, int], out: np.ndarray, work: int, threads: int,
-              stride: tuple[int, int], padding: Padding, form: Form | None) -> _Plan:
-        """The plan of a call on images of ``x``'s shape, whose stem makes ``stem_hw`` pixels
-        into ``out``: made once for each."""
-        (h, w), k, kh = stem_hw, out.shape[3], self.depthwise.taps.shape[0]
-        parts = parts_of(x.shape[0], out.shape[1], k, work, threads, 0, stride[0], FUSED_PARTS_PER_THREAD)
-        table = np.empty((len(parts), 5), np.int64)
-        for row, (image, y0, y1, _) in zip(table, parts):
-            row[:] = image, y0, y1, *stripe_of(w, k, kh, stride[0], h, y1 - y0)
-        _, _, offsets, scratch_shape = self.stem.bands(x, stem_hw, self.stride, self.dilation)
-        plan = _Plan(table, int(table[:, 4].max()) * w * k, min(threads, len(table)), offsets, scratch_shape,
-                     np.tile(self.stem.bias, w), None)
-        return plan._replace(kinds=kinds_of(self._head(x, stem_hw, out, plan, stride, padding, form)))
-
-    def _address(self, out: np.ndarray, finished: tuple) -> tuple[int, object]:
+    def address(self, out: np.ndarray, finished: tuple) -> tuple[int, object]:
         """The depthwise kernel's address and type for an output of ``out``'s type, found once."""
         found = self._addresses.get(out.dtype)
         if found is None:
@@ -218,3 +189,62 @@ class StemDepthwise:
                     self.depthwise.bias, out[0], 0, 0, 0, 0, 0, 0, 0, *finished, empty((0, 0, LANES)))
                 self._addresses[out.dtype] = found
         return found.address, found.type
+
+
+class StemDepthwiseCall:
+    """:class:`StemDepthwise` on images of one shape (a run plan's step): the stem's output
+    size, the output's shape and form and the work, and for each number of threads the parts
+    and the arguments of :func:`stem_depthwise_parts` that stay the same, made once, so that a
+    call costs its new arrays and the hand-off."""
+
+    def __init__(self, walk: StemDepthwise, shape: tuple[int, int, int, int], stride: tuple[int, int],
+                 padding: Padding, form: Form | None):
+        stem = walk.stem
+        self.stem_hw = tuple(output_size(size, d * (taps - 1) + 1, s, *pads) for size, taps, s, d, pads in
+                             zip(shape[2:], stem.kernel_size, walk.stride, walk.dilation, walk.padding))
+        kh, kw, k = walk.depthwise.taps.shape
+        oh = output_size(self.stem_hw[0], kh, stride[0], *padding[0])
+        ow = output_size(self.stem_hw[1], kw, stride[1], *padding[1])
+        self.out_shape = (shape[0], oh, ow, k)
+        self.work = shape[0] * (self.stem_hw[0] * self.stem_hw[1] * stem.weight.shape[1] * stem.weight.shape[0]
+                                + oh * ow * k * kh * kw)
+        self.form = form
+        self._walk, self._stride, self._padding = walk, stride, padding
+        self._finished = walk.depthwise.finish(form)
+        self._heads: dict[int, _StemHead] = {}
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        """The new output (N, OH, OW, K) from the C-contiguous float32 images ``x``."""
+        out = output_array(self.out_shape, self.form)
+        threads = threads_for(self.work)
+        head = self._heads.get(threads) or self._head(x, out, threads)
+        self._walk.parts.run(head.count, self.work, self._arguments(head, x, out), (), head.kinds)
+        return out
+
+    def _arguments(self, head: _StemHead, x: np.ndarray, out: np.ndarray) -> tuple:
+        """The arguments of :func:`stem_depthwise_parts` before the parts."""
+        finish = head.finish if self._walk.floats else (*head.finish, np.empty(head.values, np.float32),
+                                                         np.empty(head.values, np.float32))
+        return (*head.before, x, *head.stem, finish, np.empty(head.rows, np.float32), *head.around, out, *head.after,
+                scratch(head.scratch), head.slot, 0)
+
+    def _head(self, x: np.ndarray, out: np.ndarray, threads: int) -> _StemHead:
+        """The parts on ``threads`` threads and the arguments that stay the same."""
+        walk, stride, padding, (h, w) = self._walk, self._stride, self._padding, self.stem_hw
+        k, kh = out.shape[3], walk.depthwise.taps.shape[0]
+        parts = parts_of(x.shape[0], out.shape[1], k, self.work, threads, 0, stride[0], FUSED_PARTS_PER_THREAD)
+        table = np.empty((len(parts), 5), np.int64)
+        for row, (image, y0, y1, _) in zip(table, parts):
+            row[:] = image, y0, y1, *stripe_of(w, k, kh, stride[0], h, y1 - y0)
+        used, slot = min(threads, len(table)), int(table[:, 4].max()) * w * k
+        _, _, offsets, scratch_shape = walk.stem.bands(x, self.stem_hw, walk.stride, walk.dilation)
+        finish = tuple(walk.stem.code) if walk.floats else (walk.stem.scale, walk.numbers, np.tile(walk.stem.bias, w))
+        (top, _), (left, _) = walk.padding
+        head = _StemHead(walk.address(out, self._finished), (offsets, walk.stem.weight, walk.stem.bias), finish,
+                         (used, w * k), (used, *scratch_shape),
+                         ((*self.stem_hw, *walk.stride, walk.dilation[0], top, left), walk.depthwise.taps,
+                          walk.depthwise.bias),
+                         (table, *stride, padding[0][0], padding[1][0], *self._finished), (used * slot,), slot,
+                         len(table), None)
+        head = self._heads[threads] = head._replace(kinds=kinds_of(self._arguments(head, x, out)))
+        return head
