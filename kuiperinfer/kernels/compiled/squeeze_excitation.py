@@ -24,7 +24,7 @@ from kuiperinfer.kernels.compiled.activation import ActivationCode, finish_row
 from kuiperinfer.kernels.compiled.epilogue import CompiledEpilogue, requantized
 from kuiperinfer.kernels.compiled.pooling import channel_means
 from kuiperinfer.kernels.elementwise import InplaceActivation
-from kuiperinfer.kernels.jit import inline, kernel, kernel_array
+from kuiperinfer.kernels.jit import compiled_for, inline, kernel, kernel_array
 
 
 @inline
@@ -71,13 +71,19 @@ class CompiledSqueezeExcitation:
         self.expand = kernel_array(expand)
         self._reduce = (reduce_epilogue.bias, *reduce_epilogue.code)
         self._expand = (expand_epilogue.bias, *expand_epilogue.code)
+        self._kernel = None
+        """:func:`squeeze_excitation`'s machine code for its arguments' types, found on the first
+        call (Numba's dispatch would type the twelve arguments again on every call)."""
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
         """The gated NHWC ``x`` (N, H, W, C; C-contiguous, writable, float32) as a new array."""
         n, h, w, c = x.shape
         out = np.empty_like(x)
-        squeeze_excitation(x.reshape(n, h * w, c), self.reduce, *self._reduce, self.expand, *self._expand,
-                           out.reshape(n, h * w, c))
+        arguments = (x.reshape(n, h * w, c), self.reduce, *self._reduce, self.expand, *self._expand,
+                     out.reshape(n, h * w, c))
+        if self._kernel is None:
+            self._kernel = compiled_for(squeeze_excitation, *arguments)
+        self._kernel(*arguments)
         return out
 
 
@@ -147,10 +153,16 @@ class CompiledInt8SqueezeExcitation:
 
     def __init__(self, reduce: Int8Gate, expand: Int8Gate):
         self._reduce, self._expand = reduce.arguments(), expand.arguments()
+        self._kernel = None
+        """:func:`int8_squeeze_excitation`'s machine code for its arguments' types, found on the
+        first call."""
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
         """The gated NHWC ``x`` (N, H, W, C; C-contiguous, writable, float32) as a new array."""
         n, h, w, c = x.shape
         out = np.empty_like(x)
-        int8_squeeze_excitation(x.reshape(n, h * w, c), self._reduce, self._expand, out.reshape(n, h * w, c))
+        arguments = (x.reshape(n, h * w, c), self._reduce, self._expand, out.reshape(n, h * w, c))
+        if self._kernel is None:
+            self._kernel = compiled_for(int8_squeeze_excitation, *arguments)
+        self._kernel(*arguments)
         return out
