@@ -43,7 +43,7 @@ from kuiperinfer.kernels.im2col import (
     planar_conv2d,
 )
 from kuiperinfer.kernels.layout import is_channels_last, nchw, nhwc, pad_nhwc
-from kuiperinfer.kernels.matrix.convolution import DirectInt8Convolution, ProductConvolution
+from kuiperinfer.kernels.matrix.convolution import DirectInt8Convolution, PointwiseStep, ProductConvolution
 from kuiperinfer.kernels.matrix.int8 import weight_scales
 from kuiperinfer.kernels.matrix.precision import FP32, Precision
 from kuiperinfer.kernels.matrix.products import Product, ProductEpilogue, Requantize, quantize_activations
@@ -84,6 +84,16 @@ def as_2d(x: np.ndarray, rank: int, what: str) -> tuple[np.ndarray, bool]:
     batch of one. Returns the view and whether the input came unbatched."""
     x, unbatched = as_batched(x, rank, what)
     return (x[:, :, None, :] if rank == 1 else x), unbatched
+
+
+def step_key(inputs: Sequence[Any]) -> tuple[object, ...]:
+    """What a layer's step for its input (and residual, the second input, if any) is found by:
+    their shapes, strides and types."""
+    x = inputs[0]
+    if len(inputs) < 2:
+        return x.shape, x.strides, x.dtype
+    residual = inputs[1]
+    return x.shape, x.strides, x.dtype, residual.shape, residual.strides, residual.dtype
 
 
 def from_2d(y: np.ndarray, rank: int, unbatched: bool) -> np.ndarray:
@@ -604,6 +614,9 @@ class Convolution(ParamLayer):
 
     def pack(self) -> None:
         weight_2d = self._weight.reshape(*self._weight.shape[:2], *self.geometry.kernel)
+        self._steps: dict[tuple[object, ...], PointwiseStep] = {}
+        """A 1x1 convolution's step on the compiled tiles for each shape, strides and type of
+        its channels-last input (and residual): a run plan's step, made on the first call."""
         if self.precision.name != "fp32":
             self.packed = self.epilogue = None
             self.kernel = product_convolution(weight_2d, self._bias, self.geometry, self.precision, ProductEpilogue(
@@ -640,6 +653,10 @@ class Convolution(ParamLayer):
             self.packed = self.epilogue = None   # the tiles hold the weights in their own packing
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
+        key = step_key(inputs)
+        step = self._steps.get(key)
+        if step is not None:
+            return [nchw(step(inputs[0], inputs[1] if len(inputs) > 1 else None))]
         x, unbatched = as_2d(inputs[0], self.rank, f"conv{self.rank}d")
         if isinstance(self.kernel, (ProductConvolution, TiledWinograd)):
             out = from_2d(nchw(self._products(x, inputs[1] if self.plan.residual else None)), self.rank, unbatched)
@@ -650,7 +667,28 @@ class Convolution(ParamLayer):
         out = requantized(out, self.requantize, self.compiled)
         if not self.plan.channels_last:
             out = np.ascontiguousarray(out)
+        self._plan_step(inputs, key, out)
         return [out]
+
+    def _plan_step(self, inputs: Sequence[Any], key: tuple[object, ...], out: np.ndarray) -> None:
+        """Keep the step of a 1x1 convolution on the compiled tiles for inputs like these, where
+        it takes them as they lie and gives the layer's output (``out``): a channels-last
+        input, float32 or in the product's form, and residual of the output's shape, float32
+        or uint8 in the form the plan says, and a channels-last output in the form handed on."""
+        kernel, x = self.kernel, inputs[0]
+        if not (isinstance(kernel, ProductConvolution) and kernel.pixel_rows and x.ndim == 4 and out.ndim == 4
+                and is_channels_last(out) and x.dtype in (np.float32, kernel.products[0].in_dtype)
+                and nhwc(x).flags.c_contiguous and out.dtype == kernel.products[0].out_dtype):
+            return
+        residual = inputs[1] if self.plan.residual else None
+        form = (None, 1.0, 0)
+        if residual is not None:
+            if (residual.shape != out.shape or not nhwc(residual).flags.c_contiguous or not residual.flags.writeable
+                    or residual.dtype != np.float32 and (residual.dtype != np.uint8 or self.residual_form is None)):
+                return
+            form = (residual.dtype.type, 1.0, 0) if residual.dtype == np.float32 else \
+                (np.uint8, self.residual_form.scale, self.residual_form.zero_point)
+        self._steps[key] = kernel.pointwise_step(x.shape, x.dtype, *form)
 
     def _products(self, x: np.ndarray, residual: np.ndarray | None) -> np.ndarray:
         """The convolution by the products of its precision, the residual added in their epilogue."""

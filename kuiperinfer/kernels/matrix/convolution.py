@@ -66,8 +66,8 @@ class ProductConvolution:
         self.pointwise = (kernel == (1, 1) and stride == (1, 1) and len(self.products) == 1
                           and padding == ((0, 0), (0, 0)))
         """Whether the input pixels are the columns."""
-        self._pixel_rows = self.pointwise and compiled and first.kernel.dot is not None
-        """Whether the pixels go to the compiled tiles as they are (:meth:`Product.multiply_rows`)."""
+        self.pixel_rows = self.pointwise and compiled and first.kernel.dot is not None
+        """Whether the pixels go to the compiled tiles as they are (:class:`PointwiseStep`)."""
         self._fill = first.in_dtype(first.zero)
         """Padding in the products' form."""
         tap_bytes = self.in_channels * np.dtype(first.in_dtype).itemsize
@@ -77,6 +77,7 @@ class ProductConvolution:
         instead of columns: one group on compiled integer or bf16 tiles, each pixel's channels
         whole groups of 4 bytes, zero padding."""
         self._offsets: dict[tuple[int, ...], np.ndarray] = {}
+        self._steps: dict[tuple[object, ...], PointwiseStep] = {}
         self._fill_pixel = np.full(self.in_channels, self._fill)
         """A pixel of padding, which the indirect rows read where a window leaves the input."""
         self._stripes = ColumnStripes(first, kernel, stride, dilation) if (
@@ -92,7 +93,7 @@ class ProductConvolution:
     def __call__(self, x: np.ndarray, residual: np.ndarray | None = None, residual_scale: float = 1.0,
                  residual_zero_point: int = 0) -> np.ndarray:
         first = self.products[0]
-        if self._pixel_rows:
+        if self.pixel_rows:
             return self._pointwise(x, residual, residual_scale, residual_zero_point)
         a, padding = first.activations(x), self.padding
         if self.padding_mode not in ("zeros", "constant") or not self.compiled:
@@ -142,15 +143,24 @@ class ProductConvolution:
     def _pointwise(self, x: np.ndarray, residual: np.ndarray | None, residual_scale: float,
                    residual_zero_point: int) -> np.ndarray:
         """:meth:`__call__` of a 1x1 convolution on the compiled tiles: the pixels are the columns."""
-        first = self.products[0]
-        a = channels_last(first.activations(x))
-        n, h, w, c = a.shape
-        out = np.empty((n, h, w, self.out_channels), first.out_dtype)
-        rows = out.reshape(-1, self.out_channels)
+        a = nchw(channels_last(self.products[0].activations(x)))
         if residual is not None:
-            residual = np.ascontiguousarray(nhwc(residual)).reshape(rows.shape)
-        first.multiply_rows(a.reshape(-1, c), rows, residual, residual_scale, residual_zero_point)
-        return out
+            residual = nchw(kernel_operand(np.ascontiguousarray(nhwc(residual))))
+        step = self.pointwise_step(a.shape, a.dtype, None if residual is None else residual.dtype, residual_scale,
+                                   residual_zero_point)
+        return step(a, residual)
+
+    def pointwise_step(self, shape: tuple[int, int, int, int], dtype: np.dtype, residual: type | None = None,
+                       residual_scale: float = 1.0, residual_zero_point: int = 0) -> PointwiseStep:
+        """The :class:`PointwiseStep` of this 1x1 convolution on the compiled tiles for input of
+        ``shape`` (N, C, H, W) and ``dtype``, with a residual of type ``residual`` (of this scale
+        and zero point) or none, made once for each."""
+        key = (shape, dtype, residual, residual_scale, residual_zero_point)
+        step = self._steps.get(key)
+        if step is None:
+            step = self._steps[key] = PointwiseStep(self, shape, dtype, residual, residual_scale,
+                                                    residual_zero_point)
+        return step
 
     def _tap_offsets(self, shape: tuple[int, int, int, int], top_left: tuple[int, int],
                      out_hw: tuple[int, int]) -> np.ndarray:
@@ -264,6 +274,33 @@ class ColumnStripes:
                 BLOCKS[self.product.kernel.dot], a, *self.before, np.empty((1, 4), np.int64), 0, 0, (0, 0),
                 *self.after, residual, rows, self.product.epilogue_numbers())
         return address
+
+
+class PointwiseStep:
+    """A 1x1 convolution on the compiled tiles (:attr:`ProductConvolution.pixel_rows`) of
+    input of one shape and type (a run plan's step): the pixels go to the product's
+    :class:`~kuiperinfer.kernels.matrix.products.RowsCall` as the columns, without the general
+    path's padding, sizes and checks."""
+
+    def __init__(self, convolution: ProductConvolution, shape: tuple[int, int, int, int], dtype: np.dtype,
+                 residual: type | None, residual_scale: float, residual_zero_point: int):
+        product = convolution.products[0]
+        n, self._channels, h, w = shape
+        self.out_shape = (n, h, w, convolution.out_channels)
+        self.out_dtype = product.out_dtype
+        self._pixels = n * h * w
+        self._convert = None if np.dtype(dtype) == np.dtype(product.in_dtype) else product.activations
+        self._call = product.rows_call(self._pixels, residual, residual_scale, residual_zero_point)
+
+    def __call__(self, x: np.ndarray, residual: np.ndarray | None = None) -> np.ndarray:
+        """The new NHWC output from channels-last NCHW ``x`` (float32 or in the product's form,
+        as the step was made for), adding channels-last ``residual`` (writable, of the type the
+        step was made for) if given."""
+        a = nhwc(x if self._convert is None else self._convert(x)).reshape(self._pixels, self._channels)
+        out = np.empty(self.out_shape, self.out_dtype)
+        self._call(a, out.reshape(self._pixels, -1),
+                   None if residual is None else nhwc(residual).reshape(self._pixels, -1))
+        return out
 
 
 class DirectInt8Convolution(ProductConvolution):

@@ -57,7 +57,7 @@ from kuiperinfer.kernels.elementwise import Epilogue, InplaceActivation
 from kuiperinfer.kernels.matrix import int8
 from kuiperinfer.kernels.matrix.bf16 import round_bf16
 from kuiperinfer.kernels.matrix.features import MatrixFeatures, detect, request_tile_state
-from kuiperinfer.kernels.parallel import PART_WORK, CompiledParts, compiled_parts, run_parts
+from kuiperinfer.kernels.parallel import PART_WORK, CompiledParts, compiled_parts, kinds_of, run_parts
 from kuiperinfer.kernels.resident import resident
 
 INT8_ACCUMULATION_LIMIT = (2**31 - 1) // (int8.ACTIVATION_STEPS * int8.WEIGHT_LIMIT)
@@ -494,15 +494,15 @@ class Product:
         else:
             blocks.shared.dispatcher(*head, 0, len(blocks.parts), *tail)
 
-    def multiply_rows(self, a: np.ndarray, out: np.ndarray, residual: np.ndarray | None = None,
-                      residual_scale: float = 1.0, residual_zero_point: int = 0) -> None:
-        """:meth:`multiply` of all the columns on the compiled tiles, its blocks shared, without
-        its checks, for a caller that made ``out`` (M, N) itself, new and C-contiguous, of
-        the product's type, from a C-contiguous ``a`` (M, K) in the form :meth:`activations`
-        gives, with a C-contiguous ``residual`` of ``out``'s shape, float32 or uint8, or none
-        (a 1x1 convolution's pixels, whose Python before the kernel is most of a small one's
-        time)."""
-        self._compiled(a, out, (0, self.out_features), residual, residual_scale, residual_zero_point, True)
+    def rows_call(self, m: int, residual: type | None = None, residual_scale: float = 1.0,
+                  residual_zero_point: int = 0) -> RowsCall:
+        """The :class:`RowsCall` of ``m`` rows with a residual of type ``residual`` (float32 or
+        uint8, of this scale and zero point) or none, on the compiled tiles."""
+        key = (m, 0, self.out_features)
+        blocks = self._blocks.get(key)
+        if blocks is None:
+            blocks = self._blocks[key] = self._blocks_of(m, self.in_features, key[1:])
+        return RowsCall(self, blocks, residual, self.epilogue_numbers(residual_scale, residual_zero_point))
 
     def _blocks_of(self, m: int, k: int, columns: tuple[int, int]) -> _Blocks:
         """The blocks of a product of ``m`` rows into ``columns`` and their kernel (the narrow
@@ -543,6 +543,30 @@ class Product:
         they make (:class:`~kuiperinfer.kernels.parallel.CompiledParts`)."""
         before, after = self.weight_arguments()
         return (a, *before, parts), (columns, *after, residual, out, numbers)
+
+
+class RowsCall:
+    """:meth:`Product.multiply` of all the columns of ``m`` rows on the compiled tiles, its
+    blocks shared, without its checks (a run plan's step: a 1x1 convolution's pixels, whose
+    Python before the kernel was most of a small one's time): the blocks, the arguments that
+    stay the same and their kinds, made once."""
+
+    def __init__(self, product: Product, blocks: _Blocks, residual: type | None, numbers: np.ndarray):
+        before, after = product.weight_arguments()
+        self._blocks, self._numbers = blocks, numbers
+        self._before, self._after = (*before, blocks.parts), ((0, product.out_features), *after)
+        rows = np.empty((0, product.in_features), product.in_dtype)
+        added = product.NO_RESIDUAL if residual is None else np.empty((0, 0), residual)
+        self._kinds = kinds_of((rows, *self._before, *self._after, added, np.empty((0, 0), product.out_dtype), numbers))
+
+    def __call__(self, a: np.ndarray, out: np.ndarray, residual: np.ndarray | None = None) -> None:
+        """``out`` (M, N), new and C-contiguous, of the product's type, from a C-contiguous ``a``
+        (M, K) in the form :meth:`Product.activations` gives, with a C-contiguous, writable
+        ``residual`` of ``out``'s shape and the type the call was made for, or none."""
+        blocks = self._blocks
+        blocks.shared.run(len(blocks.parts), blocks.work, (a, *self._before),
+                          (*self._after, Product.NO_RESIDUAL if residual is None else residual, out, self._numbers),
+                          self._kinds)
 
 
 class Int8Product(Product):
