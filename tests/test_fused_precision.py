@@ -237,6 +237,7 @@ STEPPED = {   # an operator that keeps steps, in a model whose input it reads as
     "kuiper.PointwiseDepthwise": (expanded_block, (16, 12, 12)),
     "nn.Conv2d": (expanded_block, (16, 12, 12)),
     "kuiper.StemDepthwise": (StemBlock, (3, 30, 26)),
+    "nn.Linear": (lambda: nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 16)), (10, 32)),
 }
 
 
@@ -244,10 +245,11 @@ STEPPED = {   # an operator that keeps steps, in a model whose input it reads as
 @pytest.mark.parametrize("precision", ["fp32", "int8"])
 @pytest.mark.parametrize("kind", STEPPED)
 def test_a_planned_step_gives_the_bits_of_the_first_call(tmp_path, kind, precision):
-    """The fused operators and 1x1 convolutions on compiled kernels keep a step per shape of
-    input (channels-last, but the stem's) from its first call; the step's calls give what the
-    first call gave, bit for bit, as the batch changes, on 1 and 2 threads, in fp32 and in
-    int8 (float32 input quantized on the way in, a residual in either form)."""
+    """The fused operators, 1x1 convolutions and linear layers on compiled kernels keep a step
+    per shape of input (channels-last for the 1x1 products) from its first call; the step's
+    calls give what the first call gave, bit for bit, as the batch changes, on 1 and 2
+    threads, in fp32 and in int8 (float32 input quantized on the way in, a residual in either
+    form)."""
     make, shape = STEPPED[kind]
     torch.manual_seed(0)
     param = export(make().eval(), (torch.rand(1, *shape),), tmp_path, inputs2=(torch.rand(2, *shape),))

@@ -43,10 +43,10 @@ from kuiperinfer.kernels.im2col import (
     planar_conv2d,
 )
 from kuiperinfer.kernels.layout import is_channels_last, nchw, nhwc, pad_nhwc
-from kuiperinfer.kernels.matrix.convolution import DirectInt8Convolution, PointwiseStep, ProductConvolution
+from kuiperinfer.kernels.matrix.convolution import DirectInt8Convolution, ProductConvolution
 from kuiperinfer.kernels.matrix.int8 import weight_scales
 from kuiperinfer.kernels.matrix.precision import FP32, Precision
-from kuiperinfer.kernels.matrix.products import Product, ProductEpilogue, Requantize, quantize_activations
+from kuiperinfer.kernels.matrix.products import Product, ProductEpilogue, ProductStep, Requantize, quantize_activations
 from kuiperinfer.kernels.matrix.winograd import TiledWinograd
 from kuiperinfer.kernels.padding import PAD_MODES, pad_last_dims
 from kuiperinfer.kernels.parallel import threads_for
@@ -614,7 +614,7 @@ class Convolution(ParamLayer):
 
     def pack(self) -> None:
         weight_2d = self._weight.reshape(*self._weight.shape[:2], *self.geometry.kernel)
-        self._steps: dict[tuple[object, ...], PointwiseStep] = {}
+        self._steps: dict[tuple[object, ...], ProductStep] = {}
         """A 1x1 convolution's step on the compiled tiles for each shape, strides and type of
         its channels-last input (and residual): a run plan's step, made on the first call."""
         if self.precision.name != "fp32":
@@ -656,7 +656,7 @@ class Convolution(ParamLayer):
         key = step_key(inputs)
         step = self._steps.get(key)
         if step is not None:
-            return [nchw(step(inputs[0], inputs[1] if len(inputs) > 1 else None))]
+            return [nchw(step(nhwc(inputs[0]), nhwc(inputs[1]) if len(inputs) > 1 else None))]
         x, unbatched = as_2d(inputs[0], self.rank, f"conv{self.rank}d")
         if isinstance(self.kernel, (ProductConvolution, TiledWinograd)):
             out = from_2d(nchw(self._products(x, inputs[1] if self.plan.residual else None)), self.rank, unbatched)
@@ -688,7 +688,7 @@ class Convolution(ParamLayer):
                 return
             form = (residual.dtype.type, 1.0, 0) if residual.dtype == np.float32 else \
                 (np.uint8, self.residual_form.scale, self.residual_form.zero_point)
-        self._steps[key] = kernel.pointwise_step(x.shape, x.dtype, *form)
+        self._steps[key] = kernel.pointwise_step(nhwc(x).shape, x.dtype, *form)
 
     def _products(self, x: np.ndarray, residual: np.ndarray | None) -> np.ndarray:
         """The convolution by the products of its precision, the residual added in their epilogue."""

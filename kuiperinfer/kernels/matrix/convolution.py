@@ -37,6 +37,7 @@ from kuiperinfer.kernels.matrix.products import (
     Int8Product,
     Product,
     ProductKernel,
+    ProductStep,
     in_layout,
     tile_shape,
 )
@@ -67,7 +68,7 @@ class ProductConvolution:
                           and padding == ((0, 0), (0, 0)))
         """Whether the input pixels are the columns."""
         self.pixel_rows = self.pointwise and compiled and first.kernel.dot is not None
-        """Whether the pixels go to the compiled tiles as they are (:class:`PointwiseStep`)."""
+        """Whether the pixels go to the compiled tiles as they are (:meth:`pointwise_step`)."""
         self._fill = first.in_dtype(first.zero)
         """Padding in the products' form."""
         tap_bytes = self.in_channels * np.dtype(first.in_dtype).itemsize
@@ -77,7 +78,6 @@ class ProductConvolution:
         instead of columns: one group on compiled integer or bf16 tiles, each pixel's channels
         whole groups of 4 bytes, zero padding."""
         self._offsets: dict[tuple[int, ...], np.ndarray] = {}
-        self._steps: dict[tuple[object, ...], PointwiseStep] = {}
         self._fill_pixel = np.full(self.in_channels, self._fill)
         """A pixel of padding, which the indirect rows read where a window leaves the input."""
         self._stripes = ColumnStripes(first, kernel, stride, dilation) if (
@@ -142,25 +142,20 @@ class ProductConvolution:
 
     def _pointwise(self, x: np.ndarray, residual: np.ndarray | None, residual_scale: float,
                    residual_zero_point: int) -> np.ndarray:
-        """:meth:`__call__` of a 1x1 convolution on the compiled tiles: the pixels are the columns."""
-        a = nchw(channels_last(self.products[0].activations(x)))
+        """:meth:`__call__` of a 1x1 convolution on the compiled tiles: the pixels are the columns
+        (:meth:`pointwise_step`)."""
+        a = channels_last(self.products[0].activations(x))
         if residual is not None:
-            residual = nchw(kernel_operand(np.ascontiguousarray(nhwc(residual))))
-        step = self.pointwise_step(a.shape, a.dtype, None if residual is None else residual.dtype, residual_scale,
-                                   residual_zero_point)
-        return step(a, residual)
+            residual = kernel_operand(np.ascontiguousarray(nhwc(residual)))
+        return self.pointwise_step(a.shape, a.dtype, None if residual is None else residual.dtype, residual_scale,
+                                   residual_zero_point)(a, residual)
 
     def pointwise_step(self, shape: tuple[int, int, int, int], dtype: np.dtype, residual: type | None = None,
-                       residual_scale: float = 1.0, residual_zero_point: int = 0) -> PointwiseStep:
-        """The :class:`PointwiseStep` of this 1x1 convolution on the compiled tiles for input of
-        ``shape`` (N, C, H, W) and ``dtype``, with a residual of type ``residual`` (of this scale
-        and zero point) or none, made once for each."""
-        key = (shape, dtype, residual, residual_scale, residual_zero_point)
-        step = self._steps.get(key)
-        if step is None:
-            step = self._steps[key] = PointwiseStep(self, shape, dtype, residual, residual_scale,
-                                                    residual_zero_point)
-        return step
+                       residual_scale: float = 1.0, residual_zero_point: int = 0) -> ProductStep:
+        """The step of this 1x1 convolution on the compiled tiles (:attr:`pixel_rows`) for the
+        pixels of ``shape`` (N, H, W, C) and ``dtype`` and a residual of type ``residual`` (of
+        this scale and zero point) or none: its product's on the pixels (NHWC in and out)."""
+        return self.products[0].step(shape, dtype, residual, residual_scale, residual_zero_point)
 
     def _tap_offsets(self, shape: tuple[int, int, int, int], top_left: tuple[int, int],
                      out_hw: tuple[int, int]) -> np.ndarray:
@@ -274,33 +269,6 @@ class ColumnStripes:
                 BLOCKS[self.product.kernel.dot], a, *self.before, np.empty((1, 4), np.int64), 0, 0, (0, 0),
                 *self.after, residual, rows, self.product.epilogue_numbers())
         return address
-
-
-class PointwiseStep:
-    """A 1x1 convolution on the compiled tiles (:attr:`ProductConvolution.pixel_rows`) of
-    input of one shape and type (a run plan's step): the pixels go to the product's
-    :class:`~kuiperinfer.kernels.matrix.products.RowsCall` as the columns, without the general
-    path's padding, sizes and checks."""
-
-    def __init__(self, convolution: ProductConvolution, shape: tuple[int, int, int, int], dtype: np.dtype,
-                 residual: type | None, residual_scale: float, residual_zero_point: int):
-        product = convolution.products[0]
-        n, self._channels, h, w = shape
-        self.out_shape = (n, h, w, convolution.out_channels)
-        self.out_dtype = product.out_dtype
-        self._pixels = n * h * w
-        self._convert = None if np.dtype(dtype) == np.dtype(product.in_dtype) else product.activations
-        self._call = product.rows_call(self._pixels, residual, residual_scale, residual_zero_point)
-
-    def __call__(self, x: np.ndarray, residual: np.ndarray | None = None) -> np.ndarray:
-        """The new NHWC output from channels-last NCHW ``x`` (float32 or in the product's form,
-        as the step was made for), adding channels-last ``residual`` (writable, of the type the
-        step was made for) if given."""
-        a = nhwc(x if self._convert is None else self._convert(x)).reshape(self._pixels, self._channels)
-        out = np.empty(self.out_shape, self.out_dtype)
-        self._call(a, out.reshape(self._pixels, -1),
-                   None if residual is None else nhwc(residual).reshape(self._pixels, -1))
-        return out
 
 
 class DirectInt8Convolution(ProductConvolution):

@@ -45,6 +45,7 @@ count.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -405,6 +406,7 @@ class Product:
                          requantize.scale, requantize.zero_point)
         self.out_dtype = np.float32 if epilogue.requantize is None else np.uint8
         self._blocks: dict[tuple[int, int, int], _Blocks] = {}
+        self._steps: dict[tuple[object, ...], ProductStep] = {}
         self._epilogue_numbers: dict[tuple[float, int], np.ndarray] = {}
         if kernel.dot is not None:
             from kuiperinfer.kernels.compiled import products as compiled_products
@@ -484,25 +486,32 @@ class Product:
         elif not (residual.flags.c_contiguous and residual.flags.writeable):
             residual = residual.copy()
         numbers = self.epilogue_numbers(residual_scale, residual_zero_point)
-        key = (m, *columns)
-        blocks = self._blocks.get(key)
-        if blocks is None:
-            blocks = self._blocks[key] = self._blocks_of(m, k, columns)
+        blocks = self.blocks(m, columns)
         head, tail = self._block_arguments(a, blocks.parts, columns, residual, out, numbers)
         if shared:
             blocks.shared.run(len(blocks.parts), blocks.work, head, tail)
         else:
             blocks.shared.dispatcher(*head, 0, len(blocks.parts), *tail)
 
-    def rows_call(self, m: int, residual: type | None = None, residual_scale: float = 1.0,
-                  residual_zero_point: int = 0) -> RowsCall:
-        """The :class:`RowsCall` of ``m`` rows with a residual of type ``residual`` (float32 or
-        uint8, of this scale and zero point) or none, on the compiled tiles."""
-        key = (m, 0, self.out_features)
-        blocks = self._blocks.get(key)
-        if blocks is None:
-            blocks = self._blocks[key] = self._blocks_of(m, self.in_features, key[1:])
-        return RowsCall(self, blocks, residual, self.epilogue_numbers(residual_scale, residual_zero_point))
+    def step(self, shape: tuple[int, ...], dtype: np.dtype, residual: type | None = None,
+             residual_scale: float = 1.0, residual_zero_point: int = 0) -> ProductStep:
+        """The :class:`ProductStep` on compiled tiles for C-contiguous activations of ``shape``
+        (..., K) and ``dtype``, with a residual of type ``residual`` (float32 or uint8, of this
+        scale and zero point) or none, made once for each."""
+        key = (shape, dtype, residual, residual_scale, residual_zero_point)
+        found = self._steps.get(key)
+        if found is None:
+            found = self._steps[key] = ProductStep(self, shape, dtype, residual, residual_scale, residual_zero_point)
+        return found
+
+    def blocks(self, m: int, columns: tuple[int, int]) -> _Blocks:
+        """The blocks of a product of ``m`` rows into ``columns`` and their kernel, made once
+        for each."""
+        key = (m, *columns)
+        found = self._blocks.get(key)
+        if found is None:
+            found = self._blocks[key] = self._blocks_of(m, self.in_features, columns)
+        return found
 
     def _blocks_of(self, m: int, k: int, columns: tuple[int, int]) -> _Blocks:
         """The blocks of a product of ``m`` rows into ``columns`` and their kernel (the narrow
@@ -545,28 +554,37 @@ class Product:
         return (a, *before, parts), (columns, *after, residual, out, numbers)
 
 
-class RowsCall:
-    """:meth:`Product.multiply` of all the columns of ``m`` rows on the compiled tiles, its
-    blocks shared, without its checks (a run plan's step: a 1x1 convolution's pixels, whose
-    Python before the kernel was most of a small one's time): the blocks, the arguments that
-    stay the same and their kinds, made once."""
+class ProductStep:
+    """:meth:`Product.__call__` on compiled tiles of C-contiguous activations of one shape
+    (..., K) and type, float32 or in the form :meth:`Product.activations` gives, with a residual
+    of one type or none (a run plan's step: a linear layer's rows, a 1x1 convolution's pixels),
+    without the checks: the blocks, the arguments that stay the same and their kinds, made
+    once."""
 
-    def __init__(self, product: Product, blocks: _Blocks, residual: type | None, numbers: np.ndarray):
+    def __init__(self, product: Product, shape: tuple[int, ...], dtype: np.dtype, residual: type | None,
+                 residual_scale: float, residual_zero_point: int):
+        self.rows = math.prod(shape[:-1])
+        self.out_shape, self.out_dtype = (*shape[:-1], product.out_features), product.out_dtype
+        self._convert = None if np.dtype(dtype) == np.dtype(product.in_dtype) else product.activations
+        self._blocks = blocks = product.blocks(self.rows, (0, product.out_features))
+        self._numbers = numbers = product.epilogue_numbers(residual_scale, residual_zero_point)
         before, after = product.weight_arguments()
-        self._blocks, self._numbers = blocks, numbers
         self._before, self._after = (*before, blocks.parts), ((0, product.out_features), *after)
         rows = np.empty((0, product.in_features), product.in_dtype)
         added = product.NO_RESIDUAL if residual is None else np.empty((0, 0), residual)
-        self._kinds = kinds_of((rows, *self._before, *self._after, added, np.empty((0, 0), product.out_dtype), numbers))
+        self._kinds = kinds_of((rows, *self._before, *self._after, added, np.empty((0, 0), self.out_dtype), numbers))
 
-    def __call__(self, a: np.ndarray, out: np.ndarray, residual: np.ndarray | None = None) -> None:
-        """``out`` (M, N), new and C-contiguous, of the product's type, from a C-contiguous ``a``
-        (M, K) in the form :meth:`Product.activations` gives, with a C-contiguous, writable
-        ``residual`` of ``out``'s shape and the type the call was made for, or none."""
+    def __call__(self, x: np.ndarray, residual: np.ndarray | None = None) -> np.ndarray:
+        """The new C-contiguous output (..., N) of ``x``, adding the C-contiguous, writable
+        ``residual`` of its shape, if given."""
+        a = x.reshape(self.rows, -1)
+        out = np.empty(self.out_shape, self.out_dtype)
         blocks = self._blocks
-        blocks.shared.run(len(blocks.parts), blocks.work, (a, *self._before),
-                          (*self._after, Product.NO_RESIDUAL if residual is None else residual, out, self._numbers),
-                          self._kinds)
+        blocks.shared.run(len(blocks.parts), blocks.work, (a if self._convert is None else self._convert(a),
+                                                           *self._before),
+                          (*self._after, Product.NO_RESIDUAL if residual is None else residual.reshape(self.rows, -1),
+                           out.reshape(self.rows, -1), self._numbers), self._kinds)
+        return out
 
 
 class Int8Product(Product):
