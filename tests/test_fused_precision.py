@@ -233,7 +233,7 @@ def expanded_block() -> nn.Module:
     return nn.Sequential(nn.Conv2d(16, 16, 3, padding=1), InvertedResidual(16, 48))
 
 
-STEPPED = {   # an operator that keeps steps, in a model whose input it reads as it keeps them
+BOUND = {   # an operator that keeps bound calls, in a model whose input it reads as it keeps them
     "kuiper.PointwiseDepthwise": (expanded_block, (16, 12, 12)),
     "nn.Conv2d": (expanded_block, (16, 12, 12)),
     "kuiper.StemDepthwise": (StemBlock, (3, 30, 26)),
@@ -243,14 +243,14 @@ STEPPED = {   # an operator that keeps steps, in a model whose input it reads as
 
 @pytest.mark.skipif(fp32_kernel() is REFERENCE, reason="this CPU (or Numba's target) has no FMA")
 @pytest.mark.parametrize("precision", ["fp32", "int8"])
-@pytest.mark.parametrize("kind", STEPPED)
-def test_a_planned_step_gives_the_bits_of_the_first_call(tmp_path, kind, precision):
-    """The fused operators, 1x1 convolutions and linear layers on compiled kernels keep a step
-    per shape of input (channels-last for the 1x1 products) from its first call; the step's
+@pytest.mark.parametrize("kind", BOUND)
+def test_a_bound_call_gives_the_bits_of_the_first_call(tmp_path, kind, precision):
+    """The fused operators, 1x1 convolutions and linear layers on compiled kernels keep a call
+    bound to each shape of input (channels-last for the 1x1 products) from its first call; the bound
     calls give what the first call gave, bit for bit, as the batch changes, on 1 and 2
     threads, in fp32 and in int8 (float32 input quantized on the way in, a residual in either
     form)."""
-    make, shape = STEPPED[kind]
+    make, shape = BOUND[kind]
     torch.manual_seed(0)
     param = export(make().eval(), (torch.rand(1, *shape),), tmp_path, inputs2=(torch.rand(2, *shape),))
     x = np.random.default_rng(3).standard_normal((2, *shape)).astype(np.float32)
@@ -261,8 +261,8 @@ def test_a_planned_step_gives_the_bits_of_the_first_call(tmp_path, kind, precisi
     for threads in (1, 2):
         graph = kuiperinfer.load(param, threads=threads, **options)
         firsts = [graph.run(x[:batch]) for batch in (2, 1)]
-        stepped = [op.layer._steps for op in graph.operators if op.type == kind and op.layer._steps]
-        assert stepped and all(len(steps) == 2 or threads > 1 for steps in stepped)   # 2 threads: chunks of a batch
+        kept = [op.layer._bound for op in graph.operators if op.type == kind and op.layer._bound]
+        assert kept and all(len(calls) == 2 or threads > 1 for calls in kept)   # 2 threads: chunks of a batch
         for _ in range(2):
             for batch, first in zip((2, 1), firsts):
                 np.testing.assert_array_equal(graph.run(x[:batch]), first)

@@ -46,7 +46,7 @@ from kuiperinfer.kernels.layout import is_channels_last, nchw, nhwc, pad_nhwc
 from kuiperinfer.kernels.matrix.convolution import DirectInt8Convolution, ProductConvolution
 from kuiperinfer.kernels.matrix.int8 import weight_scales
 from kuiperinfer.kernels.matrix.precision import FP32, Precision
-from kuiperinfer.kernels.matrix.products import Product, ProductEpilogue, ProductStep, Requantize, quantize_activations
+from kuiperinfer.kernels.matrix.products import Product, ProductCall, ProductEpilogue, Requantize, quantize_activations
 from kuiperinfer.kernels.matrix.winograd import TiledWinograd
 from kuiperinfer.kernels.padding import PAD_MODES, pad_last_dims
 from kuiperinfer.kernels.parallel import threads_for
@@ -86,8 +86,8 @@ def as_2d(x: np.ndarray, rank: int, what: str) -> tuple[np.ndarray, bool]:
     return (x[:, :, None, :] if rank == 1 else x), unbatched
 
 
-def step_key(inputs: Sequence[Any]) -> tuple[object, ...]:
-    """What a layer's step for its input (and residual, the second input, if any) is found by:
+def bound_key(inputs: Sequence[Any]) -> tuple[object, ...]:
+    """What a layer's bound call for its input (and residual, the second input, if any) is found by:
     their shapes, strides and types."""
     x = inputs[0]
     if len(inputs) < 2:
@@ -614,9 +614,9 @@ class Convolution(ParamLayer):
 
     def pack(self) -> None:
         weight_2d = self._weight.reshape(*self._weight.shape[:2], *self.geometry.kernel)
-        self._steps: dict[tuple[object, ...], ProductStep] = {}
-        """A 1x1 convolution's step on the compiled tiles for each shape, strides and type of
-        its channels-last input (and residual): a run plan's step, made on the first call."""
+        self._bound: dict[tuple[object, ...], ProductCall] = {}
+        """A 1x1 convolution's bound call on the compiled tiles for each shape, strides and type of
+        its channels-last input (and residual), made on the first call."""
         if self.precision.name != "fp32":
             self.packed = self.epilogue = None
             self.kernel = product_convolution(weight_2d, self._bias, self.geometry, self.precision, ProductEpilogue(
@@ -653,10 +653,10 @@ class Convolution(ParamLayer):
             self.packed = self.epilogue = None   # the tiles hold the weights in their own packing
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
-        key = step_key(inputs)
-        step = self._steps.get(key)
-        if step is not None:
-            return [nchw(step(nhwc(inputs[0]), nhwc(inputs[1]) if len(inputs) > 1 else None))]
+        key = bound_key(inputs)
+        bound = self._bound.get(key)
+        if bound is not None:
+            return [nchw(bound(nhwc(inputs[0]), nhwc(inputs[1]) if len(inputs) > 1 else None))]
         x, unbatched = as_2d(inputs[0], self.rank, f"conv{self.rank}d")
         if isinstance(self.kernel, (ProductConvolution, TiledWinograd)):
             out = from_2d(nchw(self._products(x, inputs[1] if self.plan.residual else None)), self.rank, unbatched)
@@ -667,11 +667,11 @@ class Convolution(ParamLayer):
         out = requantized(out, self.requantize, self.compiled)
         if not self.plan.channels_last:
             out = np.ascontiguousarray(out)
-        self._plan_step(inputs, key, out)
+        self._bind(inputs, key, out)
         return [out]
 
-    def _plan_step(self, inputs: Sequence[Any], key: tuple[object, ...], out: np.ndarray) -> None:
-        """Keep the step of a 1x1 convolution on the compiled tiles for inputs like these, where
+    def _bind(self, inputs: Sequence[Any], key: tuple[object, ...], out: np.ndarray) -> None:
+        """Keep the bound call of a 1x1 convolution on the compiled tiles for inputs like these, where
         it takes them as they lie and gives the layer's output (``out``): a channels-last
         input, float32 or in the product's form, and residual of the output's shape, float32
         or uint8 in the form the plan says, and a channels-last output in the form handed on."""
@@ -688,7 +688,7 @@ class Convolution(ParamLayer):
                 return
             form = (residual.dtype.type, 1.0, 0) if residual.dtype == np.float32 else \
                 (np.uint8, self.residual_form.scale, self.residual_form.zero_point)
-        self._steps[key] = kernel.pointwise_step(nhwc(x).shape, x.dtype, *form)
+        self._bound[key] = kernel.pointwise_call(nhwc(x).shape, x.dtype, *form)
 
     def _products(self, x: np.ndarray, residual: np.ndarray | None) -> np.ndarray:
         """The convolution by the products of its precision, the residual added in their epilogue."""

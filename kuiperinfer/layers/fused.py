@@ -172,7 +172,7 @@ class PointwiseDepthwise(Layer):
             float_pointwise(pointwise.matrix, pointwise.epilogue) if pointwise.matrix is not None else None
         """How the stripes compute the 1x1 product, chosen once: on its compiled tiles with the
         compiled depthwise kernel, through the bf16 or int8 product's reference, or through BLAS."""
-        self._steps: dict[tuple[object, ...], tuple[StripesCall, bool]] = {}
+        self._bound: dict[tuple[object, ...], tuple[StripesCall, bool]] = {}
         """For each shape, strides and type of channels-last input, the tiled stripes' call and
         whether the input goes to it in the product's form (float32 quantized to uint8): a run
         plan's step, made on the first call."""
@@ -198,9 +198,9 @@ class PointwiseDepthwise(Layer):
         return layer
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
-        step = self._steps.get((inputs[0].shape, inputs[0].strides, inputs[0].dtype))
-        if step is not None:
-            call, convert = step
+        bound = self._bound.get((inputs[0].shape, inputs[0].strides, inputs[0].dtype))
+        if bound is not None:
+            call, convert = bound
             return [nchw(call(nhwc(self.pointwise.product.activations(inputs[0]) if convert else inputs[0])))]
         (x, unbatched), geometry = as_2d(inputs[0], 2, "conv2d"), self.depthwise.geometry
         check_channels(x, self.pointwise.in_channels)
@@ -218,11 +218,11 @@ class PointwiseDepthwise(Layer):
                                             geometry.stride, geometry.padding, geometry.output_hw(padded_hw),
                                             self.depthwise.epilogue, self.pointwise.matrix, self.pointwise.epilogue))
         out = from_2d(requantized(out, self.requantize, compiled is not None), 2, unbatched)
-        self._plan_step(inputs[0])
+        self._bind(inputs[0])
         return [out if self.depthwise.plan.channels_last else np.ascontiguousarray(out)]
 
-    def _plan_step(self, x: np.ndarray) -> None:
-        """Keep the step for input like ``x`` where the tiled stripes take its pixels as they lie
+    def _bind(self, x: np.ndarray) -> None:
+        """Keep the bound call for input like ``x`` where the tiled stripes take its pixels as they lie
         and their output is the layer's (channels-last, in the form handed on)."""
         stripes, geometry = self._stripe_product, self.depthwise.geometry
         if (isinstance(stripes, TiledStripes) and x.ndim == 4 and nhwc(x).flags.c_contiguous
@@ -230,7 +230,7 @@ class PointwiseDepthwise(Layer):
             form = self.pointwise.product.in_dtype
             call = stripes.call(nhwc(x).shape, np.dtype(form), self.pointwise.out_channels, geometry.stride,
                                 geometry.padding, self._form)
-            self._steps[x.shape, x.strides, x.dtype] = (call, x.dtype != form)
+            self._bound[x.shape, x.strides, x.dtype] = (call, x.dtype != form)
 
     def _reduced_rows(self, rows: np.ndarray, out: np.ndarray, channels: slice) -> None:
         """A stripe's 1x1 convolution on the bf16 or int8 product's reference
@@ -270,8 +270,8 @@ class StemDepthwise(Layer):
         elif stem.packed is not None and stem.packed.direct is not None:
             swept = stem.geometry
             self.walk = StemDepthwiseWalk(stem.packed.direct, swept.stride, swept.dilation, swept.padding, compiled)
-        self._steps: dict[tuple[object, ...], StemDepthwiseCall] = {}
-        """The walk's call for each shape, strides and type of input: a run plan's step, made on
+        self._bound: dict[tuple[object, ...], StemDepthwiseCall] = {}
+        """The walk's call for each shape, strides and type of input, made on
         the first call."""
 
     @classmethod
@@ -293,9 +293,9 @@ class StemDepthwise(Layer):
         return layer
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
-        step = self._steps.get((inputs[0].shape, inputs[0].strides, inputs[0].dtype))
-        if step is not None:
-            return [nchw(step(self._centred(inputs[0]) if self._centred else kernel_array(inputs[0])))]
+        bound = self._bound.get((inputs[0].shape, inputs[0].strides, inputs[0].dtype))
+        if bound is not None:
+            return [nchw(bound(self._centred(inputs[0]) if self._centred else kernel_array(inputs[0])))]
         if self.walk is None:
             out = self.depthwise.forward(self.stem.forward(inputs[:1]))[0]
             return [requantized(out, self.requantize, self.depthwise.compiled)]
@@ -306,7 +306,7 @@ class StemDepthwise(Layer):
         out = from_2d(requantized(out, self.requantize, True), 2, unbatched)
         if x.ndim == inputs[0].ndim and self.depthwise.plan.channels_last and (self.requantize is None
                                                                                or self._form is not None):
-            self._steps[x.shape, x.strides, x.dtype] = self.walk.call(x.shape, geometry.stride, geometry.padding,
+            self._bound[x.shape, x.strides, x.dtype] = self.walk.call(x.shape, geometry.stride, geometry.padding,
                                                                       self._form)
         return [out if self.depthwise.plan.channels_last else np.ascontiguousarray(out)]
 

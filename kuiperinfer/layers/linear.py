@@ -27,7 +27,7 @@ from kuiperinfer.kernels.compiled.activation import ActivationCode
 from kuiperinfer.kernels.compiled.epilogue import finish_rows, finish_transposed
 from kuiperinfer.kernels.elementwise import InplaceActivation
 from kuiperinfer.kernels.matrix.precision import FP32, Precision
-from kuiperinfer.kernels.matrix.products import ProductEpilogue, ProductStep, Requantize
+from kuiperinfer.kernels.matrix.products import ProductCall, ProductEpilogue, Requantize
 from kuiperinfer.kernels.parallel import run_parts, threads_for
 from kuiperinfer.layers.base import ActivationPlan, Layer, ParamLayer, declared_rank, functional, requantize_for
 from kuiperinfer.runtime.operator import RuntimeOperator
@@ -121,9 +121,9 @@ class Linear(ParamLayer):
         return op.name
 
     def pack(self) -> None:
-        self._steps: dict[tuple[object, ...], ProductStep] = {}
-        """The product's step on the compiled tiles for each shape, strides and type of
-        C-contiguous input: a run plan's step, made on the first call."""
+        self._bound: dict[tuple[object, ...], ProductCall] = {}
+        """The product's bound call on the compiled tiles for each shape, strides and type of
+        C-contiguous input, made on the first call."""
         epilogue = ProductEpilogue(self._bias, self.activation, requantize=self.requantize)
         self.product = self.precision.product(self._weight.T, epilogue, not self.compiled)
         if self.product is None and self.compiled:
@@ -144,8 +144,8 @@ class Linear(ParamLayer):
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         x = inputs[0]
-        step = self._steps.get((x.shape, x.strides, x.dtype))
-        return [self._compute(x) if step is None else step(x)]
+        bound = self._bound.get((x.shape, x.strides, x.dtype))
+        return [self._compute(x) if bound is None else bound(x)]
 
     def _engine_product(self, x: np.ndarray) -> np.ndarray:
         in_features = self.product.in_features
@@ -153,7 +153,7 @@ class Linear(ParamLayer):
         out = self.product(x.reshape(-1, in_features)).reshape(*x.shape[:-1], self.product.out_features)
         if (self.product.kernel.dot is not None and x.ndim >= 1 and x.flags.c_contiguous and x.flags.writeable
                 and x.dtype in (np.float32, self.product.in_dtype)):
-            self._steps[x.shape, x.strides, x.dtype] = self.product.step(x.shape, x.dtype)
+            self._bound[x.shape, x.strides, x.dtype] = self.product.call(x.shape, x.dtype)
         return out
 
     def _reference_product(self, x: np.ndarray) -> np.ndarray:

@@ -538,7 +538,7 @@ class TiledStripes:
 
 class StripesCall:
     """:func:`pointwise_depthwise` through :class:`TiledStripes` on input of one shape and type
-    (a run plan's step): the output's shape and form and the work, and for each number of
+    (bound once per input shape): the output's shape and form and the work, and for each number of
     threads the parts and :func:`stripes_parts`' other arguments, made once, so that a call
     costs a new output and the hand-off."""
 

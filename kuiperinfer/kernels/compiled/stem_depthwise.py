@@ -192,7 +192,7 @@ class StemDepthwise:
 
 
 class StemDepthwiseCall:
-    """:class:`StemDepthwise` on images of one shape (a run plan's step): the stem's output
+    """:class:`StemDepthwise` on images of one shape (bound once per input shape): the stem's output
     size, the output's shape and form and the work, and for each number of threads the parts
     and the arguments of :func:`stem_depthwise_parts` that stay the same, made once, so that a
     call costs its new arrays and the hand-off."""

@@ -36,8 +36,8 @@ from kuiperinfer.kernels.matrix.products import (
     IndirectRows,
     Int8Product,
     Product,
+    ProductCall,
     ProductKernel,
-    ProductStep,
     in_layout,
     tile_shape,
 )
@@ -68,7 +68,7 @@ class ProductConvolution:
                           and padding == ((0, 0), (0, 0)))
         """Whether the input pixels are the columns."""
         self.pixel_rows = self.pointwise and compiled and first.kernel.dot is not None
-        """Whether the pixels go to the compiled tiles as they are (:meth:`pointwise_step`)."""
+        """Whether the pixels go to the compiled tiles as they are (:meth:`pointwise_call`)."""
         self._fill = first.in_dtype(first.zero)
         """Padding in the products' form."""
         tap_bytes = self.in_channels * np.dtype(first.in_dtype).itemsize
@@ -143,19 +143,19 @@ class ProductConvolution:
     def _pointwise(self, x: np.ndarray, residual: np.ndarray | None, residual_scale: float,
                    residual_zero_point: int) -> np.ndarray:
         """:meth:`__call__` of a 1x1 convolution on the compiled tiles: the pixels are the columns
-        (:meth:`pointwise_step`)."""
+        (:meth:`pointwise_call`)."""
         a = channels_last(self.products[0].activations(x))
         if residual is not None:
             residual = kernel_operand(np.ascontiguousarray(nhwc(residual)))
-        return self.pointwise_step(a.shape, a.dtype, None if residual is None else residual.dtype, residual_scale,
+        return self.pointwise_call(a.shape, a.dtype, None if residual is None else residual.dtype, residual_scale,
                                    residual_zero_point)(a, residual)
 
-    def pointwise_step(self, shape: tuple[int, int, int, int], dtype: np.dtype, residual: type | None = None,
-                       residual_scale: float = 1.0, residual_zero_point: int = 0) -> ProductStep:
-        """The step of this 1x1 convolution on the compiled tiles (:attr:`pixel_rows`) for the
+    def pointwise_call(self, shape: tuple[int, int, int, int], dtype: np.dtype, residual: type | None = None,
+                       residual_scale: float = 1.0, residual_zero_point: int = 0) -> ProductCall:
+        """The bound call of this 1x1 convolution on the compiled tiles (:attr:`pixel_rows`) for the
         pixels of ``shape`` (N, H, W, C) and ``dtype`` and a residual of type ``residual`` (of
         this scale and zero point) or none: its product's on the pixels (NHWC in and out)."""
-        return self.products[0].step(shape, dtype, residual, residual_scale, residual_zero_point)
+        return self.products[0].call(shape, dtype, residual, residual_scale, residual_zero_point)
 
     def _tap_offsets(self, shape: tuple[int, int, int, int], top_left: tuple[int, int],
                      out_hw: tuple[int, int]) -> np.ndarray:

@@ -406,7 +406,7 @@ class Product:
                          requantize.scale, requantize.zero_point)
         self.out_dtype = np.float32 if epilogue.requantize is None else np.uint8
         self._blocks: dict[tuple[int, int, int], _Blocks] = {}
-        self._steps: dict[tuple[object, ...], ProductStep] = {}
+        self._bound: dict[tuple[object, ...], ProductCall] = {}
         self._epilogue_numbers: dict[tuple[float, int], np.ndarray] = {}
         if kernel.dot is not None:
             from kuiperinfer.kernels.compiled import products as compiled_products
@@ -493,15 +493,15 @@ class Product:
         else:
             blocks.shared.dispatcher(*head, 0, len(blocks.parts), *tail)
 
-    def step(self, shape: tuple[int, ...], dtype: np.dtype, residual: type | None = None,
-             residual_scale: float = 1.0, residual_zero_point: int = 0) -> ProductStep:
-        """The :class:`ProductStep` on compiled tiles for C-contiguous activations of ``shape``
+    def call(self, shape: tuple[int, ...], dtype: np.dtype, residual: type | None = None,
+             residual_scale: float = 1.0, residual_zero_point: int = 0) -> ProductCall:
+        """The :class:`ProductCall` on compiled tiles for C-contiguous activations of ``shape``
         (..., K) and ``dtype``, with a residual of type ``residual`` (float32 or uint8, of this
         scale and zero point) or none, made once for each."""
         key = (shape, dtype, residual, residual_scale, residual_zero_point)
-        found = self._steps.get(key)
+        found = self._bound.get(key)
         if found is None:
-            found = self._steps[key] = ProductStep(self, shape, dtype, residual, residual_scale, residual_zero_point)
+            found = self._bound[key] = ProductCall(self, shape, dtype, residual, residual_scale, residual_zero_point)
         return found
 
     def blocks(self, m: int, columns: tuple[int, int]) -> _Blocks:
@@ -554,10 +554,10 @@ class Product:
         return (a, *before, parts), (columns, *after, residual, out, numbers)
 
 
-class ProductStep:
+class ProductCall:
     """:meth:`Product.__call__` on compiled tiles of C-contiguous activations of one shape
     (..., K) and type, float32 or in the form :meth:`Product.activations` gives, with a residual
-    of one type or none (a run plan's step: a linear layer's rows, a 1x1 convolution's pixels),
+    of one type or none (bound once per input shape: a linear layer's rows, a 1x1 convolution's pixels),
     without the checks: the blocks, the arguments that stay the same and their kinds, made
     once."""
 
