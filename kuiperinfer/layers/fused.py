@@ -261,6 +261,9 @@ class StemDepthwise(Layer):
         fp32 or int8); else None, and they run one after the other."""
         self._centred = stem.kernel.centred if isinstance(stem.kernel, DirectInt8Convolution) else None
         """The int8 stem's input as its kernel takes it, centred on its zero point."""
+        self._bound: dict[tuple[object, ...], StemDepthwiseCall] = {}
+        """The walk's call for each shape, strides and type of input, made on
+        the first call."""
         if compiled is None:
             return
         if self._centred is not None:
@@ -270,9 +273,6 @@ class StemDepthwise(Layer):
         elif stem.packed is not None and stem.packed.direct is not None:
             swept = stem.geometry
             self.walk = StemDepthwiseWalk(stem.packed.direct, swept.stride, swept.dilation, swept.padding, compiled)
-        self._bound: dict[tuple[object, ...], StemDepthwiseCall] = {}
-        """The walk's call for each shape, strides and type of input, made on
-        the first call."""
 
     @classmethod
     def input_product(cls, op: RuntimeOperator) -> str | None:
